@@ -1,0 +1,52 @@
+# kvbench front door. `make test` and `make sweep` set everything up themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.kvbench-installed
+# Offline machines (the lent GPU box): put wheels here and they are used first.
+WHEELS ?= wheels
+PIP_LOCAL := $(if $(wildcard $(WHEELS)/*),--find-links $(WHEELS),)
+# A system Python whose torch sees a GPU is reused (its CUDA torch is kept);
+# otherwise the venv is isolated and gets the small CPU wheel of torch.
+HAS_CUDA_TORCH := $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo 1)
+CPU_TORCH ?= torch==2.13.0
+
+.PHONY: setup test test-fast sweep report bench gpu-check clean help
+
+help:
+	@echo "make setup | test | sweep | report | bench | gpu-check | clean"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(if $(HAS_CUDA_TORCH),--system-site-packages,) $(VENV)
+	@if ! $(PY) -c "import torch" >/dev/null 2>&1; then \
+	  echo "installing the CPU build of torch ($(CPU_TORCH))"; \
+	  $(PIP) install -q $(PIP_LOCAL) "$(CPU_TORCH)"; fi
+	$(PIP) install -q $(PIP_LOCAL) -e ".[test]"
+	@touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+# The default sweep for this device, then tables, plots and REPORT.md.
+sweep: setup
+	$(PY) -m harness -m +sweep=default
+	$(PY) -m harness.report
+
+report: setup
+	$(PY) -m harness.report
+
+bench: setup
+	$(PY) -m pytest tests/bench --benchmark-enable -q
+
+gpu-check: setup
+	bash .ci/gpu-check
+
+clean:
+	rm -rf $(VENV) multirun outputs runs .pytest_cache .hypothesis .benchmarks

@@ -1,0 +1,88 @@
+"""What every scenario of one run shares: the resolved config, device, requests, model."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from harness.config import Config, ImplConfig
+from harness.kv_math import TORCH_DTYPES, kv_bytes_per_token
+from harness.measure.fingerprint import Fingerprint
+from harness.workload import Request, generate_requests, workload_digest
+
+
+@dataclass
+class RunContext:
+    cfg: Config
+    run_dir: Path
+    fingerprint: Fingerprint
+    tokens: list[dict] = field(default_factory=list)  # tokens.jsonl records
+    tables: dict = field(default_factory=dict)  # side tables: name -> DataFrame
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.cfg.device.name)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.cfg.dtype]
+
+    @property
+    def bytes_per_token(self) -> int:
+        return kv_bytes_per_token(self.cfg.model, self.cfg.dtype)
+
+    @cached_property
+    def requests(self) -> list[Request]:
+        w = self.cfg.workload
+        return generate_requests(w, w.num_requests, self.cfg.model.vocab_size, self.cfg.max_seq_len, self.cfg.seed)
+
+    @cached_property
+    def model(self):
+        from harness.model import build_model
+
+        return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def progress(self, total: int, desc: str) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
+        """A tqdm bar on a terminal (off in tests and pipes); returns (update, close)."""
+        if not self.cfg.progress or os.environ.get("KVBENCH_NO_PROGRESS") or not sys.stderr.isatty():
+            return None, lambda: None
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc=desc, unit="tok", leave=False)
+        return bar.update, bar.close
+
+    def identifiers(self, impl: ImplConfig | None) -> dict:
+        cfg, w = self.cfg, self.cfg.workload
+        return {
+            "run_id": self.run_dir.name,
+            "scenario": cfg.scenario.name,
+            "impl": impl.name if impl else None,
+            "cache": impl.cache if impl else None,
+            "kernel": impl.kernel if impl else None,
+            "model": cfg.model.name,
+            "dtype": cfg.dtype,
+            "block_size": cfg.block_size,
+            "batch": cfg.batch,
+            "max_seq_len": cfg.max_seq_len,
+            "workload": w.name,
+            "num_requests": w.num_requests,
+            "prompt_len": w.prompt_len,
+            "output_len": w.output_len,
+            "shared_prefix_len": w.shared_prefix_len,
+            "n": w.n,
+            "seed": cfg.seed,
+            "repeat": cfg.repeat,
+            "workload_digest": workload_digest(self.requests) if cfg.scenario.name != "kernel" else None,
+            **self.fingerprint.as_dict(),
+            "kv_bytes_per_token": self.bytes_per_token,
+        }

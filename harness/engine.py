@@ -1,0 +1,132 @@
+"""The decode engine: continuous batching of real model forwards over one KV cache.
+
+Knows nothing about which impl it runs: it asks the scheduler for a step, applies
+the copies the allocator asked for, and runs one model forward per prefill or one
+batched forward for all decoding sequences. Greedy sampling; sample ``k`` of a
+request with ``n > 1`` takes the ``k``-th ranked token first (so parallel samples
+diverge and copy-on-write is exercised), then continues greedily.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from harness.model import LlamaModel
+from harness.scheduler import Scheduler
+from harness.sequence import Sequence
+from harness.workload import Request
+from harness.measure.kv_peaks import KVPeaks
+from impls.base import KVCache
+
+
+@dataclass
+class EngineResult:
+    sequences: list[Sequence]  # finished, in (request_id, sample) order
+    rejected: list[tuple[Sequence, str]]
+    wall_s: float
+    prefill_tokens: int  # tokens actually computed in prefills (cache hits excluded)
+    decode_steps: int
+    step_s: list[float]  # wall time of every decode step
+    ttft_s: list[float]  # first token time of each sequence, from the start
+    peak_running: int
+    peak_running_before_preemption: int
+    preemptions: int
+    peaks: KVPeaks
+    cache_hit_tokens: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(
+        self,
+        model: LlamaModel,
+        cache: KVCache,
+        max_num_seqs: int,
+        sync: Callable[[], None] = lambda: None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.cache = cache
+        self.max_num_seqs = max_num_seqs
+        self.sync = sync  # waits for the device, so step times are real
+        self.progress = progress
+        self.device = next(model.parameters()).device
+        pool_tokens = cache.allocator.usage().capacity_tokens
+        self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_seq_tokens=pool_tokens)
+
+    def _forward(self, ids: list[int], positions: list[int], meta, logits_at: list[int] | None):
+        dev = self.device
+        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
+        pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
+        at = torch.tensor(logits_at, dtype=torch.long, device=dev) if logits_at is not None else None
+        return self.model(ids_t, pos_t, lambda layer, q, k, v: self.cache.forward_layer(layer, q, k, v, meta), at)
+
+    def _prefill(self, seq: Sequence, forks: list[Sequence]) -> None:
+        start, end = seq.num_cached, seq.num_tokens
+        meta = self.cache.prepare_prefill(seq.seq_id, start, end)
+        tokens = seq.token_ids
+        logits = self._forward(tokens[start:end], list(range(start, end)), meta, [end - start - 1])[0]
+        ranked = torch.topk(logits, 1 + len(forks)).indices.tolist() if forks else [int(logits.argmax())]
+        for rank, s in enumerate([seq, *forks]):
+            s.output_ids.append(ranked[rank])
+
+    @torch.inference_mode()
+    def run(self, requests: list[Request]) -> EngineResult:
+        sched, cache = self.scheduler, self.cache
+        for r in requests:
+            sched.add_request(r)
+        t0 = time.perf_counter()
+        prefill_tokens = 0
+        step_s: list[float] = []
+        peaks = KVPeaks()
+        while not sched.done:
+            ts = time.perf_counter()
+            plan = sched.schedule()
+            touched: list[Sequence] = []
+            if plan.is_prefill:
+                for adm in plan.admitted:
+                    prefill_tokens += adm.seq.num_tokens - adm.seq.num_cached
+                    self._prefill(adm.seq, adm.forks)
+                    cache.copy_rows(adm.fork_copies)
+                    now = time.perf_counter() - t0
+                    for s in (adm.seq, *adm.forks):
+                        if s.first_token_time is None:
+                            s.first_token_time = now
+                    touched += [adm.seq, *adm.forks]
+            elif plan.decodes:
+                cache.copy_rows(plan.copies)
+                seqs = plan.decodes
+                meta = cache.prepare_decode([s.seq_id for s in seqs])
+                logits = self._forward(
+                    [s.output_ids[-1] for s in seqs], [s.num_tokens - 1 for s in seqs], meta, None
+                )
+                for s, tok in zip(seqs, logits.argmax(dim=-1).tolist()):
+                    s.output_ids.append(tok)
+                touched = seqs
+                self.sync()
+                step_s.append(time.perf_counter() - ts)
+                if self.progress:
+                    self.progress(len(seqs))
+            peaks.update(cache.stats())  # before finished sequences are released
+            sched.finish(touched)
+        self.sync()
+        wall = time.perf_counter() - t0
+        done = sorted(sched.finished, key=lambda s: (s.request_id, s.sample))
+        return EngineResult(
+            sequences=done,
+            rejected=sched.rejected,
+            wall_s=wall,
+            prefill_tokens=prefill_tokens,
+            decode_steps=len(step_s),
+            step_s=step_s,
+            ttft_s=[s.first_token_time for s in done if s.first_token_time is not None],
+            peak_running=sched.peak_running,
+            peak_running_before_preemption=sched.peak_running_before_preemption,
+            preemptions=sched.num_preemptions,
+            peaks=peaks,
+            cache_hit_tokens=getattr(cache.allocator, "cache_hit_tokens", 0),
+        )

@@ -1,0 +1,53 @@
+"""The sizing formulas every part of kvbench uses (one place, explicit)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.model.config import ModelConfig
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+GB = 1e9
+
+
+def kv_bytes_per_token(model: ModelConfig, dtype: str) -> int:
+    """K and V for one token across all layers: 2 * layers * kv_heads * head_dim * bytes."""
+    return 2 * model.num_layers * model.num_kv_heads * model.head_dim * DTYPE_BYTES[dtype]
+
+
+def blocks_for_tokens(num_tokens: int, block_size: int) -> int:
+    return math.ceil(num_tokens / block_size)
+
+
+def parameter_count(model: ModelConfig) -> int:
+    """Weights of a Llama-family model, from its shape (no tensors allocated)."""
+    h, i = model.hidden_size, model.intermediate_size
+    attn = h * model.q_size + 2 * h * model.kv_size + model.q_size * h
+    if model.qkv_bias:
+        attn += model.q_size + 2 * model.kv_size
+    mlp = 3 * h * i
+    per_layer = attn + mlp + 2 * h  # two RMSNorm weights
+    embed = model.vocab_size * h
+    head = 0 if model.tie_word_embeddings else model.vocab_size * h
+    return model.num_layers * per_layer + embed + head + h
+
+
+def weight_bytes(model: ModelConfig, dtype: str) -> int:
+    return parameter_count(model) * DTYPE_BYTES[dtype]
+
+
+def activation_bytes_estimate(model: ModelConfig, dtype: str, max_tokens: int) -> int:
+    """Peak activations of one forward over ``max_tokens`` tokens (no KV), for budgeting.
+
+    Used where a profile run is impossible (CPU, capacity scenario): the fp32
+    logits plus the widest intermediate (gate+up) and a few hidden-sized buffers.
+    On a GPU the decode scenario measures the peak instead, as vLLM does.
+    """
+    b = DTYPE_BYTES[dtype]
+    logits = max_tokens * model.vocab_size * 4
+    mlp = max_tokens * 3 * model.intermediate_size * b
+    hidden = max_tokens * 6 * max(model.hidden_size, model.q_size + 2 * model.kv_size) * b
+    return logits + mlp + hidden

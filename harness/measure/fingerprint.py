@@ -1,0 +1,101 @@
+"""The environment a row was measured in: hardware, software, and code version."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import re
+import socket
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from harness.measure.nvml import nvml_device_info
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    device: str  # cpu | cuda
+    device_slug: str  # folder name for published results, e.g. nvidia-h200 / cpu-2core
+    gpu_name: str | None
+    gpu_count: int
+    gpu_memory_bytes: int | None
+    driver_version: str | None
+    cuda_version: str | None
+    cpu_name: str
+    cpu_count: int
+    torch_version: str
+    triton_version: str | None
+    python_version: str
+    git_sha: str | None
+    git_dirty: bool | None
+    hostname_hash: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def slugify(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def collect(device: str) -> Fingerprint:
+    import os
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    gpu_name = gpu_mem = driver = None
+    gpu_count = 0
+    if device == "cuda":
+        gpu_count = torch.cuda.device_count()
+        props = torch.cuda.get_device_properties(0)
+        gpu_name, gpu_mem = props.name, props.total_memory
+        info = nvml_device_info()
+        driver = info.driver_version if info else None
+    cpus = os.cpu_count() or 1
+    slug = slugify(gpu_name) if gpu_name else f"cpu-{cpus}core"
+    sha = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return Fingerprint(
+        device=device,
+        device_slug=slug,
+        gpu_name=gpu_name,
+        gpu_count=gpu_count,
+        gpu_memory_bytes=gpu_mem,
+        driver_version=driver,
+        cuda_version=torch.version.cuda,
+        cpu_name=_cpu_name(),
+        cpu_count=cpus,
+        torch_version=torch.__version__,
+        triton_version=triton_version,
+        python_version=platform.python_version(),
+        git_sha=sha,
+        git_dirty=None if status is None else bool(status),
+        hostname_hash=hashlib.sha256(socket.gethostname().encode()).hexdigest()[:12],
+    )

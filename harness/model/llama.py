@@ -1,0 +1,180 @@
+"""The Llama family (Llama 2/3, Mistral, Qwen2) as one plain-torch decoder.
+
+Inputs are flat token batches (vLLM style): ``T`` tokens that may belong to many
+sequences. The model knows nothing about sequences; the attention callable (a KV
+cache) stores K/V and decides what each query attends to.
+
+Differences inside the family are config switches: GQA (``num_kv_heads``), q/k/v
+bias (Qwen2, and Llama's ``attention_bias``), tied embeddings, and Llama-3.1 RoPE
+scaling. Mistral's sliding window is ignored: the published 4096-token window is
+never reached by a benchmark context shorter than it, and beyond it this model
+attends to the whole prefix (as Mistral v0.2+ does, which dropped the window).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import skip_init
+
+from harness.model.config import ModelConfig
+from harness.model.rope import RotaryEmbedding, apply_rotary
+
+# (layer_idx, q [T, heads, head_dim], k [T, kv_heads, head_dim], v [T, kv_heads, head_dim])
+#   -> [T, heads, head_dim]. q and k carry RoPE already; the callee applies the
+#   softmax scale head_dim ** -0.5. q, k and v are contiguous.
+AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+Device = torch.device | str
+
+
+def has_o_bias(cfg: ModelConfig) -> bool:
+    """HF Llama's ``attention_bias`` also biases o_proj; Qwen2's bias is q/k/v only."""
+    return cfg.qkv_bias and cfg.architecture == "llama"
+
+
+def _linear(n_in: int, n_out: int, bias: bool, dtype: torch.dtype, device: Device) -> nn.Linear:
+    # skip_init: allocate only; build_model fills every weight (dummy or checkpoint),
+    # so a default kaiming init of a 70B model would be wasted work.
+    return skip_init(nn.Linear, n_in, n_out, bias=bias, dtype=dtype, device=device)
+
+
+class RMSNorm(nn.Module):
+    """HF's LlamaRMSNorm: statistics in fp32, cast back before the weight multiply."""
+
+    def __init__(self, size: int, eps: float, dtype: torch.dtype, device: Device) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(size, dtype=dtype, device=device))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Fused q/k/v projection (one GEMM), RoPE, then the cache's attention, then o_proj."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: Device) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
+        self.qkv_proj = _linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.qkv_bias, dtype, device)
+        self.o_proj = _linear(cfg.q_size, cfg.hidden_size, has_o_bias(cfg), dtype, device)
+
+    def forward(
+        self,
+        layer_idx: int,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attention: AttentionFn,
+    ) -> torch.Tensor:
+        tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = apply_rotary(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
+        k = apply_rotary(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
+        # v is a strided view into the fused output; kernels want dense rows.
+        v = v.reshape(tokens, self.num_kv_heads, self.head_dim).contiguous()
+        out = attention(layer_idx, q, k, v)
+        return self.o_proj(out.reshape(tokens, self.q_size))
+
+
+class MLP(nn.Module):
+    """SwiGLU with gate and up fused into one GEMM: ``down(silu(gate) * up)``."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: Device) -> None:
+        super().__init__()
+        self.gate_up_proj = _linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype, device)
+        self.down_proj = _linear(cfg.intermediate_size, cfg.hidden_size, False, dtype, device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: Device) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
+        self.self_attn = Attention(cfg, dtype, device)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
+        self.mlp = MLP(cfg, dtype, device)
+
+    def forward(
+        self,
+        layer_idx: int,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attention: AttentionFn,
+    ) -> torch.Tensor:
+        # Same add/norm order as HF (no fused add+norm) so fp32 results match it.
+        h = h + self.self_attn(layer_idx, self.input_layernorm(h), cos, sin, attention)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaModel(nn.Module):
+    """Decoder + lm_head. Parameters are allocated, not initialised: use ``build_model``.
+
+    Parameter names follow HF's ``LlamaForCausalLM`` minus the ``model.`` prefix,
+    except the fused ``qkv_proj`` and ``gate_up_proj``.
+    """
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: Device) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = skip_init(
+            nn.Embedding, cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device
+        )
+        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, device) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
+        # Tied: the logits reuse the embedding matrix (no second copy in memory).
+        self.lm_head = (
+            None
+            if cfg.tie_word_embeddings
+            else _linear(cfg.hidden_size, cfg.vocab_size, False, dtype, device)
+        )
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, device)
+        self.requires_grad_(False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def num_parameter_bytes(self) -> int:
+        """Bytes of all weights (a tied lm_head counted once)."""
+        return sum(p.numel() * p.element_size() for p in self.parameters())
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attention: AttentionFn,
+        logits_indices: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Flat batch ``input_ids, positions [T]`` -> float32 logits.
+
+        ``logits_indices`` picks the rows that need logits (e.g. each sequence's
+        last prompt token), so prefill skips the vocab GEMM for the rest.
+        Returns ``[len(logits_indices) or T, vocab_size]``.
+        """
+        h = self.embed_tokens(input_ids)
+        cos, sin = self.rotary(positions, h.dtype)
+        for layer_idx, layer in enumerate(self.layers):
+            h = layer(layer_idx, h, cos, sin, attention)
+        if logits_indices is not None:
+            h = h[logits_indices]
+        h = self.norm(h)
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(h, head).float()
+

@@ -1,0 +1,161 @@
+"""Filling a LlamaModel: seeded dummy weights, or a local safetensors checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from harness.errors import ConfigError
+from harness.model.config import ModelConfig
+from harness.model.hf_config import resolve_model_config
+from harness.model.llama import LlamaModel
+
+# Dummy-weight scales (all N(0, std^2), norms = 1, drawn directly in the model dtype):
+#   lm_head           LOGIT_STD / sqrt(hidden): the final RMSNorm gives unit-rms rows,
+#                     so logits have std ~LOGIT_STD. A spread of a few units keeps the
+#                     top-1/top-2 gap far above bf16 rounding, so greedy tokens agree
+#                     across KV-cache impls instead of flipping on near-ties.
+#   embed_tokens      EMBED_STD (untied); tied: the lm_head scale, as it doubles as it.
+#   qkv, gate_up      1 / sqrt(hidden): unit-variance q/k, so attention scores ~N(0, 1)
+#                     after the head_dim**-0.5 scale: neither uniform nor one-hot.
+#   o_proj, down      BRANCH_GAIN / sqrt(fan_in * 2 * num_layers): each of the 2L
+#                     residual branches adds ~GAIN^2/(2L) variance (GPT-2's depth-scaled
+#                     init), so the residual stream stays bounded (rms ~5) at any depth
+#                     and context length. The gain makes layer outputs, not the token's
+#                     own embedding, dominate the final state: hiding one early token
+#                     from attention then changes ~25% of later argmaxes (gain 1: ~3%),
+#                     so a KV-cache bug shows up in the greedy tokens.
+#   biases            BIAS_STD.
+# Measured on tiny-llama over 300 positions (fp32 and bf16): logit std 4.0, median
+# top-1/top-2 gap ~0.7, finite throughout. Tied models (embedding = lm_head) still
+# drift into short greedy cycles after a few dozen tokens.
+LOGIT_STD = 4.0
+EMBED_STD = 1.0
+BRANCH_GAIN = 8.0
+BIAS_STD = 0.1
+
+
+def _dummy_std(name: str, cfg: ModelConfig) -> float | None:
+    """Standard deviation for parameter ``name``; None means fill with ones (norms)."""
+    hidden, layers = cfg.hidden_size, cfg.num_layers
+    head_std = LOGIT_STD / math.sqrt(hidden)
+    if name.endswith("norm.weight"):
+        return None
+    if name.endswith(".bias"):
+        return BIAS_STD
+    if name == "embed_tokens.weight":
+        return head_std if cfg.tie_word_embeddings else EMBED_STD
+    if name == "lm_head.weight":
+        return head_std
+    if name.endswith(("qkv_proj.weight", "gate_up_proj.weight")):
+        return 1.0 / math.sqrt(hidden)
+    if name.endswith("o_proj.weight"):
+        return BRANCH_GAIN / math.sqrt(cfg.q_size * 2 * layers)
+    if name.endswith("down_proj.weight"):
+        return BRANCH_GAIN / math.sqrt(cfg.intermediate_size * 2 * layers)
+    raise AssertionError(f"no dummy scale for {name}")
+
+
+def init_dummy_weights(model: LlamaModel, seed: int) -> None:
+    """Seeded, in place, on the model's device: same seed + device => same weights.
+
+    The generator lives on the target device and each tensor is drawn in its own
+    dtype, so an 8B model on a GPU initialises in well under a second with no fp32
+    staging copy.
+    """
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    for name, param in model.named_parameters():
+        std = _dummy_std(name, model.cfg)
+        if std is None:
+            param.fill_(1.0)
+        else:
+            param.normal_(0.0, std, generator=gen)
+
+
+def _checkpoint_files(folder: Path, path: str) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = [folder / shard for shard in shards]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"model.path={path} has no *.safetensors files")
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise ConfigError(f"model.path={path}: shards listed in the index are missing: {missing}")
+    return files
+
+
+def _target(hf_name: str, cfg: ModelConfig) -> tuple[str, int, int | None]:
+    """HF tensor name -> (our parameter, first row, rows); rows None = whole tensor.
+
+    q/k/v land in row ranges of the fused ``qkv_proj``, gate/up in ``gate_up_proj``.
+    """
+    name = hf_name.removeprefix("model.")
+    m = re.fullmatch(r"(layers\.\d+\.self_attn)\.([qkv])_proj\.(weight|bias)", name)
+    if m:
+        start = {"q": 0, "k": cfg.q_size, "v": cfg.q_size + cfg.kv_size}[m[2]]
+        rows = cfg.q_size if m[2] == "q" else cfg.kv_size
+        return f"{m[1]}.qkv_proj.{m[3]}", start, rows
+    m = re.fullmatch(r"(layers\.\d+\.mlp)\.(gate|up)_proj\.weight", name)
+    if m:
+        start = 0 if m[2] == "gate" else cfg.intermediate_size
+        return f"{m[1]}.gate_up_proj.weight", start, cfg.intermediate_size
+    return name, 0, None
+
+
+def load_safetensors_weights(model: LlamaModel, path: str) -> None:
+    """Copy every tensor of the (single or sharded) checkpoint at ``path`` into ``model``.
+
+    Strict both ways: an unknown tensor or a parameter left unfilled is a
+    ConfigError, so a checkpoint of another architecture cannot load silently.
+    """
+    from safetensors import safe_open
+
+    cfg, folder = model.cfg, Path(path).expanduser()
+    params = dict(model.named_parameters())
+    filled: dict[str, int] = defaultdict(int)
+    for file in _checkpoint_files(folder, path):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for hf_name in f.keys():
+                if hf_name.endswith("rotary_emb.inv_freq"):
+                    continue  # derived from the config, saved by old transformers
+                target, start, rows = _target(hf_name, cfg)
+                if target == "lm_head.weight" and cfg.tie_word_embeddings:
+                    continue  # some tied checkpoints store a copy of the embedding
+                if target not in params:
+                    raise ConfigError(f"model.path={path}: unexpected tensor {hf_name} in {file.name}")
+                param = params[target]
+                dest = param if rows is None else param[start : start + rows]
+                tensor = f.get_tensor(hf_name)
+                if tensor.shape != dest.shape:
+                    raise ConfigError(
+                        f"model.path={path}: {hf_name} has shape {tuple(tensor.shape)}, "
+                        f"config.json implies {tuple(dest.shape)}"
+                    )
+                dest.copy_(tensor)
+                filled[target] += dest.shape[0]
+    unfilled = [n for n, p in params.items() if filled[n] != p.shape[0]]
+    if unfilled:
+        raise ConfigError(f"model.path={path}: checkpoint lacks (or repeats) weights for {unfilled[:5]}")
+
+
+def build_model(
+    cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str, seed: int
+) -> LlamaModel:
+    """Resolve and validate ``cfg``, allocate the model, fill its weights; eval mode."""
+    cfg = resolve_model_config(cfg)
+    model = LlamaModel(cfg, dtype, device)
+    with torch.no_grad():
+        if cfg.weights == "path":
+            assert cfg.path is not None  # validated
+            load_safetensors_weights(model, cfg.path)
+        else:
+            init_dummy_weights(model, seed)
+    return model.eval().requires_grad_(False)

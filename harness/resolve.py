@@ -1,0 +1,119 @@
+"""Turn the composed config into a concrete, validated one (once, at the entry point).
+
+Resolves the ``auto`` choices (device, dtype, model), fills defaults that depend
+on other keys, and checks every key, raising ``ConfigError`` with the key's name
+and the allowed values.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config import (
+    CACHE_KINDS, DEVICES, DISTRIBUTIONS, DTYPES, KERNELS, MAX_BLOCK_SIZE, SCENARIOS,
+    Config, ImplConfig,
+)
+from harness.errors import ConfigError
+from harness.model import resolve_model_config
+from harness.model.config import ModelConfig
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CPU_MODEL, GPU_MODEL = "tiny-llama", "llama-3.1-8b"
+CPU_MEMORY_GB = 0.25
+ALL_IMPLS = ("contiguous", "paged_torch", "paged_triton", "paged_cuda")
+
+
+def _choices(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def load_group(group: str, name: str, schema: type):
+    """One option of a config group, merged over its dataclass (used for ``auto``)."""
+    path = CONF_DIR / group / f"{name}.yaml"
+    if not path.exists():
+        raise ConfigError(f"{group}={name} is unknown; allowed: {', '.join(_choices(group))}")
+    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
+    return OmegaConf.to_object(merged)
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _one_of(key: str, value: str, allowed) -> None:
+    _check(value in allowed, f"{key}={value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+
+
+def to_config(cfg: DictConfig | Config) -> Config:
+    return OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg)
+
+
+def resolve(raw: DictConfig | Config) -> Config:
+    cfg = to_config(raw)
+    _one_of("device.name", cfg.device.name, DEVICES)
+    if cfg.device.name == "auto":
+        cfg.device.name = "cuda" if torch.cuda.is_available() else "cpu"
+    _check(cfg.device.name != "cuda" or torch.cuda.is_available(), "device.name=cuda but no CUDA GPU is visible")
+    if cfg.dtype == "auto":
+        cfg.dtype = "bfloat16" if cfg.device.name == "cuda" else "float32"
+    _one_of("dtype", cfg.dtype, DTYPES)
+    if cfg.model.name == "auto" and not cfg.model.path:
+        cfg.model = load_group("model", GPU_MODEL if cfg.device.name == "cuda" else CPU_MODEL, ModelConfig)
+    cfg.model = resolve_model_config(cfg.model)
+    if cfg.device.name == "cpu" and cfg.device.memory_gb is None:
+        cfg.device.memory_gb = CPU_MEMORY_GB
+    if cfg.workload.num_requests is None:
+        cfg.workload.num_requests = cfg.batch
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    _one_of("scenario.name", cfg.scenario.name, SCENARIOS)
+    _check(cfg.batch >= 1, f"batch={cfg.batch} must be >= 1")
+    _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
+    _check(cfg.max_seq_len >= 2, f"max_seq_len={cfg.max_seq_len} must be >= 2")
+    bs = cfg.block_size
+    _check(1 <= bs <= MAX_BLOCK_SIZE and bs & (bs - 1) == 0,
+           f"block_size={bs} must be a power of two in [1, {MAX_BLOCK_SIZE}] (1, 2, 4, ..., {MAX_BLOCK_SIZE})")
+    d = cfg.device
+    _check(0 < d.utilization <= 1, f"device.utilization={d.utilization} must be in (0, 1]")
+    _check(d.memory_gb is None or d.memory_gb > 0, f"device.memory_gb={d.memory_gb} must be > 0")
+    _check(d.kv_cache_gb is None or d.kv_cache_gb > 0, f"device.kv_cache_gb={d.kv_cache_gb} must be > 0")
+    _check(0 <= d.watermark < 1, f"device.watermark={d.watermark} must be in [0, 1)")
+    w = cfg.workload
+    _one_of("workload.distribution", w.distribution, DISTRIBUTIONS)
+    _check(w.num_requests >= 1, f"workload.num_requests={w.num_requests} must be >= 1")
+    _check(w.prompt_len >= 1, f"workload.prompt_len={w.prompt_len} must be >= 1")
+    _check(w.output_len >= 1, f"workload.output_len={w.output_len} must be >= 1")
+    _check(w.n >= 1, f"workload.n={w.n} must be >= 1")
+    _check(0 <= w.shared_prefix_len < cfg.max_seq_len,
+           f"workload.shared_prefix_len={w.shared_prefix_len} must be in [0, max_seq_len={cfg.max_seq_len})")
+    _check(w.sigma > 0 and 0 <= w.spread < 1, "workload.sigma must be > 0 and workload.spread in [0, 1)")
+    if w.distribution == "fixed":
+        total = w.prompt_len + w.output_len
+        _check(total <= cfg.max_seq_len,
+               f"a request of workload.prompt_len + workload.output_len = {total} tokens is longer than max_seq_len={cfg.max_seq_len}")
+    if cfg.impl is not None:
+        validate_impl(cfg.impl)
+
+
+def validate_impl(impl: ImplConfig) -> None:
+    _one_of("impl.cache", impl.cache, CACHE_KINDS)
+    _one_of("impl.kernel", impl.kernel, KERNELS)
+    if impl.cache == "contiguous":
+        _check(impl.kernel == "sdpa", f"impl.kernel={impl.kernel!r}: the contiguous cache attends with 'sdpa'")
+    else:
+        _check(impl.kernel != "sdpa", "impl.kernel='sdpa' needs impl.cache=contiguous; paged caches take torch, triton or cuda")
+
+
+def impls_to_run(cfg: Config) -> list[ImplConfig]:
+    """The chosen impl, or every impl available on this device (one row each)."""
+    if cfg.impl is not None:
+        return [cfg.impl]
+    return [load_group("impl", name, ImplConfig) for name in ALL_IMPLS]

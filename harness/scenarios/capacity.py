@@ -1,0 +1,148 @@
+"""scenario=capacity: the scheduler and cache bookkeeping alone, at full model scale.
+
+No tensors and no model compute: the same ``Scheduler`` and allocators as the
+decode scenario run the workload under a memory budget. Between allocation
+events nothing changes, so a step advances every running sequence by as many
+tokens as it can take without a new block (or until it finishes); the peaks are
+exact because token states only grow within a step. Generated tokens are
+synthetic (a fixed function of request, sample and position).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.budget import kv_budget
+from harness.config import Config, ImplConfig
+from harness.context import RunContext
+from harness.measure.kv_peaks import KVPeaks
+from harness.scheduler import Scheduler
+from harness.sequence import Sequence
+from harness.workload import Request, generate_requests
+from impls.base import CacheStats, KVAllocator
+from impls.block_manager import BlockManager
+from impls.factory import analytic_max_concurrency, build_allocator
+from impls.slot_allocator import SlotAllocator
+
+
+def synthetic_token(seq: Sequence, vocab: int) -> int:
+    """The token a sequence "generates" (one per sequence: only memory is simulated)."""
+    return (seq.request_id * 1_000_003 + seq.sample * 7_919) % vocab
+
+
+# With many sequences running, some sequence allocates or finishes at almost
+# every step, so looking for a longer jump only costs time.
+_JUMP_SEARCH_MAX_RUNNING = 32
+
+
+@dataclass
+class Simulation:
+    peaks: KVPeaks
+    peak_running: int
+    peak_running_before_preemption: int
+    preemptions: int
+    rejected: list[tuple[Sequence, str]]
+    steps: int
+    finished: int
+
+
+def simulate(
+    allocator: KVAllocator, requests: list[Request], max_num_seqs: int, vocab: int, bytes_per_token: int
+) -> Simulation:
+    def source(seq: Sequence, k: int) -> list[int]:
+        return [seq.last_token] + [synthetic_token(seq, vocab)] * (k - 1)
+
+    capacity = allocator.usage().capacity_tokens
+    sched = Scheduler(allocator, max_num_seqs, token_source=source, max_seq_tokens=capacity)
+    for r in requests:
+        sched.add_request(r)
+    peaks, steps, jump = KVPeaks(), 0, 1
+    while not sched.done:
+        plan = sched.schedule(jump)
+        touched: list[Sequence] = []
+        for adm in plan.admitted:
+            for s in (adm.seq, *adm.forks):
+                s.output_ids.append(synthetic_token(s, vocab))
+                touched.append(s)
+        for s in plan.decodes:
+            s.output_ids += [synthetic_token(s, vocab)] * jump
+        touched += plan.decodes
+        peaks.update(CacheStats.from_usage(allocator.usage(), bytes_per_token))
+        sched.finish(touched)
+        steps += 1
+        # Next jump: as far as every running sequence goes without allocating or finishing.
+        jump = 1
+        if len(sched.running) <= _JUMP_SEARCH_MAX_RUNNING:
+            jump = min((min(s.remaining, allocator.tokens_until_alloc(s.seq_id)) for s in sched.running), default=1)
+    return Simulation(peaks, sched.peak_running, sched.peak_running_before_preemption,
+                      sched.num_preemptions, sched.rejected, steps, len(sched.finished))
+
+
+def _unbounded(variant: str, requests: list[Request], cfg: Config) -> KVAllocator:
+    seqs = sum(r.n for r in requests)
+    if variant == "contiguous":
+        return SlotAllocator(seqs, cfg.max_seq_len)
+    blocks = sum(r.n * -(-r.total_len // cfg.block_size) + r.n for r in requests)
+    return BlockManager(blocks, cfg.block_size, prefix_caching=(variant == "paged_shared"))
+
+
+def _unshared(requests: list[Request]) -> list[Request]:
+    """Parallel samples as independent requests: what paging without sharing stores."""
+    return [Request(r.request_id * r.n + k, r.prompt_ids, r.output_len, 1) for r in requests for k in range(r.n)]
+
+
+def concurrency_points(ctx: RunContext, kv_bytes: int) -> pd.DataFrame:
+    """Memory needed to serve N concurrent requests, per variant (the seeds' experiment)."""
+    cfg = ctx.cfg
+    points = sorted(set(cfg.scenario.concurrency_points))
+    pool = generate_requests(cfg.workload, max(points), cfg.model.vocab_size, cfg.max_seq_len, cfg.seed)
+    rows = []
+    for n_req in points:
+        reqs = pool[:n_req]
+        for variant in ("contiguous", "paged", "paged_shared"):
+            run_reqs = _unshared(reqs) if variant == "paged" else reqs
+            sim = simulate(_unbounded(variant, run_reqs, cfg), run_reqs, sum(r.n for r in run_reqs),
+                           cfg.model.vocab_size, ctx.bytes_per_token)
+            rows.append({"concurrency": n_req, "variant": variant, "model": cfg.model.name,
+                         "dtype": cfg.dtype, "block_size": cfg.block_size, "max_seq_len": cfg.max_seq_len,
+                         "workload": cfg.workload.name, "n": cfg.workload.n,
+                         "shared_prefix_len": cfg.workload.shared_prefix_len,
+                         "kv_bytes_reserved": sim.peaks.reserved_bytes, "kv_bytes_used": sim.peaks.token_bytes,
+                         "budget_kv_bytes": kv_bytes, "device_slug": ctx.fingerprint.device_slug,
+                         "run_id": ctx.run_dir.name})
+    return pd.DataFrame(rows)
+
+
+def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+    cfg = ctx.cfg
+    budget = kv_budget(cfg)  # weights from the shape; nothing is allocated
+    allocator = build_allocator(impl, cfg, budget.kv_bytes)
+    requests = ctx.requests
+    t0 = time.perf_counter()
+    sim = simulate(allocator, requests, cfg.batch, cfg.model.vocab_size, ctx.bytes_per_token)
+    wall = time.perf_counter() - t0
+    if "points" not in ctx.tables:
+        ctx.tables["points"] = concurrency_points(ctx, budget.kv_bytes)
+    mean_len = round(statistics.mean(r.total_len for r in requests))
+    notes = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5]) or None
+    return [{
+        "status": "ok",
+        "notes": notes,
+        "wall_s": wall,
+        "decode_steps": sim.steps,
+        "peak_concurrency": sim.peak_running,
+        "max_concurrency": sim.peak_running_before_preemption,
+        "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, mean_len),
+        "preemptions": sim.preemptions,
+        "rejected": len(sim.rejected),
+        "output_tokens": sum(r.output_len * r.n for r in requests) if not sim.rejected else None,
+        "prompt_tokens": sum(len(r.prompt_ids) for r in requests),
+        "cache_hit_tokens": getattr(allocator, "cache_hit_tokens", None),
+        **sim.peaks.as_row(),
+        **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
+        "weight_bytes": budget.weight_bytes,
+    }]

@@ -1,0 +1,128 @@
+"""scenario=decode: end-to-end generation of the workload through one KV-cache impl."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+
+import torch
+
+from harness.budget import MemoryBudget, kv_budget
+from harness.config import ImplConfig
+from harness.context import RunContext
+from harness.engine import Engine, EngineResult
+from harness.measure.memory import MemoryTracker
+from harness.metrics import median_and_spread, ms, output_digest, per_second, percentile
+from harness.workload import Request
+from impls.factory import analytic_max_concurrency, build_cache
+from kernels.prefill import prefill_attention
+
+
+def measure_activation_peak(ctx: RunContext, num_tokens: int) -> int | None:
+    """GPU: the allocator peak of one forward over ``num_tokens`` tokens (vLLM's profile run)."""
+    if ctx.device.type != "cuda":
+        return None
+    model, scale = ctx.model, ctx.cfg.model.head_dim**-0.5
+    ids = torch.zeros(num_tokens, dtype=torch.long, device=ctx.device)
+    pos = torch.arange(num_tokens, device=ctx.device)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.inference_mode():
+        model(ids, pos, lambda layer, q, k, v: prefill_attention(q, k, v, scale))
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def budget_for(ctx: RunContext) -> MemoryBudget:
+    total = torch.cuda.get_device_properties(0).total_memory if ctx.device.type == "cuda" else None
+    act = measure_activation_peak(ctx, min(ctx.cfg.max_seq_len, 2048))
+    return kv_budget(ctx.cfg, total, ctx.model.num_parameter_bytes(), act)
+
+
+def warmup_requests(requests: list[Request]) -> list[Request]:
+    """A few short requests, to compile kernels and fill caches before measuring."""
+    return [Request(r.request_id, r.prompt_ids[:16], min(r.output_len, 4), 1) for r in requests[:2]]
+
+
+def _run_once(ctx: RunContext, impl: ImplConfig, budget: MemoryBudget, requests: list[Request], track: bool):
+    cache = build_cache(impl, ctx.cfg, budget.kv_bytes, ctx.device)
+    total = sum(r.output_len * r.n for r in requests)
+    update, close = ctx.progress(total, impl.name) if track else (None, lambda: None)
+    engine = Engine(ctx.model, cache, ctx.cfg.batch, sync=ctx.sync, progress=update)
+    tracker = MemoryTracker(ctx.device.type)
+    try:
+        with tracker:
+            result = engine.run(requests)
+    finally:
+        close()
+    max_conc = analytic_max_concurrency(impl, ctx.cfg, budget.kv_bytes, round(statistics.mean(r.total_len for r in requests)))
+    del engine, cache
+    gc.collect()
+    if ctx.device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result, tracker.report, max_conc
+
+
+def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budget: MemoryBudget) -> dict:
+    res = results[len(results) // 2]  # a representative repeat for the non-timing columns
+    requests = ctx.requests
+    output_tokens = sum(len(s.output_ids) for s in res.sequences)
+    prompt_tokens = sum(len(r.prompt_ids) for r in requests)
+    walls = [r.wall_s for r in results]
+    tps, spread = median_and_spread([per_second(prompt_tokens + output_tokens, w) for w in walls])
+    wall = statistics.median(walls)
+    digests = {output_digest((s.request_id, s.sample, s.output_ids) for s in r.sequences) for r in results}
+    notes = [mem.notes] if mem.notes else []
+    if len(digests) > 1:
+        notes.append(f"repeats generated different tokens ({len(digests)} digests)")
+    if res.rejected:
+        notes.append("rejected: " + "; ".join(f"request {s.request_id}: {why}" for s, why in res.rejected[:5]))
+    return {
+        "status": "ok",
+        "notes": " | ".join(notes) or None,
+        "wall_s": wall,
+        "tokens_per_s": tps,
+        "tokens_per_s_spread": spread,
+        "output_tokens_per_s": per_second(output_tokens, wall),
+        "requests_per_s": per_second(len(requests), wall),
+        "step_ms_p50": ms(percentile(res.step_s, 50)),
+        "step_ms_p90": ms(percentile(res.step_s, 90)),
+        "step_ms_p99": ms(percentile(res.step_s, 99)),
+        "ttft_ms_p50": ms(percentile(res.ttft_s, 50)),
+        "ttft_ms_p99": ms(percentile(res.ttft_s, 99)),
+        "decode_steps": res.decode_steps,
+        "output_tokens": output_tokens,
+        "prompt_tokens": prompt_tokens,
+        "prefill_tokens": res.prefill_tokens,
+        "cache_hit_tokens": res.cache_hit_tokens,
+        "peak_concurrency": res.peak_running,
+        "max_concurrency": res.peak_running_before_preemption,
+        "max_concurrency_analytic": max_conc,
+        "preemptions": res.preemptions,
+        "rejected": len(res.rejected),
+        **res.peaks.as_row(),
+        "weight_bytes": budget.weight_bytes,
+        "budget_kv_bytes": budget.kv_bytes,
+        "budget_device_bytes": budget.device_bytes,
+        "budget_source": budget.source,
+        **{k: v for k, v in mem.as_row().items() if k not in ("samples", "notes")},
+        "output_digest": next(iter(digests)) if len(digests) == 1 else ",".join(sorted(digests)),
+    }
+
+
+def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+    budget = budget_for(ctx)
+    for _ in range(ctx.cfg.scenario.warmup):
+        _run_once(ctx, impl, budget, warmup_requests(ctx.requests), track=False)
+    results, mem, max_conc = [], None, 0
+    for _ in range(ctx.cfg.repeat):
+        res, mem, max_conc = _run_once(ctx, impl, budget, ctx.requests, track=True)
+        results.append(res)
+    final = results[len(results) // 2]
+    ctx.tokens += [
+        {"impl": impl.name, "request_id": s.request_id, "sample": s.sample,
+         "prompt_ids": s.prompt_ids, "output_ids": s.output_ids}
+        for s in final.sequences
+    ]
+    return [_row(ctx, results, mem, max_conc, budget)]

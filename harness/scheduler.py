@@ -1,0 +1,166 @@
+"""Continuous batching over any ``KVAllocator``: admit, decode, preempt by recompute.
+
+The same scheduler drives the decode scenario (one token per step, with a model)
+and the capacity scenario (no model; it jumps several tokens at once between
+allocation events). Each step is either a prefill step (admit what fits, up to
+``max_num_seqs`` running) or a decode step (one more token for every running
+sequence); when a running sequence cannot get its next slot the most recently
+admitted one is preempted: its slots are freed and it is recomputed later.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence as Seq
+
+from harness.sequence import Sequence
+from harness.workload import Request
+from impls.base import KVAllocator, RowCopy
+
+# (sequence, number of tokens) -> the token ids whose slots are reserved this step
+TokenSource = Callable[[Sequence, int], Seq[int]]
+
+
+def last_token(seq: Sequence, num_tokens: int) -> list[int]:
+    """Decode: the token fed this step is the last one generated."""
+    assert num_tokens == 1, "a decode step feeds one token per sequence"
+    return [seq.last_token]
+
+
+@dataclass
+class Admission:
+    seq: Sequence  # to prefill from ``seq.num_cached``
+    forks: list[Sequence] = field(default_factory=list)  # samples 1..n-1, sharing its prompt
+    fork_copies: list[RowCopy] = field(default_factory=list)  # apply after the prefill
+
+
+@dataclass
+class StepPlan:
+    admitted: list[Admission] = field(default_factory=list)
+    decodes: list[Sequence] = field(default_factory=list)
+    copies: list[RowCopy] = field(default_factory=list)  # apply before the decode
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def is_prefill(self) -> bool:
+        return bool(self.admitted)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        allocator: KVAllocator,
+        max_num_seqs: int,
+        token_source: TokenSource = last_token,
+        max_seq_tokens: int | None = None,
+    ) -> None:
+        self.allocator = allocator
+        self.max_num_seqs = max_num_seqs
+        self.token_source = token_source
+        self.max_seq_tokens = max_seq_tokens  # pool size in tokens, for never-fits checks
+        self.waiting: deque[tuple[Sequence, int]] = deque()  # (sequence, samples to fork)
+        self.running: list[Sequence] = []
+        self.rejected: list[tuple[Sequence, str]] = []
+        self.finished: list[Sequence] = []
+        self.num_preemptions = 0
+        self.peak_running = 0
+        self.peak_running_before_preemption = 0
+        self._next_id = 0
+
+    def _new_seq(self, request_id: int, sample: int, prompt: list[int], max_new: int) -> Sequence:
+        seq = Sequence(self._next_id, request_id, sample, prompt, max_new)
+        self._next_id += 1
+        return seq
+
+    def add_request(self, req: Request) -> None:
+        seq = self._new_seq(req.request_id, 0, list(req.prompt_ids), req.output_len)
+        self.waiting.append((seq, req.n))
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting and not self.running
+
+    # ---- a step ---------------------------------------------------------------
+    def schedule(self, num_tokens: int = 1) -> StepPlan:
+        plan = StepPlan()
+        self._admit(plan)
+        if not plan.admitted:
+            self._schedule_decode(plan, num_tokens)
+        self.peak_running = max(self.peak_running, len(self.running))
+        if not self.num_preemptions:
+            self.peak_running_before_preemption = self.peak_running
+        return plan
+
+    def _never_fits(self, seq: Sequence, samples: int) -> str | None:
+        total = seq.num_tokens + seq.remaining
+        if samples > self.max_num_seqs:
+            return f"n={samples} samples exceed batch={self.max_num_seqs}"
+        if self.max_seq_tokens is not None and total > self.max_seq_tokens:
+            return f"needs {total} KV slots; the whole cache holds {self.max_seq_tokens}"
+        return None
+
+    def _admit(self, plan: StepPlan) -> None:
+        alloc = self.allocator
+        while self.waiting:
+            seq, samples = self.waiting[0]
+            if len(self.running) + samples > self.max_num_seqs:
+                break
+            if not alloc.can_admit(seq.token_ids, samples):
+                if self.running or plan.admitted:
+                    break
+                # An empty cache cannot take it: it never will. Record, don't drop.
+                reason = self._never_fits(seq, samples) or "does not fit in an empty cache"
+                self.waiting.popleft()
+                self.rejected.append((seq, reason))
+                continue
+            reason = self._never_fits(seq, samples)
+            if reason:
+                self.waiting.popleft()
+                self.rejected.append((seq, reason))
+                continue
+            self.waiting.popleft()
+            seq.num_cached = alloc.admit(seq.seq_id, seq.token_ids)
+            admission = Admission(seq)
+            for k in range(1, samples):
+                child = self._new_seq(seq.request_id, k, list(seq.prompt_ids), seq.max_new_tokens)
+                admission.fork_copies += alloc.fork(seq.seq_id, child.seq_id)
+                admission.forks.append(child)
+            self.running += [seq, *admission.forks]
+            plan.admitted.append(admission)
+
+    def _schedule_decode(self, plan: StepPlan, num_tokens: int) -> None:
+        alloc = self.allocator
+        queue = deque(self.running)  # admission order: the last admitted is preempted first
+        scheduled: list[Sequence] = []
+        while queue:
+            seq = queue.popleft()
+            while not alloc.can_append(seq.seq_id, num_tokens):
+                victim = queue.pop() if queue else seq
+                self._preempt(victim, plan)
+                if victim is seq:
+                    break
+            else:
+                plan.copies += alloc.append(seq.seq_id, self.token_source(seq, num_tokens))
+                scheduled.append(seq)
+        self.running = scheduled
+        plan.decodes = scheduled
+
+    def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
+        self.allocator.release(seq.seq_id)
+        seq.num_cached = 0
+        seq.preempted += 1
+        self.num_preemptions += 1
+        plan.preempted.append(seq)
+        self.waiting.appendleft((seq, 1))  # recomputed first, as a plain sequence
+
+    def finish(self, seqs: Seq[Sequence]) -> None:
+        """Release every finished sequence among ``seqs``."""
+        done = [s for s in seqs if s.finished]
+        if not done:
+            return
+        for s in done:
+            self.allocator.release(s.seq_id)
+            self.finished.append(s)
+        gone = {id(s) for s in done}
+        self.running = [s for s in self.running if id(s) not in gone]

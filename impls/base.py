@@ -1,0 +1,152 @@
+"""The interface between the engine/scheduler and every KV-cache implementation.
+
+Two halves, so the capacity scenario can run the bookkeeping alone at 70B scale:
+
+* ``KVAllocator`` - pure Python: which rows of a flat KV store each sequence owns.
+  A "row" is one token's K (or V) for one layer; a contiguous slab is a pool whose
+  single block per sequence is ``max_seq_len`` rows long, a paged pool has blocks
+  of ``block_size`` rows. Copies (fork, copy-on-write) are ``RowCopy`` ranges.
+* ``KVCache`` - the tensors: writes K/V of one layer and attends, for a prefill
+  of one sequence or a decode step over the whole batch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class RowCopy:
+    """Copy ``num_rows`` rows starting at flat row ``src`` to flat row ``dst`` (every layer, K and V)."""
+
+    src: int
+    dst: int
+    num_rows: int
+
+
+@dataclass(frozen=True)
+class CacheUsage:
+    """Token-slot accounting at one instant. Multiply by KV bytes per token for bytes."""
+
+    capacity_tokens: int  # slots the pool holds
+    reserved_tokens: int  # slots held by live sequences (their slots / blocks)
+    token_states: int  # slots holding a real token's K/V (shared slots counted once)
+    logical_tokens: int  # tokens summed over sequences (what storage without sharing needs)
+    fragmentation_tokens: int  # paged: unfilled slots of held blocks (partly filled last blocks)
+    reservation_waste_tokens: int  # contiguous: reserved slots not (yet) written
+    num_sequences: int
+    free_tokens: int  # slots that could still be handed out
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """``CacheUsage`` in bytes (all layers, K and V)."""
+
+    pool_bytes: int
+    reserved_bytes: int
+    token_bytes: int
+    logical_token_bytes: int
+    fragmentation_bytes: int
+    reservation_waste_bytes: int
+    num_sequences: int
+
+    @classmethod
+    def from_usage(cls, usage: CacheUsage, bytes_per_token: int) -> "CacheStats":
+        return cls(
+            pool_bytes=usage.capacity_tokens * bytes_per_token,
+            reserved_bytes=usage.reserved_tokens * bytes_per_token,
+            token_bytes=usage.token_states * bytes_per_token,
+            logical_token_bytes=usage.logical_tokens * bytes_per_token,
+            fragmentation_bytes=usage.fragmentation_tokens * bytes_per_token,
+            reservation_waste_bytes=usage.reservation_waste_tokens * bytes_per_token,
+            num_sequences=usage.num_sequences,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class KVAllocator(ABC):
+    """Bookkeeping of KV slots; check/act pairs so the scheduler never half-admits."""
+
+    @abstractmethod
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1) -> bool:
+        """Whether a new sequence (and its ``num_samples - 1`` forks) fits now."""
+
+    @abstractmethod
+    def admit(self, seq_id: int, token_ids: Sequence[int]) -> int:
+        """Reserve slots for ``token_ids``; return how many leading tokens are already cached."""
+
+    @abstractmethod
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool: ...
+
+    @abstractmethod
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[RowCopy]:
+        """Reserve slots for the next tokens; return copies the tensors must do first."""
+
+    @abstractmethod
+    def fork(self, parent_id: int, child_id: int) -> list[RowCopy]:
+        """The child starts with the parent's tokens (shared or copied)."""
+
+    @abstractmethod
+    def release(self, seq_id: int) -> None: ...
+
+    @abstractmethod
+    def rows(self, seq_id: int, start: int, end: int) -> list[int]:
+        """Flat row of each token position in ``[start, end)`` of the sequence."""
+
+    @abstractmethod
+    def num_tokens(self, seq_id: int) -> int: ...
+
+    @abstractmethod
+    def tokens_until_alloc(self, seq_id: int) -> int:
+        """Tokens the sequence can append before the next allocation (>= 1; for jumps)."""
+
+    @abstractmethod
+    def usage(self) -> CacheUsage: ...
+
+
+def apply_row_copies(stores: Sequence[torch.Tensor], copies: Sequence[RowCopy]) -> None:
+    """Do ``copies`` in every store (each viewed as flat rows ``[-1, kv_heads, head_dim]``)."""
+    if not copies:
+        return
+    device = stores[0].device
+    src = torch.tensor([c.src + i for c in copies for i in range(c.num_rows)], device=device)
+    dst = torch.tensor([c.dst + i for c in copies for i in range(c.num_rows)], device=device)
+    for store in stores:
+        flat = store.view(-1, *store.shape[-2:])
+        flat[dst] = flat[src]
+
+
+class KVCache(ABC):
+    """Tensors of one implementation. The engine only calls these methods."""
+
+    allocator: KVAllocator
+    bytes_per_token: int
+
+    @abstractmethod
+    def prepare_prefill(self, seq_id: int, start: int, end: int) -> Any:
+        """Metadata for computing positions ``[start, end)`` of one sequence (``start`` cached)."""
+
+    @abstractmethod
+    def prepare_decode(self, seq_ids: Sequence[int]) -> Any:
+        """Metadata for one new token per sequence (its slot already appended)."""
+
+    @abstractmethod
+    def forward_layer(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any
+    ) -> torch.Tensor:
+        """Store this layer's new K/V and attend: q ``[T, H, D]`` -> ``[T, H, D]``."""
+
+    k: list[torch.Tensor]  # per layer
+    v: list[torch.Tensor]
+
+    def copy_rows(self, copies: Sequence[RowCopy]) -> None:
+        apply_row_copies([*self.k, *self.v], copies)
+
+    def stats(self) -> CacheStats:
+        return CacheStats.from_usage(self.allocator.usage(), self.bytes_per_token)

@@ -1,0 +1,275 @@
+"""Paged KV bookkeeping in pure Python: the block pool PagedAttention describes.
+
+A pool of ``num_blocks`` blocks of ``block_size`` token slots; per-sequence block
+tables (logical block -> physical block); per-block reference counts; blocks are
+allocated only as tokens arrive. ``fork`` shares every block (parallel sampling);
+appending into a shared, partly filled block copies it first (copy-on-write).
+Full blocks are hashed by chain (parent hash, token ids) so a later request with
+the same prefix reuses them; freed blocks keep their hash and stay reusable until
+evicted, least recently freed first, when the pool needs space.
+
+Counters (filled slots, logical tokens) are kept incrementally so ``usage`` is
+O(1): the capacity scenario calls it after every event at 70B scale.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Sequence
+
+from impls.base import CacheUsage, KVAllocator, RowCopy
+
+_ROOT_HASH = 0
+
+
+class BlockManager(KVAllocator):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        prefix_caching: bool = True,
+        watermark_blocks: int = 0,
+    ) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        if block_size < 1 or block_size & (block_size - 1):
+            raise ValueError(f"block_size must be a power of two, got {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.prefix_caching = prefix_caching
+        self.watermark_blocks = watermark_blocks
+        self.ref = [0] * num_blocks
+        self.filled = [0] * num_blocks  # slots written in each block
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks
+        self.hash_to_block: dict[int, int] = {}
+        self.free: deque[int] = deque(range(num_blocks))  # never-cached free blocks
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, refcount 0, LRU first
+        self.tables: dict[int, list[int]] = {}
+        self.tokens: dict[int, list[int]] = {}
+        self._filled_in_use = 0
+        self._logical = 0
+        self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
+
+    # ---- derived sizes -------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free) + len(self.evictable)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self.tables[seq_id]
+
+    def num_tokens(self, seq_id: int) -> int:
+        return len(self.tokens[seq_id])
+
+    # ---- block pool -----------------------------------------------------
+    def _take_block(self) -> int:
+        if self.free:
+            b = self.free.popleft()
+        else:
+            b, _ = self.evictable.popitem(last=False)  # least recently freed
+            self._forget_hash(b)
+        assert self.ref[b] == 0
+        self.ref[b] = 1
+        self.filled[b] = 0
+        return b
+
+    def _forget_hash(self, b: int) -> None:
+        h = self.block_hash[b]
+        if h is not None and self.hash_to_block.get(h) == b:
+            del self.hash_to_block[h]
+        self.block_hash[b] = None
+        self.block_tokens[b] = None
+
+    def _decref(self, b: int) -> None:
+        assert self.ref[b] > 0, f"block {b} freed twice"
+        self.ref[b] -= 1
+        if self.ref[b]:
+            return
+        self._filled_in_use -= self.filled[b]
+        h = self.block_hash[b]
+        if h is not None and self.hash_to_block.get(h) == b:
+            self.evictable[b] = None  # keep its contents for a later prefix hit
+        else:
+            self._forget_hash(b)
+            self.free.append(b)
+
+    def _register_full(self, b: int, parent_hash: int, toks: tuple[int, ...]) -> None:
+        h = hash((parent_hash, toks))
+        self.block_hash[b] = h
+        self.block_tokens[b] = toks
+        if self.prefix_caching and h not in self.hash_to_block:
+            self.hash_to_block[h] = b
+
+    def _lookup(self, parent_hash: int, toks: tuple[int, ...]) -> tuple[int, int | None]:
+        h = hash((parent_hash, toks))
+        b = self.hash_to_block.get(h) if self.prefix_caching else None
+        if b is not None and self.block_tokens[b] != toks:  # a hash collision: not a hit
+            b = None
+        return h, b
+
+    # ---- admission --------------------------------------------------------
+    def _plan(self, token_ids: Sequence[int]) -> tuple[list[int | None], int]:
+        """Prefix hits per full block (None = miss) and the blocks the prompt costs."""
+        bs = self.block_size
+        n_full = len(token_ids) // bs
+        # At least one token must be computed (its logits pick the next token), so a
+        # prompt made only of full cached blocks recomputes its last block.
+        n_lookup = n_full - 1 if n_full * bs == len(token_ids) else n_full
+        hits: list[int | None] = []
+        h = _ROOT_HASH
+        for i in range(n_lookup):
+            h, b = self._lookup(h, tuple(token_ids[i * bs : (i + 1) * bs]))
+            if b is None:
+                break
+            hits.append(b)
+        total = -(-len(token_ids) // bs)
+        revived = sum(1 for b in hits if self.ref[b] == 0)
+        return hits, total - len(hits) + revived
+
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1) -> bool:
+        _, cost = self._plan(token_ids)
+        return cost + self.watermark_blocks <= self.num_free_blocks
+
+    def admit(self, seq_id: int, token_ids: Sequence[int]) -> int:
+        assert seq_id not in self.tables, f"sequence {seq_id} admitted twice"
+        hits, cost = self._plan(token_ids)
+        assert cost <= self.num_free_blocks, "admit() without can_admit()"
+        bs = self.block_size
+        table: list[int] = []
+        h = _ROOT_HASH
+        for i in range(-(-len(token_ids) // bs)):
+            toks = tuple(token_ids[i * bs : (i + 1) * bs])
+            if i < len(hits):
+                b = hits[i]
+                if self.ref[b] == 0:
+                    del self.evictable[b]
+                    self._filled_in_use += self.filled[b]
+                self.ref[b] += 1
+                h = self.block_hash[b]
+            else:
+                b = self._take_block()
+                self.filled[b] = len(toks)
+                self._filled_in_use += len(toks)
+                if len(toks) == bs:
+                    self._register_full(b, h, toks)
+                    h = self.block_hash[b]
+            table.append(b)
+        self.tables[seq_id] = table
+        self.tokens[seq_id] = list(token_ids)
+        self._logical += len(token_ids)
+        cached = len(hits) * bs
+        self.cache_hit_tokens += cached
+        return cached
+
+    # ---- growth -------------------------------------------------------------
+    def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
+        n = len(self.tokens[seq_id])
+        off = n % self.block_size
+        cow = 1 if off and self.ref[self.tables[seq_id][-1]] > 1 else 0
+        new = -(-(n + num_tokens) // self.block_size) - (-(-n // self.block_size))
+        return new + cow
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        return self._blocks_to_append(seq_id, num_tokens) <= self.num_free_blocks
+
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[RowCopy]:
+        bs = self.block_size
+        table, toks = self.tables[seq_id], self.tokens[seq_id]
+        off = len(toks) % bs
+        if len(token_ids) == 1 and 0 < off < bs - 1 and self.ref[table[-1]] == 1:
+            # Fast path (most decode steps): one token into an owned block that stays partial.
+            toks.append(token_ids[0])
+            self.filled[table[-1]] = off + 1
+            self._filled_in_use += 1
+            self._logical += 1
+            return []
+        copies: list[RowCopy] = []
+        for t in token_ids:
+            off = len(toks) % bs
+            if off == 0:
+                table.append(self._take_block())
+            elif self.ref[table[-1]] > 1:  # copy-on-write of a shared, partly filled block
+                src = table[-1]
+                dst = self._take_block()
+                self.ref[src] -= 1
+                self.filled[dst] = off
+                self._filled_in_use += off
+                table[-1] = dst
+                copies.append(RowCopy(src * bs, dst * bs, off))
+            b = table[-1]
+            toks.append(t)
+            if self.filled[b] <= off:  # a shared block's fill is the max over its holders
+                self.filled[b] = off + 1
+                self._filled_in_use += 1
+            if off + 1 == bs:
+                parent = self.block_hash[table[-2]] if len(table) > 1 else _ROOT_HASH
+                if parent is not None:
+                    self._register_full(b, parent, tuple(toks[-bs:]))
+        self._logical += len(token_ids)
+        return copies
+
+    def tokens_until_alloc(self, seq_id: int) -> int:
+        return self.block_size - len(self.tokens[seq_id]) % self.block_size
+
+    def fork(self, parent_id: int, child_id: int) -> list[RowCopy]:
+        assert child_id not in self.tables, f"sequence {child_id} exists"
+        table = list(self.tables[parent_id])
+        for b in table:
+            self.ref[b] += 1
+        self.tables[child_id] = table
+        self.tokens[child_id] = list(self.tokens[parent_id])
+        self._logical += len(self.tokens[child_id])
+        return []
+
+    def release(self, seq_id: int) -> None:
+        table = self.tables.pop(seq_id)
+        self._logical -= len(self.tokens.pop(seq_id))
+        for b in reversed(table):  # tail blocks become the first to be evicted
+            self._decref(b)
+
+    # ---- addressing and accounting ----------------------------------------
+    def rows(self, seq_id: int, start: int, end: int) -> list[int]:
+        bs, table = self.block_size, self.tables[seq_id]
+        return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def usage(self) -> CacheUsage:
+        reserved = self.num_used_blocks * self.block_size
+        return CacheUsage(
+            capacity_tokens=self.num_blocks * self.block_size,
+            reserved_tokens=reserved,
+            token_states=self._filled_in_use,
+            logical_tokens=self._logical,
+            fragmentation_tokens=reserved - self._filled_in_use,
+            reservation_waste_tokens=0,
+            num_sequences=len(self.tables),
+            free_tokens=self.num_free_blocks * self.block_size,
+        )
+
+    def check_invariants(self) -> None:
+        """Assert the pool's invariants (tests call this after every operation)."""
+        holders = [0] * self.num_blocks
+        for table in self.tables.values():
+            for b in table:
+                holders[b] += 1
+        assert holders == self.ref, "refcounts differ from the number of tables holding each block"
+        free = list(self.free)
+        assert len(set(free)) == len(free), "a block is on the free list twice"
+        assert not set(free) & set(self.evictable), "a block is both free and cached-free"
+        in_use = sum(1 for r in self.ref if r > 0)
+        assert in_use + len(free) + len(self.evictable) == self.num_blocks, "free + in use != total"
+        for b in free:
+            assert self.ref[b] == 0 and self.block_hash[b] is None
+        for b in self.evictable:
+            assert self.ref[b] == 0 and self.hash_to_block.get(self.block_hash[b]) == b
+        for h, b in self.hash_to_block.items():
+            assert self.block_hash[b] == h and self.filled[b] == self.block_size
+        assert self._filled_in_use == sum(self.filled[b] for b in range(self.num_blocks) if self.ref[b] > 0)
+        assert self._logical == sum(len(t) for t in self.tokens.values())
+        for sid, table in self.tables.items():
+            assert len(table) == -(-len(self.tokens[sid]) // self.block_size)

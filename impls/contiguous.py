@@ -1,0 +1,107 @@
+"""The classic contiguous KV cache: a ``[slots, max_seq_len, kv_heads, head_dim]`` slab per layer.
+
+Each sequence owns one slot for ``max_seq_len`` tokens from admission to release
+(``SlotAllocator``); decode attends with torch SDPA over each sequence's prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from impls.base import KVCache
+from impls.slot_allocator import SlotAllocator
+from kernels.prefill import prefill_attention
+
+
+@dataclass
+class _Prefill:
+    rows: torch.Tensor  # flat rows of the new tokens
+    slot: int
+    end: int
+
+
+@dataclass
+class _Decode:
+    rows: torch.Tensor  # [B] flat row of each new token
+    slots: torch.Tensor  # [B] slot of each sequence
+    mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
+    max_len: int
+    # When the batch's slots are one dense range, attend over a view of the slab
+    # (no K/V gather); ``order`` puts the batch in slot order and back.
+    dense_start: int | None
+    order: torch.Tensor | None
+    inverse: torch.Tensor | None
+
+
+class ContiguousCache(KVCache):
+    def __init__(
+        self,
+        allocator: SlotAllocator,
+        num_layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        bytes_per_token: int,
+    ) -> None:
+        self.allocator = allocator
+        self.bytes_per_token = bytes_per_token
+        self.device = device
+        self.scale = head_dim**-0.5
+        shape = (allocator.num_slots, allocator.max_seq_len, kv_heads, head_dim)
+        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    def _tensor(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    def prepare_prefill(self, seq_id: int, start: int, end: int) -> _Prefill:
+        rows = self._tensor(self.allocator.rows(seq_id, start, end))
+        return _Prefill(rows, self.allocator.slot(seq_id), end)
+
+    def prepare_decode(self, seq_ids: Sequence[int]) -> _Decode:
+        alloc = self.allocator
+        slots = [alloc.slot(s) for s in seq_ids]
+        lens = [alloc.num_tokens(s) for s in seq_ids]
+        rows = [slot * alloc.max_seq_len + n - 1 for slot, n in zip(slots, lens)]
+        max_len = max(lens)
+        ordered = sorted(range(len(slots)), key=slots.__getitem__)
+        lo = slots[ordered[0]]
+        dense = all(slots[i] == lo + j for j, i in enumerate(ordered))
+        order = inverse = None
+        if dense:
+            lens = [lens[i] for i in ordered]
+            order = self._tensor(ordered)
+            inverse = torch.empty_like(order)
+            inverse[order] = torch.arange(len(ordered), device=self.device)
+        mask = torch.arange(max_len, device=self.device)[None, :] < self._tensor(lens)[:, None]
+        return _Decode(
+            self._tensor(rows), self._tensor(slots), mask[:, None, None, :], max_len,
+            lo if dense else None, order, inverse,
+        )
+
+    def forward_layer(self, layer, q, k, v, meta):
+        k_slab, v_slab = self.k[layer], self.v[layer]
+        k_slab.view(-1, *k_slab.shape[2:])[meta.rows] = k
+        v_slab.view(-1, *v_slab.shape[2:])[meta.rows] = v
+        if isinstance(meta, _Prefill):
+            return prefill_attention(q, k_slab[meta.slot, : meta.end], v_slab[meta.slot, : meta.end], self.scale)
+        if meta.dense_start is not None:
+            span = slice(meta.dense_start, meta.dense_start + q.shape[0])
+            keys, values = k_slab[span, : meta.max_len], v_slab[span, : meta.max_len]
+            q = q[meta.order]
+        else:
+            keys, values = k_slab[meta.slots, : meta.max_len], v_slab[meta.slots, : meta.max_len]
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2),  # [B, H, 1, D]
+            keys.transpose(1, 2),  # [B, KVH, L, D]
+            values.transpose(1, 2),
+            attn_mask=meta.mask,
+            scale=self.scale,
+            enable_gqa=True,
+        ).squeeze(2)
+        return out[meta.inverse] if meta.inverse is not None else out

@@ -1,0 +1,82 @@
+"""Contiguous KV bookkeeping: one ``max_seq_len`` slot reserved per sequence up front.
+
+This is the baseline the PagedAttention paper and the seeds describe: a sequence
+owns a whole slot from admission to release, whatever its real length, and a fork
+(parallel sampling) needs a slot of its own plus a copy of the parent's rows.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from impls.base import CacheUsage, KVAllocator, RowCopy
+
+
+class SlotAllocator(KVAllocator):
+    def __init__(self, num_slots: int, max_seq_len: int) -> None:
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        self.num_slots = num_slots
+        self.max_seq_len = max_seq_len
+        self.free: list[int] = list(range(num_slots - 1, -1, -1))  # pop() hands out slot 0 first
+        self.slot_of: dict[int, int] = {}
+        self.length: dict[int, int] = {}
+        self._tokens = 0
+
+    def slot(self, seq_id: int) -> int:
+        return self.slot_of[seq_id]
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self.length[seq_id]
+
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1) -> bool:
+        return len(token_ids) <= self.max_seq_len and len(self.free) >= num_samples
+
+    def admit(self, seq_id: int, token_ids: Sequence[int]) -> int:
+        assert seq_id not in self.slot_of, f"sequence {seq_id} admitted twice"
+        assert len(token_ids) <= self.max_seq_len
+        self.slot_of[seq_id] = self.free.pop()
+        self.length[seq_id] = len(token_ids)
+        self._tokens += len(token_ids)
+        return 0
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        return self.length[seq_id] + num_tokens <= self.max_seq_len
+
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[RowCopy]:
+        assert self.can_append(seq_id, len(token_ids)), f"sequence {seq_id} exceeds max_seq_len"
+        self.length[seq_id] += len(token_ids)
+        self._tokens += len(token_ids)
+        return []
+
+    def fork(self, parent_id: int, child_id: int) -> list[RowCopy]:
+        slot = self.free.pop()
+        n = self.length[parent_id]
+        self.slot_of[child_id] = slot
+        self.length[child_id] = n
+        self._tokens += n
+        return [RowCopy(self.slot_of[parent_id] * self.max_seq_len, slot * self.max_seq_len, n)]
+
+    def release(self, seq_id: int) -> None:
+        self.free.append(self.slot_of.pop(seq_id))
+        self._tokens -= self.length.pop(seq_id)
+
+    def rows(self, seq_id: int, start: int, end: int) -> list[int]:
+        base = self.slot_of[seq_id] * self.max_seq_len
+        return list(range(base + start, base + end))
+
+    def tokens_until_alloc(self, seq_id: int) -> int:
+        return max(1, self.max_seq_len - self.length[seq_id])
+
+    def usage(self) -> CacheUsage:
+        reserved = len(self.slot_of) * self.max_seq_len
+        return CacheUsage(
+            capacity_tokens=self.num_slots * self.max_seq_len,
+            reserved_tokens=reserved,
+            token_states=self._tokens,
+            logical_tokens=self._tokens,
+            fragmentation_tokens=0,
+            reservation_waste_tokens=reserved - self._tokens,
+            num_sequences=len(self.slot_of),
+            free_tokens=len(self.free) * self.max_seq_len,
+        )

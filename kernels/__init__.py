@@ -1,0 +1,13 @@
+"""Attention kernels over the paged KV cache.
+
+Importing this package on a machine without CUDA turns on the Triton interpreter
+*before* any module with an ``@triton.jit`` kernel is imported: Triton reads
+``TRITON_INTERPRET`` once, at first import, and has no CPU driver otherwise.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -1,0 +1,178 @@
+// torch.ops.kvbench: the paged-attention op schemas and their CPU / CUDA kernels.
+//
+// The CUDA kernels are linked in only when the build defines KVBENCH_WITH_CUDA
+// (kernels/cuda_op.py does so when torch has CUDA); they live in
+// paged_attention.cu behind extern "C" launchers that take raw pointers.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#ifdef KVBENCH_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+// BEGIN launcher declarations (must match paged_attention.cu; tests/test_cuda_op.py compiles them together)
+extern "C" {
+size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int head_dim, int block_size,
+                                            int max_blocks_per_seq);
+int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache, const void* v_cache,
+                                   const int32_t* block_tables, const int32_t* context_lens, void* workspace,
+                                   int dtype, int batch, int num_heads, int kv_heads, int head_dim, int block_size,
+                                   int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
+                                   int64_t out_stride_b, int64_t out_stride_h, int64_t cache_stride_block,
+                                   int64_t cache_stride_token, int64_t cache_stride_head, int64_t block_table_stride,
+                                   float scale, cudaStream_t stream);
+int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_cache, const int64_t* slot_mapping,
+                     int dtype, int num_tokens, int kv_heads, int head_dim, int block_size, int64_t num_slots,
+                     int64_t key_stride_t, int64_t key_stride_h, int64_t value_stride_t, int64_t value_stride_h,
+                     int64_t cache_stride_block, int64_t cache_stride_token, int64_t cache_stride_head,
+                     cudaStream_t stream);
+const char* kvbench_cuda_status_string(int status);
+}
+// END launcher declarations
+#endif
+
+namespace kvbench {
+
+at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                      const at::Tensor& block_tables, const at::Tensor& context_lens, double scale);
+void write_kv_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+                  const at::Tensor& slot_mapping);
+
+namespace {
+
+// The Python wrappers check more, with nicer errors (kernels/validate.py); these
+// guard the kernels when the op is called directly through torch.ops.
+void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache, const char* op) {
+  TORCH_CHECK(k_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(), op,
+              ": k_cache and v_cache must both be [num_blocks, block_size, kv_heads, head_dim]");
+  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), op, ": k_cache and v_cache dtypes differ");
+  const auto dtype = k_cache.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, op,
+              ": cache dtype must be float32, float16 or bfloat16, got ", dtype);
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), op, ": k_cache and v_cache must be contiguous");
+  const int64_t block_size = k_cache.size(1);
+  TORCH_CHECK(block_size >= 1 && block_size <= 128 && (block_size & (block_size - 1)) == 0, op,
+              ": block_size must be a power of two in [1, 128], got ", block_size);
+  TORCH_CHECK(k_cache.device() == v_cache.device(), op, ": k_cache and v_cache are on different devices");
+}
+
+void check_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                  const at::Tensor& block_tables, const at::Tensor& context_lens) {
+  const char* op = "kvbench.paged_decode_attention";
+  check_cache(k_cache, v_cache, op);
+  TORCH_CHECK(q.dim() == 3, op, ": q must be [batch, heads, head_dim]");
+  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), op, ": q and cache dtypes differ");
+  TORCH_CHECK(q.size(2) == k_cache.size(3), op, ": q head_dim ", q.size(2), " != cache head_dim ", k_cache.size(3));
+  TORCH_CHECK(q.size(1) % k_cache.size(2) == 0, op, ": query heads ", q.size(1), " not a multiple of kv_heads ",
+              k_cache.size(2));
+  TORCH_CHECK(q.stride(2) == 1, op, ": q's last dimension must be contiguous");
+  TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == q.size(0) &&
+                  block_tables.scalar_type() == at::kInt && block_tables.is_contiguous(),
+              op, ": block_tables must be contiguous int32 [batch, max_blocks]");
+  TORCH_CHECK(context_lens.dim() == 1 && context_lens.size(0) == q.size(0) &&
+                  context_lens.scalar_type() == at::kInt && context_lens.is_contiguous(),
+              op, ": context_lens must be contiguous int32 [batch]");
+  for (const at::Tensor* t : {&k_cache, &block_tables, &context_lens})
+    TORCH_CHECK(t->device() == q.device(), op, ": all tensors must be on q's device ", q.device());
+}
+
+void check_write(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
+                 const at::Tensor& v_cache, const at::Tensor& slot_mapping) {
+  const char* op = "kvbench.write_kv";
+  check_cache(k_cache, v_cache, op);
+  TORCH_CHECK(key.dim() == 3 && key.sizes() == value.sizes(), op,
+              ": key and value must both be [tokens, kv_heads, head_dim]");
+  TORCH_CHECK(key.size(1) == k_cache.size(2) && key.size(2) == k_cache.size(3), op,
+              ": key rows do not match the cache's [kv_heads, head_dim]");
+  TORCH_CHECK(key.scalar_type() == k_cache.scalar_type() && value.scalar_type() == k_cache.scalar_type(), op,
+              ": key/value dtype must equal the cache dtype");
+  TORCH_CHECK(key.stride(2) == 1 && value.stride(2) == 1, op, ": key/value last dimension must be contiguous");
+  TORCH_CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == key.size(0) &&
+                  slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous(),
+              op, ": slot_mapping must be contiguous int64 [tokens]");
+  for (const at::Tensor* t : {&value, &k_cache, &slot_mapping})
+    TORCH_CHECK(t->device() == key.device(), op, ": all tensors must be on key's device ", key.device());
+}
+
+at::Tensor decode_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                      const at::Tensor& block_tables, const at::Tensor& context_lens, double scale) {
+  check_decode(q, k_cache, v_cache, block_tables, context_lens);
+  return paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, context_lens, scale);
+}
+
+void write_kv_cpu_checked(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+                          const at::Tensor& slot_mapping) {
+  check_write(key, value, k_cache, v_cache, slot_mapping);
+  write_kv_cpu(key, value, k_cache, v_cache, slot_mapping);
+}
+
+#ifdef KVBENCH_WITH_CUDA
+int dtype_code(at::ScalarType dtype) {
+  return dtype == at::kFloat ? 0 : dtype == at::kHalf ? 1 : 2;  // check_cache allowed only these
+}
+
+void check_status(int status, const char* op) {
+  TORCH_CHECK(status == 0, op, " (CUDA): ", kvbench_cuda_status_string(status));
+}
+
+at::Tensor decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                       const at::Tensor& block_tables, const at::Tensor& context_lens, double scale) {
+  check_decode(q, k_cache, v_cache, block_tables, context_lens);
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  const int batch = q.size(0), heads = q.size(1), head_dim = q.size(2);
+  const int block_size = k_cache.size(1), width = block_tables.size(1);
+  const size_t workspace_bytes = kvbench_paged_decode_workspace_bytes(batch, heads, head_dim, block_size, width);
+  at::Tensor workspace;  // from torch's caching allocator, on this stream
+  if (workspace_bytes > 0)
+    workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, q.options().dtype(at::kByte));
+  const int status = kvbench_paged_decode_attention(
+      out.data_ptr(), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr<int32_t>(),
+      context_lens.data_ptr<int32_t>(), workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
+      dtype_code(q.scalar_type()), batch, heads, k_cache.size(2), head_dim, block_size, width, q.stride(0),
+      q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+      block_tables.stride(0), static_cast<float>(scale), c10::cuda::getCurrentCUDAStream().stream());
+  check_status(status, "kvbench.paged_decode_attention");
+  return out;
+}
+
+void write_kv_cuda(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+                   const at::Tensor& slot_mapping) {
+  check_write(key, value, k_cache, v_cache, slot_mapping);
+  const c10::cuda::CUDAGuard guard(key.device());
+  const int status = kvbench_write_kv(
+      key.data_ptr(), value.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr<int64_t>(),
+      dtype_code(key.scalar_type()), key.size(0), key.size(1), key.size(2), k_cache.size(1),
+      k_cache.size(0) * k_cache.size(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+      k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), c10::cuda::getCurrentCUDAStream().stream());
+  check_status(status, "kvbench.write_kv");
+}
+#endif
+
+}  // namespace
+}  // namespace kvbench
+
+TORCH_LIBRARY(kvbench, m) {
+  m.def(
+      "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+      "Tensor context_lens, float scale) -> Tensor");
+  m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(kvbench, CPU, m) {
+  m.impl("paged_decode_attention", &kvbench::decode_cpu);
+  m.impl("write_kv", &kvbench::write_kv_cpu_checked);
+}
+
+#ifdef KVBENCH_WITH_CUDA
+TORCH_LIBRARY_IMPL(kvbench, CUDA, m) {
+  m.impl("paged_decode_attention", &kvbench::decode_cuda);
+  m.impl("write_kv", &kvbench::write_kv_cuda);
+}
+#endif

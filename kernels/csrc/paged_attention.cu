@@ -1,0 +1,527 @@
+// Paged decode attention and KV-cache writes for CUDA (layout: kernels/reference.py).
+//
+// Decode: one query token per sequence. A thread block serves one
+// (sequence, kv_head, partition) and every query head of that GQA group, so each
+// K/V row is read from HBM once per block. A partition is kPartitionSize tokens;
+// when a context may span several partitions (split-K), each block writes an
+// fp32 partial result plus its softmax max and sum, and a second kernel merges
+// them. Scores, softmax and accumulation are fp32 whatever the cache dtype.
+//
+// Launchers are extern "C", take raw pointers, sizes, strides and a stream, and
+// return 0 or a status for kvbench_cuda_status_string(); they never throw, so
+// they can be linked into a torch op built with or without torch's CUDA support.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kNumThreads = 128;
+constexpr int kNumWarps = kNumThreads / kWarpSize;
+constexpr int kPartitionSize = 512;  // tokens per block; longer contexts take the split-K path
+constexpr int kHeadTile = 8;         // query heads accumulated per pass over V (bounds registers)
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Status codes beside cudaError_t values (which are >= 0).
+constexpr int kErrDtype = -1;
+constexpr int kErrHeadDim = -2;
+constexpr int kErrAlignment = -3;
+constexpr int kErrSharedMemory = -4;
+constexpr int kErrBlockSize = -5;
+constexpr int kErrShape = -6;
+
+enum DType { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// The smallest power of two >= chunks, at most a warp.
+constexpr int lanes_for(int chunks) { return chunks > 16 ? 32 : chunks > 8 ? 16 : chunks > 4 ? 8 : chunks > 2 ? 4 : chunks > 1 ? 2 : 1; }
+
+// How a warp covers head_dim rows with 16-byte loads: kLanes lanes per row
+// (a power of two), kRowsPerWarp rows at once, kChunks 16-byte chunks per row.
+template <typename T, int HEAD_DIM>
+struct RowLayout {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  static_assert(HEAD_DIM % kVec == 0, "a head_dim row must be whole 16-byte chunks");
+  static constexpr int kChunks = HEAD_DIM / kVec;
+  static constexpr int kLanes = lanes_for(kChunks);
+  static constexpr int kChunksPerLane = (kChunks + kLanes - 1) / kLanes;
+  static constexpr int kElems = kChunksPerLane * kVec;  // floats a lane holds for one row
+  static constexpr int kRowsPerWarp = kWarpSize / kLanes;
+};
+
+// Loads this lane's chunks of one row as floats (zeros for chunks past the row).
+template <typename T, int HEAD_DIM>
+__device__ __forceinline__ void load_row(const T* __restrict__ row, int lane_in_row,
+                                         float (&dst)[RowLayout<T, HEAD_DIM>::kElems]) {
+  using L = RowLayout<T, HEAD_DIM>;
+#pragma unroll
+  for (int j = 0; j < L::kChunksPerLane; ++j) {
+    const int c = lane_in_row + j * L::kLanes;
+    if (c < L::kChunks) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + c * L::kVec);
+      const T* vals = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int e = 0; e < L::kVec; ++e) dst[j * L::kVec + e] = to_float(vals[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < L::kVec; ++e) dst[j * L::kVec + e] = 0.f;
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+}
+
+// Every thread gets the block-wide result; scratch holds kNumWarps floats.
+template <bool IS_MAX>
+__device__ float block_reduce(float v, float* scratch) {
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  v = IS_MAX ? warp_max(v) : warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kNumWarps; ++w) r = IS_MAX ? fmaxf(r, scratch[w]) : r + scratch[w];
+  __syncthreads();  // scratch may be reused right after
+  return r;
+}
+
+struct DecodeParams {
+  void* out;           // [batch, heads, head_dim] of T
+  float* part_out;     // split-K only: [batch, heads, max_partitions, head_dim]
+  float* part_max;     // split-K only: [batch, heads, max_partitions]
+  float* part_sum;     // split-K only: [batch, heads, max_partitions]
+  const void* q;
+  const void* k_cache;
+  const void* v_cache;
+  const int32_t* block_tables;
+  const int32_t* context_lens;
+  int num_heads, group, log2_block_size, max_context, max_partitions;
+  int64_t q_stride_b, q_stride_h, out_stride_b, out_stride_h;
+  int64_t cache_stride_block, cache_stride_token, cache_stride_head, bt_stride;
+  float scale;
+};
+
+// Dynamic shared memory, in floats: q (later reused for the cross-warp reduction),
+// probabilities [group][kPartitionSize], 1/sum per head.
+__host__ __device__ constexpr int decode_smem_floats(int group, int head_dim) {
+  return (group > kNumWarps * kHeadTile ? group : kNumWarps * kHeadTile) * head_dim +
+         group * kPartitionSize + group;
+}
+
+template <typename T, int HEAD_DIM>
+__global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeParams p) {
+  using L = RowLayout<T, HEAD_DIM>;
+  const int kv_head = blockIdx.x, seq = blockIdx.y, part = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int group = p.group, head0 = kv_head * group;
+  const bool split = p.part_out != nullptr;
+  // Clamped so a bad length cannot read past the block table (the CPU op raises instead).
+  const int ctx = min(p.context_lens[seq], p.max_context);
+  const int start = part * kPartitionSize;
+  T* out = static_cast<T*>(p.out) + seq * p.out_stride_b + head0 * p.out_stride_h;
+  if (ctx <= 0) {  // nothing to attend to: zeros, not 0/0
+    if (!split && part == 0)
+      for (int i = tid; i < group * HEAD_DIM; i += kNumThreads)
+        out[(i / HEAD_DIM) * p.out_stride_h + i % HEAD_DIM] = from_float<T>(0.f);
+    return;
+  }
+  if (start >= ctx) return;  // the merge kernel reads only live partitions
+  const int n = min(ctx - start, kPartitionSize);
+
+  extern __shared__ __align__(16) float smem[];
+  float* q_s = smem;  // [group][HEAD_DIM], then [kNumWarps][kHeadTile][HEAD_DIM]
+  float* red_s = smem;
+  float* prob_s = smem + (group > kNumWarps * kHeadTile ? group : kNumWarps * kHeadTile) * HEAD_DIM;
+  float* inv_sum_s = prob_s + group * kPartitionSize;
+
+  const T* q = static_cast<const T*>(p.q) + seq * p.q_stride_b + head0 * p.q_stride_h;
+  for (int i = tid; i < group * HEAD_DIM; i += kNumThreads)
+    q_s[i] = to_float(q[(i / HEAD_DIM) * p.q_stride_h + i % HEAD_DIM]) * p.scale;
+  __syncthreads();
+
+  const int32_t* table = p.block_tables + seq * p.bt_stride;
+  const int block_mask = (1 << p.log2_block_size) - 1;
+  const int row_in_warp = lane / L::kLanes, lane_in_row = lane % L::kLanes;
+  const int64_t head_offset = kv_head * p.cache_stride_head;
+  auto row_offset = [&](int t) {
+    const int token = start + t;
+    const int64_t block = table[token >> p.log2_block_size];
+    return block * p.cache_stride_block + (token & block_mask) * p.cache_stride_token + head_offset;
+  };
+
+  // 1) Scores: every warp lane runs the same trip count so the shuffles stay converged.
+  const T* k_cache = static_cast<const T*>(p.k_cache);
+  for (int t0 = warp * L::kRowsPerWarp; t0 < n; t0 += kNumWarps * L::kRowsPerWarp) {
+    const int t = t0 + row_in_warp;
+    const bool valid = t < n;
+    float k[L::kElems];
+    if (valid) {
+      load_row<T, HEAD_DIM>(k_cache + row_offset(t), lane_in_row, k);
+    } else {
+#pragma unroll
+      for (int e = 0; e < L::kElems; ++e) k[e] = 0.f;
+    }
+    for (int g = 0; g < group; ++g) {
+      const float* qg = q_s + g * HEAD_DIM;
+      float s = 0.f;
+#pragma unroll
+      for (int j = 0; j < L::kChunksPerLane; ++j) {
+        const int c = lane_in_row + j * L::kLanes;
+        if (c < L::kChunks) {
+#pragma unroll
+          for (int e = 0; e < L::kVec; e += 4) {  // 16-byte shared-memory reads
+            const float4 qv = *reinterpret_cast<const float4*>(qg + c * L::kVec + e);
+            const float* kv = k + j * L::kVec + e;
+            s += qv.x * kv[0] + qv.y * kv[1] + qv.z * kv[2] + qv.w * kv[3];
+          }
+        }
+      }
+#pragma unroll
+      for (int off = L::kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
+      if (valid && lane_in_row == 0) prob_s[g * kPartitionSize + t] = s;
+    }
+  }
+  __syncthreads();
+
+  // 2) Softmax over this partition, one warp per query head.
+  for (int g = warp; g < group; g += kNumWarps) {
+    float* pg = prob_s + g * kPartitionSize;
+    float m = -INFINITY;
+    for (int i = lane; i < n; i += kWarpSize) m = fmaxf(m, pg[i]);
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int i = lane; i < n; i += kWarpSize) {
+      const float e = expf(pg[i] - m);
+      pg[i] = e;
+      sum += e;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      inv_sum_s[g] = 1.f / sum;
+      if (split) {
+        const int64_t idx = (static_cast<int64_t>(seq) * p.num_heads + head0 + g) * p.max_partitions + part;
+        p.part_max[idx] = m;
+        p.part_sum[idx] = sum;
+      }
+    }
+  }
+  __syncthreads();  // also ends every read of q_s, whose space red_s reuses
+
+  // 3) probs @ V, kHeadTile query heads at a time; each row group sums its own rows,
+  // then row groups (shuffles) and warps (shared memory) are added up.
+  const T* v_cache = static_cast<const T*>(p.v_cache);
+  for (int g0 = 0; g0 < group; g0 += kHeadTile) {
+    float acc[kHeadTile][L::kElems];
+#pragma unroll
+    for (int gi = 0; gi < kHeadTile; ++gi)
+#pragma unroll
+      for (int e = 0; e < L::kElems; ++e) acc[gi][e] = 0.f;
+    for (int t = warp * L::kRowsPerWarp + row_in_warp; t < n; t += kNumWarps * L::kRowsPerWarp) {
+      float v[L::kElems];
+      load_row<T, HEAD_DIM>(v_cache + row_offset(t), lane_in_row, v);
+#pragma unroll
+      for (int gi = 0; gi < kHeadTile; ++gi) {
+        if (g0 + gi < group) {
+          const float pr = prob_s[(g0 + gi) * kPartitionSize + t];
+#pragma unroll
+          for (int e = 0; e < L::kElems; ++e) acc[gi][e] += pr * v[e];
+        }
+      }
+    }
+#pragma unroll
+    for (int gi = 0; gi < kHeadTile; ++gi) {
+      if (g0 + gi < group) {  // uniform across the block: shuffles stay converged
+#pragma unroll
+        for (int e = 0; e < L::kElems; ++e)
+#pragma unroll
+          for (int off = L::kLanes; off < kWarpSize; off <<= 1)
+            acc[gi][e] += __shfl_xor_sync(kFullMask, acc[gi][e], off);
+      }
+    }
+    if (row_in_warp == 0) {
+#pragma unroll
+      for (int gi = 0; gi < kHeadTile; ++gi) {
+#pragma unroll
+        for (int j = 0; j < L::kChunksPerLane; ++j) {
+          const int c = lane_in_row + j * L::kLanes;
+          if (g0 + gi < group && c < L::kChunks) {
+#pragma unroll
+            for (int e = 0; e < L::kVec; ++e)
+              red_s[(warp * kHeadTile + gi) * HEAD_DIM + c * L::kVec + e] = acc[gi][j * L::kVec + e];
+          }
+        }
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < kHeadTile * HEAD_DIM; i += kNumThreads) {
+      const int gi = i / HEAD_DIM, d = i % HEAD_DIM, g = g0 + gi;
+      if (g >= group) break;  // i only grows, so every later i is past the group too
+      float s = 0.f;
+#pragma unroll
+      for (int w = 0; w < kNumWarps; ++w) s += red_s[(w * kHeadTile + gi) * HEAD_DIM + d];
+      s *= inv_sum_s[g];
+      if (split) {
+        const int64_t row = (static_cast<int64_t>(seq) * p.num_heads + head0 + g) * p.max_partitions + part;
+        p.part_out[row * HEAD_DIM + d] = s;
+      } else {
+        out[g * p.out_stride_h + d] = from_float<T>(s);
+      }
+    }
+    __syncthreads();  // red_s is rewritten by the next head tile
+  }
+}
+
+// Split-K merge: weight each partition's normalised output by sum_p * exp(max_p - max).
+template <typename T, int HEAD_DIM>
+__global__ void __launch_bounds__(kNumThreads) merge_partitions_kernel(const DecodeParams p) {
+  const int head = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
+  const int ctx = min(p.context_lens[seq], p.max_context);
+  T* out = static_cast<T*>(p.out) + seq * p.out_stride_b + head * p.out_stride_h;
+  if (ctx <= 0) {
+    for (int d = tid; d < HEAD_DIM; d += kNumThreads) out[d] = from_float<T>(0.f);
+    return;
+  }
+  const int parts = (ctx + kPartitionSize - 1) / kPartitionSize;
+  extern __shared__ __align__(16) float smem[];
+  float* weight_s = smem;  // [max_partitions]
+  float* scratch = smem + p.max_partitions;
+  const int64_t base = (static_cast<int64_t>(seq) * p.num_heads + head) * p.max_partitions;
+
+  float m = -INFINITY;
+  for (int i = tid; i < parts; i += kNumThreads) m = fmaxf(m, p.part_max[base + i]);
+  m = block_reduce<true>(m, scratch);
+  float total = 0.f;
+  for (int i = tid; i < parts; i += kNumThreads) {
+    const float w = p.part_sum[base + i] * expf(p.part_max[base + i] - m);
+    weight_s[i] = w;
+    total += w;
+  }
+  total = block_reduce<false>(total, scratch);  // its barrier also publishes weight_s
+  const float inv_total = 1.f / total;
+  const float* part_out = p.part_out + base * HEAD_DIM;
+  for (int d = tid; d < HEAD_DIM; d += kNumThreads) {
+    float s = 0.f;
+    for (int i = 0; i < parts; ++i) s += weight_s[i] * part_out[i * HEAD_DIM + d];
+    out[d] = from_float<T>(s * inv_total);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kNumThreads) write_kv_kernel(
+    const T* __restrict__ key, const T* __restrict__ value, T* __restrict__ k_cache, T* __restrict__ v_cache,
+    const int64_t* __restrict__ slot_mapping, int kv_heads, int head_dim, int log2_block_size, int64_t num_slots,
+    int64_t key_stride_t, int64_t key_stride_h, int64_t value_stride_t, int64_t value_stride_h,
+    int64_t cache_stride_block, int64_t cache_stride_token, int64_t cache_stride_head, bool vectorised) {
+  const int token = blockIdx.x;
+  const int64_t slot = slot_mapping[token];
+  if (slot < 0 || slot >= num_slots) return;  // negative: padding; too large: skipped, not scribbled
+  const int64_t dst = (slot >> log2_block_size) * cache_stride_block +
+                      (slot & ((int64_t{1} << log2_block_size) - 1)) * cache_stride_token;
+  const T* k_src = key + token * key_stride_t;
+  const T* v_src = value + token * value_stride_t;
+  if (vectorised) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+    const int chunks = head_dim / kVec;
+    for (int i = threadIdx.x; i < kv_heads * chunks; i += kNumThreads) {
+      const int h = i / chunks, d = (i % chunks) * kVec;
+      *reinterpret_cast<uint4*>(k_cache + dst + h * cache_stride_head + d) =
+          *reinterpret_cast<const uint4*>(k_src + h * key_stride_h + d);
+      *reinterpret_cast<uint4*>(v_cache + dst + h * cache_stride_head + d) =
+          *reinterpret_cast<const uint4*>(v_src + h * value_stride_h + d);
+    }
+  } else {
+    for (int i = threadIdx.x; i < kv_heads * head_dim; i += kNumThreads) {
+      const int h = i / head_dim, d = i % head_dim;
+      k_cache[dst + h * cache_stride_head + d] = k_src[h * key_stride_h + d];
+      v_cache[dst + h * cache_stride_head + d] = v_src[h * value_stride_h + d];
+    }
+  }
+}
+
+int log2_exact(int x) {  // -1 unless x is a power of two
+  if (x <= 0 || (x & (x - 1)) != 0) return -1;
+  int r = 0;
+  while ((1 << r) < x) ++r;
+  return r;
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+int max_partitions_for(int block_size, int max_blocks_per_seq) {
+  const int64_t max_context = static_cast<int64_t>(block_size) * max_blocks_per_seq;
+  return static_cast<int>((max_context + kPartitionSize - 1) / kPartitionSize);
+}
+
+template <typename T, int HEAD_DIM>
+int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) {
+  const int elems = 16 / static_cast<int>(sizeof(T));
+  if (!aligned16(p.k_cache) || !aligned16(p.v_cache) || p.cache_stride_block % elems ||
+      p.cache_stride_token % elems || p.cache_stride_head % elems)
+    return kErrAlignment;
+  const size_t smem = sizeof(float) * decode_smem_floats(p.group, HEAD_DIM);
+  int device = 0, smem_optin = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return err;
+  if (smem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
+  if (smem > 48 * 1024) {
+    err = cudaFuncSetAttribute(paged_decode_kernel<T, HEAD_DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
+  const bool split = p.part_out != nullptr;
+  const dim3 grid(kv_heads, batch, split ? p.max_partitions : 1);
+  paged_decode_kernel<T, HEAD_DIM><<<grid, kNumThreads, smem, stream>>>(p);
+  if (split) {
+    const size_t merge_smem = sizeof(float) * (p.max_partitions + kNumWarps);
+    if (merge_smem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
+    if (merge_smem > 48 * 1024) {
+      err = cudaFuncSetAttribute(merge_partitions_kernel<T, HEAD_DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(merge_smem));
+      if (err != cudaSuccess) return err;
+    }
+    merge_partitions_kernel<T, HEAD_DIM><<<dim3(p.num_heads, batch), kNumThreads, merge_smem, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+int dispatch_head_dim(int head_dim, const DecodeParams& p, int batch, int kv_heads, cudaStream_t stream) {
+  switch (head_dim) {
+    case 64: return launch_decode<T, 64>(p, batch, kv_heads, stream);
+    case 80: return launch_decode<T, 80>(p, batch, kv_heads, stream);
+    case 96: return launch_decode<T, 96>(p, batch, kv_heads, stream);
+    case 128: return launch_decode<T, 128>(p, batch, kv_heads, stream);
+    case 256: return launch_decode<T, 256>(p, batch, kv_heads, stream);
+    default: return kErrHeadDim;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Bytes of fp32 scratch the split-K path needs (0: one partition, no scratch).
+size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int head_dim, int block_size,
+                                            int max_blocks_per_seq) {
+  const int parts = max_partitions_for(block_size, max_blocks_per_seq);
+  if (parts <= 1) return 0;
+  const size_t rows = static_cast<size_t>(batch) * num_heads * parts;
+  return sizeof(float) * rows * (static_cast<size_t>(head_dim) + 2);
+}
+
+int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache, const void* v_cache,
+                                   const int32_t* block_tables, const int32_t* context_lens, void* workspace,
+                                   int dtype, int batch, int num_heads, int kv_heads, int head_dim, int block_size,
+                                   int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
+                                   int64_t out_stride_b, int64_t out_stride_h, int64_t cache_stride_block,
+                                   int64_t cache_stride_token, int64_t cache_stride_head, int64_t block_table_stride,
+                                   float scale, cudaStream_t stream) {
+  if (kv_heads <= 0 || num_heads % kv_heads != 0 || max_blocks_per_seq < 0) return kErrShape;
+  const int log2_block_size = log2_exact(block_size);
+  if (log2_block_size < 0 || block_size > 128) return kErrBlockSize;
+  if (batch == 0 || num_heads == 0) return 0;
+  DecodeParams p{};
+  p.out = out;
+  p.q = q;
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+  p.block_tables = block_tables;
+  p.context_lens = context_lens;
+  p.num_heads = num_heads;
+  p.group = num_heads / kv_heads;
+  p.log2_block_size = log2_block_size;
+  const int64_t max_context = static_cast<int64_t>(block_size) * max_blocks_per_seq;
+  p.max_context = max_context > INT32_MAX ? INT32_MAX : static_cast<int>(max_context);
+  p.max_partitions = max_partitions_for(block_size, max_blocks_per_seq);
+  p.q_stride_b = q_stride_b;
+  p.q_stride_h = q_stride_h;
+  p.out_stride_b = out_stride_b;
+  p.out_stride_h = out_stride_h;
+  p.cache_stride_block = cache_stride_block;
+  p.cache_stride_token = cache_stride_token;
+  p.cache_stride_head = cache_stride_head;
+  p.bt_stride = block_table_stride;
+  p.scale = scale;
+  if (p.max_partitions > 1) {
+    if (workspace == nullptr) return kErrShape;
+    const size_t rows = static_cast<size_t>(batch) * num_heads * p.max_partitions;
+    p.part_out = static_cast<float*>(workspace);
+    p.part_max = p.part_out + rows * head_dim;
+    p.part_sum = p.part_max + rows;
+  }
+  switch (dtype) {
+    case kFloat32: return dispatch_head_dim<float>(head_dim, p, batch, kv_heads, stream);
+    case kFloat16: return dispatch_head_dim<__half>(head_dim, p, batch, kv_heads, stream);
+    case kBFloat16: return dispatch_head_dim<__nv_bfloat16>(head_dim, p, batch, kv_heads, stream);
+    default: return kErrDtype;
+  }
+}
+
+int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_cache, const int64_t* slot_mapping,
+                     int dtype, int num_tokens, int kv_heads, int head_dim, int block_size, int64_t num_slots,
+                     int64_t key_stride_t, int64_t key_stride_h, int64_t value_stride_t, int64_t value_stride_h,
+                     int64_t cache_stride_block, int64_t cache_stride_token, int64_t cache_stride_head,
+                     cudaStream_t stream) {
+  const int log2_block_size = log2_exact(block_size);
+  if (log2_block_size < 0 || block_size > 128) return kErrBlockSize;
+  if (num_tokens == 0 || kv_heads == 0 || head_dim == 0) return 0;
+  const int elem = dtype == kFloat32 ? 4 : dtype == kFloat16 || dtype == kBFloat16 ? 2 : 0;
+  if (elem == 0) return kErrDtype;
+  const int vec = 16 / elem;
+  bool vectorised = aligned16(key) && aligned16(value) && aligned16(k_cache) && aligned16(v_cache);
+  for (int64_t s : {static_cast<int64_t>(head_dim), key_stride_t, key_stride_h, value_stride_t, value_stride_h,
+                    cache_stride_block, cache_stride_token, cache_stride_head})
+    vectorised = vectorised && s % vec == 0;
+#define KVBENCH_WRITE_KV(T)                                                                                        \
+  write_kv_kernel<T><<<num_tokens, kNumThreads, 0, stream>>>(                                                      \
+      static_cast<const T*>(key), static_cast<const T*>(value), static_cast<T*>(k_cache), static_cast<T*>(v_cache), \
+      slot_mapping, kv_heads, head_dim, log2_block_size, num_slots, key_stride_t, key_stride_h, value_stride_t,     \
+      value_stride_h, cache_stride_block, cache_stride_token, cache_stride_head, vectorised)
+  switch (dtype) {
+    case kFloat32: KVBENCH_WRITE_KV(float); break;
+    case kFloat16: KVBENCH_WRITE_KV(__half); break;
+    default: KVBENCH_WRITE_KV(__nv_bfloat16); break;
+  }
+#undef KVBENCH_WRITE_KV
+  return cudaGetLastError();
+}
+
+const char* kvbench_cuda_status_string(int status) {
+  switch (status) {
+    case kErrDtype: return "unsupported dtype (float32, float16, bfloat16)";
+    case kErrHeadDim: return "unsupported head_dim (64, 80, 96, 128, 256)";
+    case kErrAlignment: return "k_cache/v_cache must be 16-byte aligned with strides in whole 16-byte chunks";
+    case kErrSharedMemory: return "too many query heads per KV head for this GPU's shared memory";
+    case kErrBlockSize: return "block_size must be a power of two in [1, 128]";
+    case kErrShape: return "inconsistent sizes (heads / kv_heads / block table / workspace)";
+    default: return cudaGetErrorString(static_cast<cudaError_t>(status));
+  }
+}
+
+}  // extern "C"

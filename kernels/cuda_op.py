@@ -1,0 +1,192 @@
+"""The kvbench C++/CUDA paged-attention op: built on first use, called through torch.ops.
+
+``torch.ops.kvbench.paged_decode_attention`` and ``torch.ops.kvbench.write_kv``
+have a C++ CPU kernel always and a CUDA kernel when torch itself has CUDA and a
+GPU is visible (sources in kernels/csrc). The build goes through
+``torch.utils.cpp_extension.load`` into a per-torch-version cache folder, so only
+the first call in a fresh environment pays for the compile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from kernels.validate import check_decode_args, check_write_args
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+CPU_SOURCES = (CSRC / "ops.cpp", CSRC / "paged_attention_cpu.cpp")
+CUDA_SOURCE = CSRC / "paged_attention.cu"
+CXX_CANDIDATES = ("c++", "g++")
+
+
+class KernelBuildError(RuntimeError):
+    """The C++/CUDA op could not be built."""
+
+
+class CompilerNotFoundError(KernelBuildError):
+    """No C++ compiler (or, for the CUDA build, no nvcc) to build the op with."""
+
+
+def cuda_build_wanted() -> bool:
+    """Build the CUDA kernels too: only when this torch has CUDA and sees a GPU."""
+    return torch.version.cuda is not None and torch.cuda.is_available()
+
+
+def build_dir() -> Path:
+    """Where builds are cached: $KVBENCH_BUILD_DIR, else one folder per Python + torch version."""
+    if env := os.environ.get("KVBENCH_BUILD_DIR"):
+        return Path(env).expanduser()
+    tag = re.sub(r"[^A-Za-z0-9._-]", "_", f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__}")
+    return Path.home() / ".cache" / "kvbench" / "torch_extensions" / tag
+
+
+def find_cxx() -> str:
+    """The C++ compiler to build with: $CXX if set, else the first of c++, g++ on the PATH."""
+    if cxx := os.environ.get("CXX"):
+        if shutil.which(cxx):
+            return cxx
+        raise CompilerNotFoundError(f"CXX={cxx!r} is not an executable on the PATH — install it or unset CXX")
+    for name in CXX_CANDIDATES:
+        if shutil.which(name):
+            return name
+    raise CompilerNotFoundError(
+        f"no C++ compiler found (tried {', '.join(CXX_CANDIDATES)}) — install g++ or set CXX"
+    )
+
+
+def find_nvcc() -> str | None:
+    """nvcc on the PATH, else under torch's idea of CUDA_HOME; None when there is none."""
+    if found := shutil.which("nvcc"):
+        return found
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    candidate = Path(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else None
+    return str(candidate) if candidate and candidate.is_file() else None
+
+
+def nvcc_available() -> bool:
+    return find_nvcc() is not None
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the duration of a build, then restore it."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _cuda_arch_flags() -> list[str]:
+    """TORCH_CUDA_ARCH_LIST when set (cpp_extension reads it); else the visible GPU's arch."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return []
+    major, minor = torch.cuda.get_device_capability()
+    return [f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"]
+
+
+@functools.cache
+def load_op() -> Path:
+    """Build (or reuse) and load the op library once per process; returns its path."""
+    from torch.utils import cpp_extension
+
+    with_cuda = cuda_build_wanted()
+    cxx = find_cxx()
+    sources = [str(s) for s in CPU_SOURCES]
+    extra: dict = {"extra_cflags": ["-O3"]}
+    if with_cuda:
+        if not nvcc_available():
+            raise CompilerNotFoundError(
+                f"torch {torch.__version__} has CUDA {torch.version.cuda} but no nvcc was found "
+                "(PATH, CUDA_HOME) — install the CUDA toolkit or set CUDA_HOME"
+            )
+        sources.append(str(CUDA_SOURCE))
+        extra = {
+            "extra_cflags": ["-O3", "-DKVBENCH_WITH_CUDA"],
+            "extra_cuda_cflags": ["-O3", *_cuda_arch_flags()],
+        }
+    folder = build_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    name = "kvbench_ops_cuda" if with_cuda else "kvbench_ops_cpu"
+    with _env("CXX", cxx):
+        try:
+            path = cpp_extension.load(
+                name=name, sources=sources, build_directory=str(folder), is_python_module=False,
+                with_cuda=with_cuda, verbose=False, **extra,
+            )
+        except (RuntimeError, subprocess.CalledProcessError) as err:
+            raise KernelBuildError(f"building {name} in {folder} failed: {err}") from err
+    _register_fakes()
+    return Path(path) if path else folder / f"{name}.so"
+
+
+def _register_fakes() -> None:
+    """Shape-only implementations so torch.compile and FakeTensor can trace the ops."""
+
+    @torch.library.register_fake("kvbench::paged_decode_attention")
+    def _decode_fake(q, k_cache, v_cache, block_tables, context_lens, scale):
+        return q.new_empty(q.shape)
+
+    @torch.library.register_fake("kvbench::write_kv")
+    def _write_fake(key, value, k_cache, v_cache, slot_mapping):
+        return None
+
+
+def paged_decode_attention_cuda(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Decode attention over the paged cache (kernels/reference.py); fills ``out`` if given."""
+    check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
+    load_op()
+    result = torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, float(scale))
+    if out is None:
+        return result
+    return out.copy_(result)
+
+
+def write_kv_cuda(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots; slot < 0 is skipped."""
+    check_write_args(key, value, k_cache, v_cache, slot_mapping)
+    load_op()
+    torch.ops.kvbench.write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+
+def compile_cuda_source(arch: str, out_dir: str | os.PathLike) -> Path:
+    """Compile paged_attention.cu alone for one GPU arch (e.g. "sm_90"): a check that needs no GPU."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise CompilerNotFoundError("nvcc not found (PATH, CUDA_HOME) — install the CUDA toolkit")
+    out = Path(out_dir) / f"paged_attention_{arch}.o"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", "-c", str(CUDA_SOURCE), "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise KernelBuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
+    return out

@@ -1,0 +1,72 @@
+"""Pure-torch paged attention: the oracle every kernel is tested against.
+
+Layout shared by every paged impl and kernel:
+  k_cache, v_cache : [num_blocks, block_size, kv_heads, head_dim]
+  block_tables     : int32 [batch, max_blocks_per_seq]; entries past a sequence's
+                     last block are ignored (any value)
+  context_lens     : int32 [batch], tokens of K/V each sequence attends over (>= 1)
+  slot_mapping     : int64 [tokens]; slot = block * block_size + offset; < 0 skips
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def write_kv_ref(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots, in place."""
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    k_flat = k_cache.view(-1, *k_cache.shape[2:])
+    v_flat = v_cache.view(-1, *v_cache.shape[2:])
+    k_flat[slots] = key[keep].to(k_cache.dtype)
+    v_flat[slots] = value[keep].to(v_cache.dtype)
+
+
+def gather_kv(
+    cache: torch.Tensor, block_table: torch.Tensor, context_len: int
+) -> torch.Tensor:
+    """The first ``context_len`` rows of one sequence: ``[context_len, kv_heads, head_dim]``."""
+    block_size = cache.shape[1]
+    num_blocks = (context_len + block_size - 1) // block_size
+    rows = cache[block_table[:num_blocks].long()].flatten(0, 1)
+    return rows[:context_len]
+
+
+def paged_decode_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One query token per sequence: ``q [batch, heads, head_dim]`` -> same shape.
+
+    Batched (no per-sequence loop, so the ``paged_torch`` impl can run on it):
+    gathers every sequence's blocks, masks rows past its context length,
+    computes scores and softmax in fp32 and casts back to ``q.dtype``.
+    Grouped-query attention: query head ``h`` reads KV head ``h // (heads // kv_heads)``.
+    """
+    batch, num_heads, head_dim = q.shape
+    num_blocks, block_size, kv_heads, _ = k_cache.shape
+    group = num_heads // kv_heads
+    max_len = int(context_lens.max())
+    width = (max_len + block_size - 1) // block_size
+    tables = block_tables[:, :width].long().clamp(0, num_blocks - 1)
+    k = k_cache[tables].flatten(1, 2).float()  # [B, width*bs, KVH, D]
+    v = v_cache[tables].flatten(1, 2).float()
+    qg = q.float().view(batch, kv_heads, group, head_dim)
+    scores = torch.einsum("bkgd,blkd->bkgl", qg, k) * scale
+    pos = torch.arange(k.shape[1], device=q.device)
+    pad = pos[None, :] >= context_lens.to(q.device)[:, None].long()  # [B, L]
+    scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("bkgl,blkd->bkgd", probs, v)
+    return out.reshape(batch, num_heads, head_dim).to(q.dtype)

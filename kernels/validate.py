@@ -1,0 +1,85 @@
+"""Argument checks shared by every kernel wrapper: say what is wrong, by name."""
+
+from __future__ import annotations
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SUPPORTED_HEAD_DIMS = (64, 80, 96, 128, 256)
+
+
+class KernelArgumentError(ValueError):
+    """A kernel was called with tensors it cannot take."""
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise KernelArgumentError(msg)
+
+
+def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    _require(k_cache.dim() == 4, f"k_cache must be [num_blocks, block_size, kv_heads, head_dim], got shape {tuple(k_cache.shape)}")
+    _require(k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape")
+    _require(k_cache.dtype == v_cache.dtype, f"k_cache is {k_cache.dtype} but v_cache is {v_cache.dtype}")
+    _require(k_cache.dtype in SUPPORTED_DTYPES, f"cache dtype {k_cache.dtype} not supported; allowed: {SUPPORTED_DTYPES}")
+    _require(k_cache.is_contiguous() and v_cache.is_contiguous(), "k_cache and v_cache must be contiguous")
+    block_size = k_cache.shape[1]
+    _require(block_size >= 1 and block_size & (block_size - 1) == 0 and block_size <= 128,
+             f"block_size {block_size} must be a power of two in [1, 128]")
+    _require(k_cache.device == v_cache.device, "k_cache and v_cache must be on one device")
+
+
+def check_decode_args(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    out: torch.Tensor | None = None,
+    head_dims: tuple[int, ...] = SUPPORTED_HEAD_DIMS,
+) -> None:
+    """Validate a decode-attention call (layout in kernels/reference.py)."""
+    check_cache(k_cache, v_cache)
+    _require(q.dim() == 3, f"q must be [batch, heads, head_dim], got shape {tuple(q.shape)}")
+    batch, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[2]
+    _require(head_dim == k_cache.shape[3], f"q head_dim {head_dim} != cache head_dim {k_cache.shape[3]}")
+    _require(head_dim in head_dims, f"head_dim {head_dim} not supported; allowed: {head_dims}")
+    _require(heads % kv_heads == 0, f"query heads {heads} not a multiple of kv_heads {kv_heads}")
+    _require(q.dtype == k_cache.dtype, f"q is {q.dtype} but the cache is {k_cache.dtype}")
+    _require(q.stride(-1) == 1, "q's last dimension must be contiguous")
+    _require(block_tables.dim() == 2 and block_tables.shape[0] == batch,
+             f"block_tables must be [batch={batch}, max_blocks], got {tuple(block_tables.shape)}")
+    _require(block_tables.dtype == torch.int32, f"block_tables must be int32, got {block_tables.dtype}")
+    _require(block_tables.is_contiguous(), "block_tables must be contiguous")
+    _require(context_lens.shape == (batch,), f"context_lens must be [batch={batch}], got {tuple(context_lens.shape)}")
+    _require(context_lens.dtype == torch.int32, f"context_lens must be int32, got {context_lens.dtype}")
+    for name, t in (("block_tables", block_tables), ("context_lens", context_lens)):
+        _require(t.device == q.device, f"{name} is on {t.device} but q is on {q.device}")
+    _require(k_cache.device == q.device, f"cache is on {k_cache.device} but q is on {q.device}")
+    if out is not None:
+        _require(out.shape == q.shape and out.dtype == q.dtype and out.device == q.device,
+                 f"out must match q ({tuple(q.shape)}, {q.dtype}, {q.device})")
+        _require(out.stride(-1) == 1, "out's last dimension must be contiguous")
+
+
+def check_write_args(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Validate a KV-write call: rows ``[tokens, kv_heads, head_dim]`` into their slots."""
+    check_cache(k_cache, v_cache)
+    _require(key.dim() == 3 and key.shape == value.shape,
+             f"key/value must be [tokens, kv_heads, head_dim] and equal, got {tuple(key.shape)} / {tuple(value.shape)}")
+    _require(key.shape[1:] == k_cache.shape[2:],
+             f"key rows {tuple(key.shape[1:])} do not match cache rows {tuple(k_cache.shape[2:])}")
+    _require(key.dtype == k_cache.dtype and value.dtype == k_cache.dtype,
+             f"key/value dtype {key.dtype}/{value.dtype} != cache dtype {k_cache.dtype}")
+    _require(key.stride(-1) == 1 and value.stride(-1) == 1, "key/value last dimension must be contiguous")
+    _require(slot_mapping.shape == (key.shape[0],), f"slot_mapping must be [tokens={key.shape[0]}], got {tuple(slot_mapping.shape)}")
+    _require(slot_mapping.dtype == torch.int64, f"slot_mapping must be int64, got {slot_mapping.dtype}")
+    for name, t in (("value", value), ("k_cache", k_cache), ("slot_mapping", slot_mapping)):
+        _require(t.device == key.device, f"{name} is on {t.device} but key is on {key.device}")

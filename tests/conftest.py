@@ -1,0 +1,46 @@
+"""Shared pytest set-up: hardware markers and the repository root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import kernels  # noqa: F401  (turns on the Triton interpreter on CPU before any kernel import)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("KVBENCH_NO_PROGRESS", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped without one")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds on CPU")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none found)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def compose():
+    """Compose the Hydra config as the CLI would: ``compose(["+impl=paged_torch", "batch=4"])``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from harness.config import register_configs
+
+    register_configs()
+
+    def make(overrides: list[str]):
+        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
+            return hydra_compose("config", overrides=["progress=false", *overrides])
+
+    return make

@@ -1,0 +1,136 @@
+"""BlockManager: randomized operation sequences with the invariants checked after each."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from impls.block_manager import BlockManager
+
+
+def _prompt(rng: random.Random, prefix: list[int]) -> list[int]:
+    return prefix[: rng.randint(0, len(prefix))] + [rng.randrange(50) for _ in range(rng.randint(1, 40))]
+
+
+def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: int) -> None:
+    rng = random.Random(seed)
+    bm = BlockManager(num_blocks, block_size, prefix_caching=caching)
+    prefix = [rng.randrange(50) for _ in range(3 * block_size)]  # shared prompts make prefix hits
+    live: list[int] = []
+    next_id = 0
+    for _ in range(steps):
+        op = rng.choice(["admit", "admit", "append", "append", "append", "fork", "release", "preempt"])
+        if op == "admit":
+            prompt = _prompt(rng, prefix)
+            if bm.can_admit(prompt):
+                free_before = bm.num_free_blocks
+                cached = bm.admit(next_id, prompt)
+                assert cached % block_size == 0 and cached < len(prompt)
+                assert bm.num_free_blocks <= free_before
+                live.append(next_id)
+                next_id += 1
+        elif op == "append" and live:
+            sid = rng.choice(live)
+            k = rng.randint(1, block_size + 2)
+            if bm.can_append(sid, k):
+                before = bm.num_tokens(sid)
+                copies = bm.append(sid, [rng.randrange(50) for _ in range(k)])
+                # copy-on-write: the rows this sequence writes belong to it alone
+                for row in bm.rows(sid, before, before + k):
+                    assert bm.ref[row // block_size] == 1
+                for c in copies:
+                    assert c.dst // block_size in bm.block_table(sid) and 0 < c.num_rows < block_size
+        elif op == "fork" and live:
+            parent = rng.choice(live)
+            bm.fork(parent, next_id)
+            assert bm.block_table(next_id) == bm.block_table(parent)
+            live.append(next_id)
+            next_id += 1
+        elif op in ("release", "preempt") and live:
+            bm.release(live.pop(rng.randrange(len(live))))
+        bm.check_invariants()
+        u = bm.usage()
+        assert u.reserved_tokens == u.token_states + u.fragmentation_tokens
+        assert u.reserved_tokens + u.free_tokens == u.capacity_tokens
+    for sid in live:
+        bm.release(sid)
+    bm.check_invariants()
+    assert not bm.tables
+    assert bm.num_free_blocks == num_blocks  # every block free or cached-and-free
+    assert bm.usage().token_states == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    num_blocks=st.integers(1, 24),
+    block_size=st.sampled_from([1, 2, 4, 8, 16]),
+    caching=st.booleans(),
+)
+def test_random_operations_keep_invariants(seed, num_blocks, block_size, caching):
+    _run_ops(seed, num_blocks, block_size, caching, steps=120)
+
+
+def test_allocates_on_demand():
+    bm = BlockManager(10, 4, prefix_caching=False)
+    assert bm.admit(0, [1, 2, 3, 4, 5]) == 0
+    assert bm.num_used_blocks == 2
+    bm.append(0, [6, 7, 8])  # fills block 2
+    assert bm.num_used_blocks == 2
+    bm.append(0, [9])  # a new block only when the last one is full
+    assert bm.num_used_blocks == 3
+    assert bm.usage().fragmentation_tokens == 3
+
+
+def test_fork_shares_then_copy_on_write():
+    bm = BlockManager(10, 4)
+    bm.admit(0, [1, 2, 3, 4, 5, 6])
+    bm.fork(0, 1)
+    assert bm.num_used_blocks == 2 and bm.usage().logical_tokens == 12 and bm.usage().token_states == 6
+    copies = bm.append(1, [7])
+    assert len(copies) == 1 and copies[0].num_rows == 2
+    assert copies[0].src // 4 == bm.block_table(0)[1]
+    assert bm.block_table(1)[0] == bm.block_table(0)[0]  # the full block stays shared
+    assert bm.block_table(1)[1] != bm.block_table(0)[1]
+    assert bm.append(0, [8]) == []  # the parent is now the last holder: no copy
+    bm.check_invariants()
+
+
+def test_prefix_hit_reuses_blocks_and_rechecks_tokens():
+    bm = BlockManager(16, 4)
+    prompt = list(range(10))
+    assert bm.admit(0, prompt) == 0
+    assert bm.admit(1, prompt[:8] + [99, 98]) == 8
+    assert bm.block_table(1)[:2] == bm.block_table(0)[:2]
+    # A prompt made only of cached full blocks recomputes its last block.
+    assert bm.admit(2, prompt[:8]) == 4
+    # Freed blocks stay cached: a later request still hits.
+    for sid in (0, 1, 2):
+        bm.release(sid)
+    assert bm.admit(3, prompt) == 8
+    bm.check_invariants()
+
+
+def test_cached_free_blocks_are_evicted_lru_when_needed():
+    bm = BlockManager(4, 2)
+    bm.admit(0, [1, 2, 3, 4, 5])  # 3 blocks, two full and hashed
+    bm.release(0)
+    assert len(bm.evictable) == 2 and bm.num_free_blocks == 4
+    bm.admit(1, [9, 9, 9, 9, 9, 9, 9])  # needs all 4 blocks: evicts both cached ones
+    assert not bm.evictable and not bm.hash_to_block.get(hash((0, (1, 2))))
+    bm.check_invariants()
+
+
+def test_watermark_and_rejects():
+    bm = BlockManager(4, 4, watermark_blocks=1)
+    assert bm.can_admit(list(range(12)))
+    assert not bm.can_admit(list(range(13)))  # 4 blocks + watermark 1 > 4
+
+
+@pytest.mark.parametrize("bad", [0, 3, 12])
+def test_bad_block_size(bad):
+    with pytest.raises(ValueError, match="block_size"):
+        BlockManager(4, bad)

@@ -1,0 +1,358 @@
+"""The Llama-family model against Hugging Face transformers, the loaders, the named configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from harness.errors import ConfigError
+from harness.model import LlamaModel, ModelConfig, build_model, resolve_model_config
+
+transformers = pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL_YAMLS = sorted(p for p in (REPO / "conf" / "model").glob("*.yaml") if p.stem != "auto")
+
+
+# ---------------------------------------------------------------- attention callables
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """q [T, H, D], k/v [L, KVH, D], bool mask [T, L] -> [T, H, D]; GQA by repeating K/V heads."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask)
+    return out.transpose(0, 1)
+
+
+def full_causal(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One sequence, the whole prompt in this forward."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True)
+    return out.transpose(0, 1)
+
+
+def block_causal(seq_ids: torch.Tensor):
+    """Several prompts concatenated in one flat batch: causal within each, blind across."""
+    tokens = len(seq_ids)
+    mask = (seq_ids[:, None] == seq_ids[None, :]) & torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    return lambda layer, q, k, v: _sdpa(q, k, v, mask)
+
+
+class ToyCache:
+    """Per-sequence K/V lists: a minimal KV cache for prefill + flat decode steps."""
+
+    def __init__(self) -> None:
+        self.kv: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def attention(self, seq_of_token: list[int]):
+        seqs = torch.tensor(seq_of_token)
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = torch.empty_like(q)
+            for seq in dict.fromkeys(seq_of_token):
+                rows = (seqs == seq).nonzero().flatten()
+                old_k, old_v = self.kv.get((seq, layer), (k[:0], v[:0]))
+                keys, values = torch.cat([old_k, k[rows]]), torch.cat([old_v, v[rows]])
+                self.kv[(seq, layer)] = (keys, values)
+                new, total = len(rows), len(keys)
+                mask = torch.ones(new, total, dtype=torch.bool).tril(total - new)
+                out[rows] = _sdpa(q[rows], keys, values, mask)
+            return out
+
+        return attend
+
+
+# ---------------------------------------------------------------- HF reference models
+
+HF_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    # head_dim 32 != hidden/heads: the explicit head_dim key must be honoured.
+    "llama-gqa": ("llama", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5)),
+    "llama3-rope-tied": (
+        "llama",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            rope_theta=500000.0,
+            # A short original context puts frequencies in all three llama3 bands.
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+            tie_word_embeddings=True,
+        ),
+    ),
+    "llama-attention-bias": ("llama", dict(num_attention_heads=4, num_key_value_heads=4, attention_bias=True)),
+    "mistral": ("mistral", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)),
+    "qwen2-tied": ("qwen2", dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)),
+}
+HF_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+}
+
+
+def make_hf_model(case: str, seed: int = 0) -> Any:
+    """A tiny random HF model whose weights are all O(1) (HF's own 0.02 init would make
+    every logit ~0 and the comparison vacuous); norms random too, to catch swaps."""
+    arch, extra = HF_CASES[case]
+    config_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
+    shape = dict(
+        vocab_size=160,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        max_position_embeddings=512,
+    )
+    config = config_cls(**shape, **extra)
+    torch.manual_seed(seed)
+    model = model_cls(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.normal_(0.0, 0.3)
+            elif "embed_tokens" in name:
+                p.normal_(0.0, 1.0)
+            else:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+    return model
+
+
+def hf_logits(model: Any, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids[None], position_ids=positions[None]).logits[0].float()
+
+
+def ours_from(folder: Path) -> LlamaModel:
+    return build_model(resolve_model_config(ModelConfig(path=str(folder))), torch.float32, "cpu", seed=0)
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_matches_hf_prefill(case: str, tmp_path: Path) -> None:
+    hf = make_hf_model(case)
+    hf.save_pretrained(tmp_path)
+    ours = ours_from(tmp_path)
+    assert ours.cfg.architecture == HF_CASES[case][0] and ours.cfg.weights == "path"
+    ids = torch.randint(0, 160, (23,), generator=torch.Generator().manual_seed(1))
+    # Offset positions: RoPE must use `positions`, not the row index.
+    positions = torch.arange(23) + (37 if case == "llama3-rope-tied" else 0)
+    expected = hf_logits(hf, ids, positions)
+    assert expected.std() > 0.5  # the comparison is not vacuous
+    got = ours(ids, positions, full_causal)
+    assert got.dtype == torch.float32 and got.shape == (23, 160)
+    torch.testing.assert_close(got, expected, atol=3e-5, rtol=1e-5)
+
+
+def test_flat_batch_of_two_sequences_matches_hf(tmp_path: Path) -> None:
+    hf = make_hf_model("llama3-rope-tied")
+    hf.save_pretrained(tmp_path)
+    ours = ours_from(tmp_path)
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randint(0, 160, (7,), generator=gen), torch.randint(0, 160, (12,), generator=gen)
+    ids = torch.cat([a, b])
+    positions = torch.cat([torch.arange(7), torch.arange(12)])
+    seq_ids = torch.tensor([0] * 7 + [1] * 12)
+    got = ours(ids, positions, block_causal(seq_ids))
+    exp_a, exp_b = hf_logits(hf, a, torch.arange(7)), hf_logits(hf, b, torch.arange(12))
+    torch.testing.assert_close(got[:7], exp_a, atol=3e-5, rtol=1e-5)
+    torch.testing.assert_close(got[7:], exp_b, atol=3e-5, rtol=1e-5)
+    # logits_indices: only each sequence's last token gets logits.
+    last = ours(ids, positions, block_causal(seq_ids), logits_indices=torch.tensor([6, 18]))
+    assert last.shape == (2, 160)
+    torch.testing.assert_close(last, torch.stack([exp_a[-1], exp_b[-1]]), atol=3e-5, rtol=1e-5)
+
+
+def test_sharded_checkpoint_loads(tmp_path: Path) -> None:
+    hf = make_hf_model("qwen2-tied", seed=3)
+    hf.save_pretrained(tmp_path, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    assert len(list(tmp_path.glob("*.safetensors"))) > 2
+    ours = ours_from(tmp_path)
+    ids = torch.randint(0, 160, (9,), generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(
+        ours(ids, torch.arange(9), full_causal), hf_logits(hf, ids, torch.arange(9)), atol=3e-5, rtol=1e-5
+    )
+
+
+def test_checkpoint_not_matching_config_json_is_config_error(tmp_path: Path) -> None:
+    make_hf_model("llama-gqa").save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["intermediate_size"] = 128
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"model\.path=.*mlp\.gate_proj"):
+        ours_from(tmp_path)
+
+
+# ---------------------------------------------------------------- config.json reading
+
+
+def test_published_config_json_layout(tmp_path: Path) -> None:
+    """Hub checkpoints use top-level rope_theta + rope_scaling {type: llama3} (pre-5.x keys)."""
+    raw = dict(
+        model_type="llama",
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        rope_theta=500000.0,
+        rope_scaling=dict(
+            type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
+        ),
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        tie_word_embeddings=False,
+    )
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    cfg = resolve_model_config(ModelConfig(path=str(tmp_path)))
+    assert (cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (32, 32, 8, 128)
+    assert cfg.rope_theta == 500000.0 and cfg.rope_scaling is not None and cfg.rope_scaling.factor == 8.0
+    assert cfg.weights == "path" and not cfg.qkv_bias and cfg.max_position_embeddings == 131072
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        ("missing", r"model\.path=.* has no config\.json"),
+        ("empty", r"model\.path=.* has no config\.json"),
+        ("gpt2", r"model\.path=.*'gpt2'.*llama, mistral, qwen2"),
+        ("yarn", r"model\.path=.*'yarn'"),
+    ],
+)
+def test_bad_model_path_is_config_error(setup: str, message: str, tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    if setup != "missing":
+        folder.mkdir()
+    base = dict(vocab_size=10, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)
+    if setup == "gpt2":
+        (folder / "config.json").write_text(json.dumps(dict(base, model_type="gpt2")))
+    if setup == "yarn":
+        raw = dict(base, model_type="qwen2", rope_scaling=dict(type="yarn", factor=4.0))
+        (folder / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=message):
+        resolve_model_config(ModelConfig(path=str(folder)))
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        (dict(num_kv_heads=3), "model.num_kv_heads"),
+        (dict(architecture="gpt2"), "model.architecture"),
+        (dict(hidden_size=0), "model.hidden_size"),
+        (dict(weights="path"), "model.path"),
+    ],
+)
+def test_bad_shape_is_config_error(override: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        resolve_model_config(ModelConfig(**override))
+
+
+# ---------------------------------------------------------------- dummy weights
+
+
+def load_named(name: str) -> ModelConfig:
+    merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(REPO / "conf" / "model" / f"{name}.yaml"))
+    return OmegaConf.to_object(merged)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dummy_weights_finite_and_spread_over_300_positions(dtype: torch.dtype) -> None:
+    cfg = load_named("tiny-llama")
+    model = build_model(cfg, dtype, "cpu", seed=0)
+    assert not any(p.requires_grad for p in model.parameters()) and not model.training
+    ids = torch.randint(0, cfg.vocab_size, (300,), generator=torch.Generator().manual_seed(0))
+    logits = model(ids, torch.arange(300), full_causal)
+    assert torch.isfinite(logits).all()
+    std = logits.std(dim=-1)
+    assert 2.0 < std.min() and std.max() < 8.0
+    top2 = logits.topk(2, dim=-1).values
+    assert (top2[:, 0] - top2[:, 1]).median() > 0.3  # argmaxes are not near-ties
+
+
+def test_dummy_weights_seeded() -> None:
+    cfg = load_named("tiny-qwen2")
+    a, b, c = (build_model(cfg, torch.float32, "cpu", seed=s).state_dict() for s in (0, 0, 1))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not any(torch.equal(a[k], c[k]) for k in a if not k.endswith("norm.weight"))
+
+
+def test_decode_steps_match_prefill() -> None:
+    """Prefill, then flat decode batches (one token per sequence) through a toy cache,
+    give the logits a single full prefill gives: positions and K/V flow correctly."""
+    cfg = load_named("tiny-mistral")
+    model = build_model(cfg, torch.float32, "cpu", seed=5)
+    gen = torch.Generator().manual_seed(5)
+    seqs = [torch.randint(0, cfg.vocab_size, (n,), generator=gen) for n in (11, 14)]
+    prompt = [5, 9]
+    cache = ToyCache()
+    ids = torch.cat([s[:n] for s, n in zip(seqs, prompt)])
+    positions = torch.cat([torch.arange(n) for n in prompt])
+    model(ids, positions, cache.attention([0] * 5 + [1] * 9))
+    steps = []
+    for pos_a, pos_b in zip(range(5, 11), range(9, 14)):
+        ids = torch.stack([seqs[0][pos_a], seqs[1][pos_b]])
+        steps.append(model(ids, torch.tensor([pos_a, pos_b]), cache.attention([0, 1])))
+    for i, (seq, start) in enumerate(zip(seqs, prompt)):
+        full = model(seq, torch.arange(len(seq)), full_causal)
+        got = torch.stack([step[i] for step in steps])
+        torch.testing.assert_close(got, full[start : start + len(steps)], atol=1e-4, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- named configs
+
+PUBLISHED_PARAMETERS = {
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-3-8b": 8_030_261_248,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.2-1b": 1_235_814_400,
+    "mistral-7b": 7_241_732_096,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-7b": 7_615_616_512,
+}
+
+
+@pytest.mark.parametrize("path", MODEL_YAMLS, ids=[p.stem for p in MODEL_YAMLS])
+def test_named_config_loads_and_validates(path: Path) -> None:
+    cfg = resolve_model_config(load_named(path.stem))
+    assert cfg.name == path.stem and cfg.weights == "dummy" and cfg.path is None
+    assert cfg.head_dim in (64, 80, 96, 128, 256)  # what the attention kernels support
+    if path.stem in PUBLISHED_PARAMETERS:
+        # Meta device: the real module tree, no memory; checks every shape field at once.
+        model = LlamaModel(cfg, torch.float16, "meta")
+        assert model.num_parameter_bytes() == 2 * PUBLISHED_PARAMETERS[path.stem]
+
+
+def test_named_config_spot_checks() -> None:
+    assert set(PUBLISHED_PARAMETERS) | {"tiny-llama", "tiny-qwen2", "tiny-mistral"} == {p.stem for p in MODEL_YAMLS}
+    l2 = load_named("llama-2-7b")
+    assert 2 * l2.num_layers * l2.num_kv_heads * l2.head_dim * 2 == 524288
+    l70 = load_named("llama-3.1-70b")
+    assert (l70.num_layers, l70.num_kv_heads, l70.hidden_size) == (80, 8, 8192)
+    l31 = load_named("llama-3.1-8b")
+    assert l31.rope_scaling is not None and (l31.rope_scaling.factor, l31.rope_theta) == (8.0, 500000.0)
+    assert load_named("llama-3.2-1b").rope_scaling.factor == 32.0  # type: ignore[union-attr]
+    q = load_named("qwen2.5-0.5b")
+    assert q.qkv_bias and q.tie_word_embeddings and q.rms_norm_eps == 1e-6
+    tiny = load_named("tiny-llama")
+    assert (
+        tiny.vocab_size, tiny.hidden_size, tiny.num_heads, tiny.num_kv_heads,
+        tiny.head_dim, tiny.num_layers, tiny.intermediate_size, tiny.rope_theta, tiny.tie_word_embeddings,
+    ) == (4096, 256, 4, 2, 64, 4, 768, 10000.0, False)  # fmt: skip
+    tq = load_named("tiny-qwen2")
+    assert tq.architecture == "qwen2" and tq.qkv_bias and tq.tie_word_embeddings and tq.hidden_size == 256
