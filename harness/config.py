@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from harness.model.config import ModelConfig
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
-SCENARIOS = ("decode", "capacity", "kernel")
+SCENARIOS = ("decode", "capacity", "kernel", "max_concurrency")
+PROBES = ("decode", "capacity")
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 CACHE_KINDS = ("contiguous", "paged")
 KERNELS = ("sdpa", "torch", "triton", "cuda")
@@ -76,8 +77,9 @@ class ScenarioConfig:
     num_kv_heads: int = 8
     head_dim: int = 128
     iters: int = 20
-    # capacity: find the largest batch that runs without preemption (bisection)
-    search_max_concurrency: bool = False
+    # max_concurrency: how each probe runs (decode: the model; capacity: bookkeeping only)
+    probe: str = "decode"
+    search_limit: int = 4096  # stop growing the batch here
 
 
 @dataclass
@@ -96,7 +98,18 @@ class Config:
     progress: bool = True
 
 
+def _auto_device_slug() -> str:
+    import torch
+
+    from harness.measure.fingerprint import device_slug
+
+    return device_slug("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def register_configs() -> None:
     # Only the root schema: the group files in conf/ are validated against the
     # typed fields of ``Config`` when Hydra merges them.
     ConfigStore.instance().store(name="schema", node=Config)
+    # ${kvbench_slug:} names this machine's results folder (results/<slug>/...).
+    if not OmegaConf.has_resolver("kvbench_slug"):
+        OmegaConf.register_new_resolver("kvbench_slug", _auto_device_slug)

@@ -24,6 +24,7 @@ class RunContext:
     fingerprint: Fingerprint
     tokens: list[dict] = field(default_factory=list)  # tokens.jsonl records
     tables: dict = field(default_factory=dict)  # side tables: name -> DataFrame
+    memo: dict = field(default_factory=dict)  # values measured once per run (e.g. copy bandwidth)
 
     @property
     def device(self) -> torch.device:

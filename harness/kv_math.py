@@ -28,6 +28,8 @@ def parameter_count(model: ModelConfig) -> int:
     attn = h * model.q_size + 2 * h * model.kv_size + model.q_size * h
     if model.qkv_bias:
         attn += model.q_size + 2 * model.kv_size
+        if model.architecture == "llama":  # HF Llama's attention_bias also biases o_proj
+            attn += h
     mlp = 3 * h * i
     per_layer = attn + mlp + 2 * h  # two RMSNorm weights
     embed = model.vocab_size * h

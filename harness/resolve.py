@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import (
-    CACHE_KINDS, DEVICES, DISTRIBUTIONS, DTYPES, KERNELS, MAX_BLOCK_SIZE, SCENARIOS,
+    CACHE_KINDS, DEVICES, DISTRIBUTIONS, DTYPES, KERNELS, MAX_BLOCK_SIZE, PROBES, SCENARIOS,
     Config, ImplConfig,
 )
 from harness.errors import ConfigError
@@ -75,6 +75,7 @@ def resolve(raw: DictConfig | Config) -> Config:
 
 def validate(cfg: Config) -> None:
     _one_of("scenario.name", cfg.scenario.name, SCENARIOS)
+    _one_of("scenario.probe", cfg.scenario.probe, PROBES)
     _check(cfg.batch >= 1, f"batch={cfg.batch} must be >= 1")
     _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
     _check(cfg.max_seq_len >= 2, f"max_seq_len={cfg.max_seq_len} must be >= 2")

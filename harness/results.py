@@ -33,6 +33,12 @@ METRICS = [
     "weight_bytes", "budget_kv_bytes", "budget_device_bytes", "budget_source",
     "nvml_used_bytes", "nvml_process_bytes", "nvml_baseline_bytes", "torch_allocated_bytes",
     "torch_reserved_bytes", "rss_bytes", "output_digest",
+    # scenario=max_concurrency
+    "probes",
+    # scenario=kernel
+    "layout", "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim",
+    "latency_us_p50", "latency_us_p10", "latency_us_p90", "bytes_moved", "bandwidth_gbps",
+    "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
 ]
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 STATUSES = ("ok", "oom", "error", "skipped")

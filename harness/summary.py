@@ -10,6 +10,7 @@ SHOWN = {
                "preemptions", "kv_bytes_reserved", "kv_bytes_used", "output_digest"],
     "capacity": ["impl", "status", "max_concurrency", "max_concurrency_analytic", "kv_bytes_reserved",
                  "kv_bytes_used", "kv_used_fraction", "preemptions", "wall_s"],
+    "max_concurrency": ["impl", "status", "max_concurrency", "max_concurrency_analytic", "probes"],
     "kernel": ["impl", "status", "kernel_batch", "context_len", "block_size", "latency_us_p50",
                "bandwidth_gbps", "frac_copy_bw"],
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import re
 import socket
@@ -61,9 +62,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def collect(device: str) -> Fingerprint:
-    import os
+def device_slug(device: str) -> str:
+    """Folder name for published results: the GPU's name, or the CPU core count."""
+    if device == "cuda":
+        return slugify(torch.cuda.get_device_properties(0).name)
+    return f"cpu-{os.cpu_count() or 1}core"
 
+
+def collect(device: str) -> Fingerprint:
     try:
         import triton
 
@@ -79,12 +85,11 @@ def collect(device: str) -> Fingerprint:
         info = nvml_device_info()
         driver = info.driver_version if info else None
     cpus = os.cpu_count() or 1
-    slug = slugify(gpu_name) if gpu_name else f"cpu-{cpus}core"
     sha = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no")
     return Fingerprint(
         device=device,
-        device_slug=slug,
+        device_slug=device_slug(device),
         gpu_name=gpu_name,
         gpu_count=gpu_count,
         gpu_memory_bytes=gpu_mem,

@@ -28,13 +28,14 @@ class RopeScaling:
 class ModelConfig:
     name: str = "tiny-llama"
     architecture: str = "llama"
-    vocab_size: int = 2048
+    # Defaults are tiny-llama's shape (conf/model/tiny-llama.yaml).
+    vocab_size: int = 4096
     hidden_size: int = 256
-    intermediate_size: int = 688
+    intermediate_size: int = 768
     num_layers: int = 4
-    num_heads: int = 8
-    num_kv_heads: int = 4
-    head_dim: int = 32
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 64
     rope_theta: float = 10000.0
     rope_scaling: Optional[RopeScaling] = None
     rms_norm_eps: float = 1e-5

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from harness.errors import ConfigError
 from harness.model.config import ARCHITECTURES, WEIGHT_SOURCES, ModelConfig, RopeScaling
 
@@ -32,8 +34,6 @@ def resolve_model_config(cfg: Any) -> ModelConfig:
 def _as_model_config(cfg: Any) -> ModelConfig:
     """Accept a Hydra DictConfig or a ModelConfig whose rope_scaling is a plain dict."""
     if not isinstance(cfg, ModelConfig):
-        from omegaconf import OmegaConf
-
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), cfg))
     if isinstance(cfg.rope_scaling, dict):
         cfg = dataclasses.replace(cfg, rope_scaling=RopeScaling(**cfg.rope_scaling))

@@ -22,96 +22,126 @@
 namespace kvbench {
 namespace {
 
-// Independent partial sums: the compiler vectorises these without -ffast-math,
-// which it may not do for a single running sum (that would reassociate).
+// An x86-64-v3 (AVX2 + FMA) clone of the hot loop beside the baseline one, picked
+// at load time by the CPU's ISA level, so a cached build stays portable across CPUs.
+// ("arch=haswell" would not do: its resolver matches that CPU model only.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define KVBENCH_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define KVBENCH_MULTIVERSION
+#endif
+#define KVBENCH_INLINE __attribute__((always_inline)) inline
+
+// Independent partial sums, then a tree: the compiler vectorises both without
+// -ffast-math, which it may not do for one running sum (that would reassociate).
 constexpr int kLanes = 16;
 
-inline float dot(const float* __restrict__ a, const float* __restrict__ b, int64_t n) {
+KVBENCH_INLINE float dot(const float* __restrict__ a, const float* __restrict__ b, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  float s = 0.f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int j = 0; j < kLanes; ++j) s += acc[j];
-  return s;
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
 }
 
-inline void axpy(float* __restrict__ y, float a, const float* __restrict__ x, int64_t n) {
+KVBENCH_INLINE void axpy(float* __restrict__ y, float a, const float* __restrict__ x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 // A float view of one head_dim row: the row itself for float, else widened into buf.
 template <typename T>
-inline const float* as_float(const T* row, float* buf, int64_t n) {
+KVBENCH_INLINE const float* as_float(const T* row, float* buf, int64_t n) {
   for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(row[i]);
   return buf;
 }
 template <>
-inline const float* as_float<float>(const float* row, float*, int64_t) {
+KVBENCH_INLINE const float* as_float<float>(const float* row, float*, int64_t) {
   return row;
 }
 
-// Rows of one kv head sit a whole token apart (kv_heads * head_dim) in randomly
-// placed blocks, which defeats the hardware prefetcher: fetch a few rows ahead.
-constexpr int64_t kPrefetchRows = 8;
+// Tokens sit in randomly placed blocks, which the hardware prefetcher follows
+// poorly: fetch a few tokens ahead.
+#ifndef KVBENCH_PREFETCH_ROWS
+#define KVBENCH_PREFETCH_ROWS 8
+#endif
+constexpr int64_t kPrefetchRows = KVBENCH_PREFETCH_ROWS;
 
 template <typename T>
-inline void prefetch_row(const T* row, int64_t n) {
+KVBENCH_INLINE void prefetch_row(const T* row, int64_t n) {
   const char* p = reinterpret_cast<const char*>(row);
   for (int64_t off = 0; off < n * static_cast<int64_t>(sizeof(T)); off += 64) __builtin_prefetch(p + off);
 }
 
 struct Geometry {
-  int64_t batch, heads, kv_heads, group, head_dim, block_size, width;
+  int64_t batch, heads, kv_heads, group, head_dim, block_size, width, kv_per_task, tasks_per_seq;
   int64_t q_sb, q_sh, out_sb, out_sh, c_sb, c_st, c_sh;
 };
 
-// One (sequence, kv_head) task; `scores` is [group][ctx], `acc` [group][head_dim].
+// Tasks [begin, end) of the (sequence, kv-head range) grid. A task serves every query
+// head of its kv heads, so each K/V row is read once, and its kv heads' rows of one
+// token are adjacent in memory (one contiguous read per token).
 template <typename T>
-void attend_group(const Geometry& g, const T* q, const T* k_cache, const T* v_cache, const int32_t* table,
-                  int64_t ctx, int64_t b, int64_t h, float scale, T* out, std::vector<float>& scores,
-                  std::vector<float>& qf, std::vector<float>& acc, std::vector<float>& row) {
-  const int64_t D = g.head_dim, G = g.group;
-  T* out_group = out + b * g.out_sb + h * G * g.out_sh;
-  if (ctx <= 0) {  // nothing to attend to: zeros, not 0/0
-    for (int64_t j = 0; j < G; ++j)
-      for (int64_t d = 0; d < D; ++d) out_group[j * g.out_sh + d] = static_cast<T>(0.f);
-    return;
-  }
-  const T* q_group = q + b * g.q_sb + h * G * g.q_sh;
-  for (int64_t j = 0; j < G; ++j)
-    for (int64_t d = 0; d < D; ++d) qf[j * D + d] = static_cast<float>(q_group[j * g.q_sh + d]) * scale;
-  auto row_offset = [&](int64_t t) {
-    return table[t / g.block_size] * g.c_sb + (t % g.block_size) * g.c_st + h * g.c_sh;
-  };
-
-  scores.resize(G * ctx);
-  for (int64_t t = 0; t < ctx; ++t) {
-    if (t + kPrefetchRows < ctx) prefetch_row(k_cache + row_offset(t + kPrefetchRows), D);
-    const float* k = as_float(k_cache + row_offset(t), row.data(), D);
-    for (int64_t j = 0; j < G; ++j) scores[j * ctx + t] = dot(qf.data() + j * D, k, D);
-  }
-  std::vector<float> inv_sum(G);
-  for (int64_t j = 0; j < G; ++j) {
-    float* s = scores.data() + j * ctx;
-    const float m = *std::max_element(s, s + ctx);
-    float sum = 0.f;
-    for (int64_t t = 0; t < ctx; ++t) {
-      s[t] = std::exp(s[t] - m);
-      sum += s[t];
+KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const T* k_cache, const T* v_cache,
+                                        const int32_t* tables, const int32_t* lens, float scale, T* out,
+                                        int64_t begin, int64_t end) {
+  const int64_t D = g.head_dim, G = g.group, max_rows = g.kv_per_task * G;
+  std::vector<float> scores, qf(max_rows * D), acc(max_rows * D), row(D), inv_sum(max_rows);
+  for (int64_t task = begin; task < end; ++task) {
+    const int64_t b = task / g.tasks_per_seq, h0 = (task % g.tasks_per_seq) * g.kv_per_task;
+    const int64_t nh = std::min(g.kv_per_task, g.kv_heads - h0), rows = nh * G, ctx = lens[b];
+    const int32_t* table = tables + b * g.width;
+    // Query heads h0*G .. (h0+nh)*G - 1 read kv heads h0 .. h0+nh-1: one contiguous range.
+    T* out_rows = out + b * g.out_sb + h0 * G * g.out_sh;
+    if (ctx <= 0) {  // nothing to attend to: zeros, not 0/0
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t d = 0; d < D; ++d) out_rows[r * g.out_sh + d] = static_cast<T>(0.f);
+      continue;
     }
-    inv_sum[j] = 1.f / sum;
-  }
+    const T* q_rows = q + b * g.q_sb + h0 * G * g.q_sh;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < D; ++d) qf[r * D + d] = static_cast<float>(q_rows[r * g.q_sh + d]) * scale;
+    auto token_offset = [&](int64_t t) {
+      return table[t / g.block_size] * g.c_sb + (t % g.block_size) * g.c_st + h0 * g.c_sh;
+    };
+    const int64_t span = (nh - 1) * g.c_sh + D;  // elements from the first kv head's row to the last's end
 
-  std::fill(acc.begin(), acc.end(), 0.f);
-  for (int64_t t = 0; t < ctx; ++t) {
-    if (t + kPrefetchRows < ctx) prefetch_row(v_cache + row_offset(t + kPrefetchRows), D);
-    const float* v = as_float(v_cache + row_offset(t), row.data(), D);
-    for (int64_t j = 0; j < G; ++j) axpy(acc.data() + j * D, scores[j * ctx + t], v, D);
+    // 1) scores = (q * scale) . k for every query head of the task
+    scores.resize(rows * ctx);
+    for (int64_t t = 0; t < ctx; ++t) {
+      if (kPrefetchRows > 0 && t + kPrefetchRows < ctx) prefetch_row(k_cache + token_offset(t + kPrefetchRows), span);
+      const T* k_token = k_cache + token_offset(t);
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const float* k = as_float(k_token + hh * g.c_sh, row.data(), D);
+        for (int64_t j = 0; j < G; ++j) scores[(hh * G + j) * ctx + t] = dot(qf.data() + (hh * G + j) * D, k, D);
+      }
+    }
+    // 2) softmax, unnormalised; 1/sum is applied to the output
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s = scores.data() + r * ctx;
+      const float m = *std::max_element(s, s + ctx);
+      float sum = 0.f;
+      for (int64_t t = 0; t < ctx; ++t) {
+        s[t] = std::exp(s[t] - m);
+        sum += s[t];
+      }
+      inv_sum[r] = 1.f / sum;
+    }
+    // 3) probs @ V
+    std::fill(acc.begin(), acc.begin() + rows * D, 0.f);
+    for (int64_t t = 0; t < ctx; ++t) {
+      if (kPrefetchRows > 0 && t + kPrefetchRows < ctx) prefetch_row(v_cache + token_offset(t + kPrefetchRows), span);
+      const T* v_token = v_cache + token_offset(t);
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const float* v = as_float(v_token + hh * g.c_sh, row.data(), D);
+        for (int64_t j = 0; j < G; ++j) axpy(acc.data() + (hh * G + j) * D, scores[(hh * G + j) * ctx + t], v, D);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < D; ++d) out_rows[r * g.out_sh + d] = static_cast<T>(acc[r * D + d] * inv_sum[r]);
   }
-  for (int64_t j = 0; j < G; ++j)
-    for (int64_t d = 0; d < D; ++d) out_group[j * g.out_sh + d] = static_cast<T>(acc[j * D + d] * inv_sum[j]);
 }
 
 }  // namespace
@@ -127,6 +157,11 @@ at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& k_c
   g.kv_heads = k_cache.size(2);
   g.group = g.heads / g.kv_heads;
   g.width = block_tables.size(1);
+  // Whole sequences per task when there are enough of them to keep every thread busy;
+  // else split the kv heads (down to one per task) until there are about two tasks per thread.
+  const int64_t splits = std::min<int64_t>(g.kv_heads, std::max<int64_t>(1, (2 * at::get_num_threads() + g.batch - 1) / std::max<int64_t>(g.batch, 1)));
+  g.kv_per_task = (g.kv_heads + splits - 1) / splits;
+  g.tasks_per_seq = (g.kv_heads + g.kv_per_task - 1) / g.kv_per_task;
   g.q_sb = q.stride(0);
   g.q_sh = q.stride(1);
   g.out_sb = out.stride(0);
@@ -152,13 +187,8 @@ at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& k_c
     const auto* k_ptr = k_cache.data_ptr<scalar_t>();
     const auto* v_ptr = v_cache.data_ptr<scalar_t>();
     auto* out_ptr = out.data_ptr<scalar_t>();
-    at::parallel_for(0, g.batch * g.kv_heads, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores, qf(g.group * g.head_dim), acc(g.group * g.head_dim), row(g.head_dim);
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t b = i / g.kv_heads, h = i % g.kv_heads;
-        attend_group<scalar_t>(g, q_ptr, k_ptr, v_ptr, tables + b * g.width, lens[b], b, h,
-                               static_cast<float>(scale), out_ptr, scores, qf, acc, row);
-      }
+    at::parallel_for(0, g.batch * g.tasks_per_seq, 1, [&](int64_t begin, int64_t end) {
+      attend_groups<scalar_t>(g, q_ptr, k_ptr, v_ptr, tables, lens, static_cast<float>(scale), out_ptr, begin, end);
     });
   });
   return out;

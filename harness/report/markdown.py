@@ -1,0 +1,181 @@
+"""REPORT.md: environments, headline tables, the figures, and the commands that made them."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from harness.report.collect import Collection, ok_rows, unique_points
+from harness.report.figures import GB, devices
+from harness.report.hardware import with_peak
+from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
+
+
+def cell(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.0f}" if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(df: pd.DataFrame) -> str:
+    """A GitHub markdown table (pandas' to_markdown needs tabulate, which is not a dependency)."""
+    if df.empty:
+        return "_(none)_\n"
+    head = "| " + " | ".join(cell(c) for c in df.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in df.columns) + " |"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def _pick(df: pd.DataFrame, cols: dict[str, str]) -> pd.DataFrame:
+    """The columns present, renamed for display."""
+    return df[[c for c in cols if c in df.columns]].rename(columns=cols)
+
+
+def environment_table(rows: pd.DataFrame) -> pd.DataFrame:
+    cols = {"device_slug": "device slug", "device": "device", "gpu_name": "GPU", "cpu_name": "CPU",
+            "torch_version": "torch", "triton_version": "triton", "cuda_version": "CUDA", "git_sha": "git sha",
+            "git_dirty": "dirty"}
+    keys = [c for c in cols if c in rows.columns]
+    env = rows[keys].astype(object).where(rows[keys].notna(), None)
+    env = env.assign(runs=rows["run_dir"]).groupby(keys, dropna=False)["runs"].nunique().reset_index()
+    return _pick(env.sort_values(keys), {**cols, "runs": "run folders"})
+
+
+def status_table(rows: pd.DataFrame) -> pd.DataFrame:
+    t = rows.groupby(["scenario", "status"], dropna=False).size().unstack(fill_value=0)
+    return t.reset_index()
+
+
+def memory_points_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: memory per variant at the most concurrent requests contiguous serves within budget."""
+    pts = unique_points(points)
+    if pts.empty:
+        return pts
+    out = []
+    keys = [c for c in ("model", "workload", "max_seq_len", "block_size", "budget_kv_bytes") if c in pts]
+    for key, sub in pts.groupby(keys, dropna=False):
+        wide = sub.pivot_table(index="concurrency", columns="variant", values="kv_bytes_reserved", aggfunc="first")
+        if "contiguous" not in wide:
+            continue
+        fits = wide.index[wide["contiguous"] <= sub["budget_kv_bytes"].iloc[0]]
+        n = fits.max() if len(fits) else wide.index.min()
+        rec = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        rec["budget_kv_bytes"] = rec.get("budget_kv_bytes", float("nan")) / GB
+        rec["requests"] = n
+        for v in VARIANTS:
+            if v in wide:
+                rec[f"{v} GB"] = wide.at[n, v] / GB
+        if "paged" in wide:
+            rec["saved by paging GB"] = (wide.at[n, "contiguous"] - wide.at[n, "paged"]) / GB
+        out.append(rec)
+    return pd.DataFrame(out).rename(columns={"budget_kv_bytes": "KV budget GB"})
+
+
+def decode_table(rows: pd.DataFrame) -> pd.DataFrame:
+    df = ok_rows(rows, "decode")
+    df = df.assign(used_pct=100 * df["kv_used_fraction"])
+    cols = {"device_slug": "device", "model": "model", "workload": "workload", "impl": "impl", "batch": "batch",
+            "output_tokens_per_s": "output tok/s", "tokens_per_s": "tok/s", "tokens_per_s_spread": "tok/s spread",
+            "step_ms_p50": "step p50 ms", "ttft_ms_p50": "TTFT p50 ms", "preemptions": "preemptions",
+            "used_pct": "KV used %", "run_dir": "run"}
+    return _pick(df.sort_values(["device_slug", "model", "workload", "impl", "batch", "run_dir"]), cols)
+
+
+def kernel_table(rows: pd.DataFrame) -> pd.DataFrame:
+    df = ok_rows(rows, "kernel")
+    cols = {"device_slug": "device", "impl": "impl", "layout": "layout", "dtype": "dtype", "block_size": "block",
+            "kernel_batch": "batch", "context_len": "context", "latency_us_p50": "latency p50 µs",
+            "bandwidth_gbps": "GB/s", "frac_peak_bw": "of peak", "frac_copy_bw": "of copy"}
+    keys = [c for c in ("device_slug", "impl", "block_size", "kernel_batch", "context_len") if c in df]
+    return _pick(df.sort_values(keys), cols)
+
+
+def gpu_table(rows: pd.DataFrame) -> pd.DataFrame:
+    df = with_peak(ok_rows(rows, "decode").dropna(subset=["output_tokens_per_s"]))
+    df["per_tbps"] = df["output_tokens_per_s"] / df["peak_tbps"]
+    cols = {"device_slug": "device", "gpu_name": "GPU", "peak_tbps": "peak TB/s", "model": "model", "impl": "impl",
+            "batch": "batch", "output_tokens_per_s": "output tok/s", "per_tbps": "tok/s per TB/s"}
+    return _pick(df.sort_values(["model", "impl", "batch", "device_slug"]), cols)
+
+
+def _figure(name: str, title: str) -> str:
+    return f"![{title}](plots/{name}.png)\n\n[SVG](plots/{name}.svg)\n"
+
+
+SECTIONS = [
+    ("memory_vs_concurrency", "KV memory needed vs concurrent requests"),
+    ("kv_breakdown", "KV memory breakdown per impl"),
+    ("max_concurrency", "Max concurrency: measured vs predicted"),
+    ("decode_throughput", "Decode throughput vs batch"),
+    ("kernel_latency_bandwidth", "Kernel latency and bandwidth vs context length"),
+    ("gpu_comparison", "Across GPUs"),
+]
+
+
+def _section_table(name: str, col: Collection) -> str:
+    if name == "memory_vs_concurrency":
+        return ("Memory at the largest concurrency whose contiguous cache fits the KV budget:\n\n"
+                + md_table(memory_points_table(col.points)))
+    if name == "kv_breakdown":
+        t = breakdown_table(col.rows)
+        t = t.assign(held=t["held_bytes"] / GB, frag=100 * t["kv_fragmentation_bytes"] / t["held_bytes"],
+                     waste=100 * t["kv_reservation_waste_bytes"] / t["held_bytes"])
+        return ("At the snapshot with the most token states (token states + fragmentation + reservation waste"
+                " = memory held then):\n\n" + md_table(_pick(t, {
+                    "scenario": "scenario", "device_slug": "device", "model": "model", "workload": "workload",
+                    "batch": "batch", "impl": "impl", "held": "held GB", "used_pct": "token states %",
+                    "frag": "fragmentation %", "waste": "reservation waste %"})))
+    if name == "max_concurrency":
+        t = concurrency_table(col.rows)
+        return md_table(_pick(t, {"scenario": "source", "device_slug": "device", "model": "model",
+                                  "workload": "workload", "impl": "impl", "batch": "batch limit",
+                                  "max_concurrency": "measured", "max_concurrency_analytic": "predicted",
+                                  "capped": "hit batch limit"}))
+    if name == "decode_throughput":
+        return md_table(decode_table(col.rows))
+    if name == "kernel_latency_bandwidth":
+        return md_table(kernel_table(col.rows))
+    if name == "gpu_comparison":
+        return ("Peak bandwidth from the datasheet table in harness/report/hardware.py, else the row's "
+                "peak_bw_gbps.\n\n" + md_table(gpu_table(col.rows)))
+    return ""
+
+
+def render(col: Collection, drawn: list[str], command: str, notes: dict[str, list[str]]) -> str:
+    rows = col.rows
+    parts = [
+        "# kvbench report\n",
+        f"{len(rows)} rows from {rows['run_dir'].nunique()} run folders on {devices(rows)}. "
+        "Tables: `all_runs.parquet` / `all_runs.csv`"
+        + (", `all_points.parquet` / `all_points.csv`" if not col.points.empty else "") + ".\n",
+        "Regenerate this report with:\n",
+        f"```\n{command}\n```\n",
+        "## Environment\n",
+        md_table(environment_table(rows)),
+        "## Rows by scenario and status\n",
+        "Rows whose status is not `ok` stay in the tables and are left out of every plot.\n",
+        md_table(status_table(rows)),
+    ]
+    failed = rows[rows["status"] != "ok"]
+    if len(failed):
+        failed = failed.assign(error=failed["error"].map(lambda e: e if not isinstance(e, str) else e[:160]))
+        parts += ["Rows not ok:\n", md_table(_pick(failed, {"run_dir": "run", "scenario": "scenario", "impl": "impl",
+                                                            "batch": "batch", "device_slug": "device",
+                                                            "status": "status", "error": "error"}))]
+    for i, (name, title) in enumerate([s for s in SECTIONS if s[0] in drawn], start=1):
+        parts += [f"## {i}. {title}\n", _figure(name, title)]
+        if notes.get(name):
+            parts.append("Not shown (too many panels): " + "; ".join(notes[name]) + "\n")
+        parts.append(_section_table(name, col))
+    parts.append("## Commands that produced the runs\n")
+    if not col.commands:
+        parts.append("_No run folder recorded its overrides (.hydra/overrides.yaml)._\n")
+    for scenario in sorted({c.scenario for c in col.commands}):
+        parts.append(f"### {scenario}\n")
+        for c in sorted((c for c in col.commands if c.scenario == scenario), key=lambda c: c.run_dir):
+            parts.append(f"`{c.run_dir}`:\n\n```\n{c.command}\n```\n")
+    return "\n".join(parts)

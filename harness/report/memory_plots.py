@@ -1,0 +1,236 @@
+"""Memory figures: KV bytes vs concurrency, the waste breakdown, and max concurrency."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from harness.report.collect import ok_rows, unique_points
+from harness.report.figures import (
+    GB, MAX_FACETS, devices, drop_legend, facet_labels, fmt_bytes, grid, show, wrap,
+)
+
+VARIANTS = {"contiguous": "contiguous (max_seq_len per request)", "paged": "paged",
+            "paged_shared": "paged + prefix/fork sharing"}
+POINT_INPUTS = ["model", "workload", "dtype", "max_seq_len", "block_size", "n", "shared_prefix_len", "budget_kv_bytes"]
+
+
+def _inputs_title(p: pd.Series) -> str:
+    """The inputs behind a points facet, named (the seeds' figure must say what it assumed)."""
+    line1 = f"{p['model']} · {p['workload']} · {p.get('dtype', '')}"
+    parts = [show(c, p.get(c)) for c in ("max_seq_len", "block_size") if c in p]
+    if not pd.isna(p.get("prompt_len", np.nan)):
+        parts.append(f"prompt {p['prompt_len']:g} + output {p['output_len']:g}")
+    if p.get("n", 1) and p.get("n", 1) > 1:
+        parts.append(show("n", p["n"]))
+    if p.get("shared_prefix_len", 0) and p.get("shared_prefix_len", 0) > 0:
+        parts.append(show("shared_prefix_len", p["shared_prefix_len"]))
+    return line1 + "\n" + " · ".join(parts)
+
+
+def memory_vs_concurrency(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[Figure | None, list[str]]:
+    """Plot 1: KV bytes reserved to serve N concurrent requests, per variant, with the budget."""
+    pts = unique_points(points)
+    if pts.empty or not {"concurrency", "variant", "kv_bytes_reserved"} <= set(pts.columns):
+        return None, []
+    if {"prompt_len", "output_len"} <= set(rows.columns):  # the lengths live in the rows, not the points
+        lengths = rows.drop_duplicates("run_dir").set_index("run_dir")[["prompt_len", "output_len"]]
+        pts = pts.join(lengths, on="run_dir")
+    keys = [c for c in POINT_INPUTS if c in pts.columns]
+    pts["facet"] = pts[keys].astype(str).agg(" | ".join, axis=1)
+    facets = sorted(pts["facet"].unique())
+    shown, dropped = facets[:MAX_FACETS], facets[MAX_FACETS:]
+    pts["GB"] = pts["kv_bytes_reserved"] / GB
+    pts["variant "] = pts["variant"].map(VARIANTS).fillna(pts["variant"])
+    order = [VARIANTS[v] for v in VARIANTS if v in set(pts["variant"])]
+    order += sorted(set(pts["variant "]) - set(order))
+    fig, axes = grid(len(shown), size=(5.6, 4.2))
+    for i, (ax, facet) in enumerate(zip(axes, shown)):
+        sub = pts[pts["facet"] == facet].sort_values(["variant", "concurrency"])
+        sns.lineplot(data=sub, x="concurrency", y="GB", hue="variant ", style="variant ", hue_order=order,
+                     style_order=order, markers=True, markersize=6, errorbar=None, ax=ax)
+        tokens = sub.groupby("concurrency")["kv_bytes_used"].min() / GB
+        ax.plot(tokens.index, tokens.values, color="0.55", lw=1, ls=(0, (1, 1)), label="token states only")
+        budget = sub["budget_kv_bytes"].dropna()
+        if len(budget):
+            ax.axhline(budget.iloc[0] / GB, color="black", ls="--", lw=1.2, label="KV budget")
+            ax.annotate(f"KV budget {budget.iloc[0] / GB:.1f} GB", (1, budget.iloc[0] / GB), xycoords=("axes fraction", "data"),
+                        xytext=(-4, 4), textcoords="offset points", ha="right", va="bottom", fontsize=8.5)
+            _annotate_saving(ax, sub, budget.iloc[0])
+        title = _inputs_title(sub.iloc[0])
+        wide = sub.pivot_table(index="concurrency", columns="variant", values="kv_bytes_reserved", aggfunc="first")
+        if {"paged", "paged_shared"} <= set(wide.columns) and (wide["paged"] == wide["paged_shared"]).all():
+            title += "\n(nothing shared: paged + sharing = paged)"
+        ax.set_title(title)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel("KV cache memory reserved (GB)")
+        ax.set_xlim(left=0)
+        ax.set_ylim(0, 1.12 * max(sub["GB"].max(), budget.max() / GB if len(budget) else 0))
+        if i == 0:
+            ax.legend(loc="upper left", fontsize=8, frameon=True)
+        else:
+            drop_legend(ax)
+    fig.suptitle(f"KV memory needed vs concurrent requests (capacity simulation on {devices(pts)})")
+    return fig, [f.replace(" | ", " · ") for f in dropped]
+
+
+def _annotate_saving(ax, sub: pd.DataFrame, budget: float) -> None:
+    """What paging saves at the most requests the contiguous cache serves within the budget."""
+    wide = sub.pivot_table(index="concurrency", columns="variant", values="kv_bytes_reserved", aggfunc="first")
+    if not {"contiguous", "paged"} <= set(wide.columns):
+        return
+    fits = wide.index[wide["contiguous"] <= budget]
+    if not len(fits):
+        return
+    n = fits.max()
+    top, bottom = wide.at[n, "contiguous"] / GB, wide.at[n, "paged"] / GB
+    ax.annotate("", (n, bottom), (n, top), arrowprops={"arrowstyle": "<->", "color": "0.3", "lw": 1})
+    right = n < 0.6 * sub["concurrency"].max()  # the label beside the arrow, on the side with room
+    ax.annotate(f"paging saves\n{top - bottom:.1f} GB at {n:g}", (n, (top + bottom) / 2), xytext=(6 if right else -6, 0),
+                textcoords="offset points", ha="left" if right else "right", va="center", fontsize=8.5, color="0.2")
+
+
+BREAKDOWN = [("kv_bytes_used", "token states", "#4c9a2a"),
+             ("kv_fragmentation_bytes", "internal fragmentation", "#f0a30a"),
+             ("kv_reservation_waste_bytes", "reservation waste", "#c0392b")]
+GROUP_COLS = ["scenario", "model", "workload", "batch", "device_slug"]
+
+
+def breakdown_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (scenario, model, workload, batch, device, impl): the snapshot's parts, averaged over runs."""
+    df = pd.concat([ok_rows(rows, "capacity"), ok_rows(rows, "decode")])
+    cols = [c for c, _, _ in BREAKDOWN]
+    if df.empty or not set(cols) <= set(df.columns):
+        return pd.DataFrame()
+    df = df.dropna(subset=cols)  # a bar needs all three parts
+    if df.empty:
+        return df
+    keys = [c for c in GROUP_COLS if c in df.columns] + ["impl"]
+    agg = df.groupby(keys, dropna=False)[cols + ["kv_bytes_reserved"]].mean().reset_index()
+    agg["held_bytes"] = agg[cols].sum(axis=1)
+    agg["used_pct"] = 100 * agg["kv_bytes_used"] / agg["held_bytes"]
+    return agg.sort_values(keys).reset_index(drop=True)
+
+
+def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
+    """Plot 2: like the PagedAttention paper's Figure 2, the share of held KV memory that holds tokens."""
+    agg = breakdown_table(rows)
+    if agg.empty:
+        return None
+    agg["group"] = facet_labels(agg, [c for c in GROUP_COLS if c in agg.columns], always=("scenario", "model"))
+    ypos, ticks, labels, headers, y = [], [], [], [], 0.0
+    for group, sub in agg.groupby("group", sort=False):
+        headers.append((y, group))
+        y += 0.75
+        for idx in sub.index:
+            ypos.append((idx, y))
+            ticks.append(y)
+            labels.append(agg.at[idx, "impl"])
+            y += 1
+        y += 0.4
+    fig, ax = plt_fig(height=1.3 + 0.5 * y)
+    sel, pos = [i for i, _ in ypos], [p for _, p in ypos]
+    cols = [c for c, _, _ in BREAKDOWN]
+    shares = agg.loc[sel, cols].div(agg.loc[sel, "held_bytes"], axis=0) * 100
+    left = np.zeros(len(sel))
+    for col, name, colour in BREAKDOWN:
+        ax.barh(pos, shares[col].to_numpy(), left=left, height=0.8, color=colour, label=name)
+        left += shares[col].to_numpy()
+    for idx, p in ypos:
+        pct = agg.at[idx, "used_pct"]
+        inside = pct >= 25  # room for the label inside the green part
+        ax.text(pct / 2 if inside else pct + 1, p, f"{pct:.1f}% token states", va="center",
+                ha="center" if inside else "left", color="white" if inside else "black",
+                fontweight="bold", fontsize=9)
+        ax.text(101, p, f"of {fmt_bytes(agg.at[idx, 'held_bytes'])}", va="center", ha="left", fontsize=8.5)
+    for hy, text in headers:
+        ax.text(0, hy + 0.1, text, va="center", ha="left", fontsize=9.5, fontweight="bold")
+    ax.set_yticks(ticks, labels)
+    ax.set_ylim(y - 0.2, -0.5)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the KV memory held when token states peaked (%)")
+    ax.grid(axis="y", visible=False)
+    fig.legend(loc="outside lower center", ncol=3, frameon=False)
+    ax.set_title(f"KV memory breakdown per impl ({devices(agg)})\n"
+                 "cf. PagedAttention Fig. 2: prior systems 20.4-38.2% token states, vLLM 96.3%")
+    return fig
+
+
+def plt_fig(height: float, width: float = 9.0):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    return fig, ax
+
+
+def concurrency_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Measured and predicted max concurrency: the search's rows if any, else the capacity rows."""
+    src = ok_rows(rows, "max_concurrency")
+    if src.empty:
+        src = ok_rows(rows, "capacity")
+    if src.empty or not {"max_concurrency", "max_concurrency_analytic"} <= set(src.columns):
+        return pd.DataFrame()
+    src = src.dropna(subset=["max_concurrency", "max_concurrency_analytic"], how="all")
+    if src.empty:
+        return src
+    keys = [c for c in ("scenario", "model", "workload", "max_seq_len", "budget_kv_bytes", "device_slug", "impl")
+            if c in src.columns]
+    grouped = src.groupby(keys, dropna=False)
+    vals = grouped[["max_concurrency", "max_concurrency_analytic", "batch"]].mean()
+    # runs of one setting that disagree (e.g. different code versions) are shown as a range, not hidden
+    for col in ("max_concurrency", "max_concurrency_analytic"):
+        lo, hi = grouped[col].min(), grouped[col].max()
+        vals[f"{col}_label"] = [_range(a, b) for a, b in zip(lo, hi)]
+    vals = vals.reset_index()
+    # The capacity scenario stops at its batch (max_num_seqs): a measured value there is a lower bound.
+    vals["capped"] = (vals["scenario"] == "capacity") & (vals["max_concurrency"] >= vals["batch"])
+    return vals
+
+
+def _range(lo: float, hi: float) -> str:
+    if pd.isna(lo):
+        return ""
+    return f"{lo:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}"
+
+
+def max_concurrency(rows: pd.DataFrame) -> Figure | None:
+    """Plot 3: max concurrency per impl and model, measured next to predicted (vLLM's formula)."""
+    vals = concurrency_table(rows)
+    if vals.empty:
+        return None
+    facet_cols = [c for c in ("model", "workload", "max_seq_len", "budget_kv_bytes", "device_slug") if c in vals]
+    vals["facet"] = facet_labels(vals, facet_cols, always=("model",))
+    facets = sorted(vals["facet"].unique())[:MAX_FACETS]
+    long = vals.melt(id_vars=["facet", "impl", "capped", "batch"],
+                     value_vars=["max_concurrency", "max_concurrency_analytic"], var_name="kind", value_name="requests")
+    long["label"] = vals.melt(id_vars=["facet", "impl"], value_vars=["max_concurrency_label",
+                                                                     "max_concurrency_analytic_label"])["value"]
+    long["kind"] = long["kind"].map({"max_concurrency": "measured (no preemption)",
+                                     "max_concurrency_analytic": "predicted (KV tokens / request)"})
+    kinds = ["measured (no preemption)", "predicted (KV tokens / request)"]
+    fig, axes = grid(len(facets), ncols_max=3, size=(5.0, 4.0))
+    for i, (ax, facet) in enumerate(zip(axes, facets)):
+        sub = long[long["facet"] == facet]
+        order = sorted(sub["impl"].unique())
+        sns.barplot(data=sub, x="impl", y="requests", hue="kind", hue_order=kinds, order=order, errorbar=None,
+                    palette=["#4c72b0", "#bbbbbb"], ax=ax)
+        for container, kind in zip(ax.containers, kinds):
+            part = sub[sub["kind"] == kind].set_index("impl").reindex(order)
+            labels = [("≥" if kind.startswith("measured") and r.capped else "") + r.label for r in part.itertuples()]
+            ax.bar_label(container, labels=labels, fontsize=8.5, padding=2)
+        ax.set_title(wrap(facet))
+        ax.set_xlabel("")
+        ax.set_ylabel("concurrent requests")
+        ax.margins(y=0.12)
+        if i == 0:
+            ax.legend(loc="upper left", fontsize=8, title=None)
+        else:
+            drop_legend(ax)
+    capped = vals[vals["capped"]]
+    note = (f"\n≥: the run's batch limit (B={', '.join(f'{b:g}' for b in sorted(capped['batch'].unique()))}) was reached first"
+            if len(capped) else "")
+    src = "max_concurrency search" if (vals["scenario"] == "max_concurrency").any() else "capacity simulation"
+    fig.suptitle(f"Max concurrency per impl, measured vs predicted ({src} on {devices(vals)}){note}")
+    return fig

@@ -1,0 +1,100 @@
+"""scenario=max_concurrency: the largest batch an impl serves with every sequence resident.
+
+Grows the batch (1, 2, 4, ...) until a probe fails, then bisects. A probe runs
+the workload's first ``b`` requests with ``batch=b`` and passes when all ``b``
+sequences were resident at once with no preemption, rejection or out-of-memory.
+``scenario.probe=decode`` runs the real model on the device (vLLM-style budget,
+or ``device.memory_gb`` on CPU); ``probe=capacity`` runs the bookkeeping only.
+The analytic prediction (vLLM's formula) sits beside it in the row.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import statistics
+
+import torch
+
+from harness.budget import kv_budget
+from harness.config import ImplConfig
+from harness.context import RunContext
+from harness.errors import ConfigError
+from impls.factory import analytic_max_concurrency, build_allocator
+
+
+def _probe_ctx(ctx: RunContext, b: int) -> RunContext:
+    cfg = copy.deepcopy(ctx.cfg)
+    cfg.batch = b
+    cfg.workload.num_requests = b
+    cfg.scenario.warmup = 0
+    cfg.repeat = 1
+    probe = RunContext(cfg, ctx.run_dir, ctx.fingerprint)
+    if "model" in ctx.__dict__:  # share the built model between probes
+        probe.__dict__["model"] = ctx.__dict__["model"]
+    return probe
+
+
+def _passes(ctx: RunContext, impl: ImplConfig, b: int) -> bool:
+    probe = _probe_ctx(ctx, b)
+    want = b * probe.cfg.workload.n
+    if ctx.cfg.scenario.probe == "capacity":
+        from harness.scenarios.capacity import simulate
+
+        alloc = build_allocator(impl, probe.cfg, kv_budget(probe.cfg).kv_bytes)
+        sim = simulate(alloc, probe.requests, want, probe.cfg.model.vocab_size, probe.bytes_per_token)
+        return not sim.preemptions and not sim.rejected and sim.peak_running == want
+    from harness.scenarios import decode
+
+    try:
+        (row,) = decode.run(probe, impl)
+    except (torch.OutOfMemoryError, ConfigError):
+        return False
+    finally:
+        probe.tokens.clear()
+    return not row["preemptions"] and not row["rejected"] and row["peak_concurrency"] == want
+
+
+def search(ctx: RunContext, impl: ImplConfig, limit: int) -> tuple[int, int]:
+    """(largest passing batch, number of probes): grow by doubling, then bisect."""
+    probes, good, bad = 0, 0, None
+    b = 1
+    while b <= limit:
+        probes += 1
+        if not _passes(ctx, impl, b):
+            bad = b
+            break
+        good, b = b, b * 2
+    if bad is None:
+        return good, probes
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        probes += 1
+        if _passes(ctx, impl, mid):
+            good = mid
+        else:
+            bad = mid
+    return good, probes
+
+
+def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+    cfg = ctx.cfg
+    found, probes = search(ctx, impl, cfg.scenario.search_limit)
+    budget = kv_budget(cfg) if cfg.scenario.probe == "capacity" or ctx.device.type == "cpu" else None
+    if budget is None:
+        from harness.scenarios.decode import budget_for
+
+        budget = budget_for(ctx)
+    tokens = round(statistics.mean(r.total_len for r in ctx.requests))
+    return [{
+        "status": "ok",
+        "notes": f"probe={cfg.scenario.probe}" + (
+            f"; reached scenario.search_limit={cfg.scenario.search_limit}" if found >= cfg.scenario.search_limit else ""),
+        "max_concurrency": found,
+        "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, tokens),
+        "probes": probes,
+        "budget_kv_bytes": budget.kv_bytes,
+    }]
+
+
+
