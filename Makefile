@@ -13,7 +13,7 @@ PIP_LOCAL := $(if $(wildcard $(WHEELS)/*),--find-links $(WHEELS),)
 HAS_CUDA_TORCH := $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo 1)
 CPU_TORCH ?= torch==2.13.0
 
-.PHONY: setup test test-fast sweep report bench gpu-check clean help
+.PHONY: setup test test-fast sweep report bench gpu-check wheels clean help
 
 help:
 	@echo "make setup | test | sweep | report | bench | gpu-check | clean"
@@ -34,9 +34,18 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
-# The default sweep for this device, then tables, plots and REPORT.md.
+# The default sweep for this device (conf/sweep/<device>_*.yaml) into
+# results/<device-slug>/<sweep>/, replacing that device's previous set, then the report.
+DEVICE_KIND := $(if $(HAS_CUDA_TORCH),gpu,cpu)
+SWEEPS ?= $(sort $(basename $(notdir $(wildcard conf/sweep/$(DEVICE_KIND)_*.yaml))))
+
 sweep: setup
-	$(PY) -m harness -m +sweep=default
+	@slug=$$($(PY) -c "from harness.config import _auto_device_slug as s; print(s())"); \
+	for s in $(SWEEPS); do \
+	  rm -rf "results/$$slug/$${s#$(DEVICE_KIND)_}"; \
+	  echo "== sweep $$s -> results/$$slug/$${s#$(DEVICE_KIND)_}"; \
+	  $(PY) -m harness -m +sweep=$$s hydra/job_logging=disabled || exit 1; \
+	done
 	$(PY) -m harness.report
 
 report: setup
@@ -45,8 +54,14 @@ report: setup
 bench: setup
 	$(PY) -m pytest tests/bench --benchmark-enable -q
 
-gpu-check: setup
+# Runs cold on a GPU machine, even offline (see .ci/gpu-check); no `setup` needed.
+gpu-check:
 	bash .ci/gpu-check
+
+# Wheels the offline GPU machine lacks, for `make gpu-check` there.
+wheels: setup
+	$(PIP) download -q --no-deps -d $(WHEELS) hydra-core omegaconf
+	$(PIP) wheel -q --no-deps -w $(WHEELS) antlr4-python3-runtime==4.9.3
 
 clean:
 	rm -rf $(VENV) multirun outputs runs .pytest_cache .hypothesis .benchmarks

@@ -17,6 +17,15 @@ from harness.measure.fingerprint import Fingerprint
 from harness.workload import Request, generate_requests, workload_digest
 
 
+def run_id(run_dir: Path) -> str:
+    """The run folder relative to the working directory (unique across sweeps), else its path."""
+    path = run_dir.resolve()
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 @dataclass
 class RunContext:
     cfg: Config
@@ -65,7 +74,7 @@ class RunContext:
     def identifiers(self, impl: ImplConfig | None) -> dict:
         cfg, w = self.cfg, self.cfg.workload
         return {
-            "run_id": self.run_dir.name,
+            "run_id": run_id(self.run_dir),
             "scenario": cfg.scenario.name,
             "impl": impl.name if impl else None,
             "cache": impl.cache if impl else None,

@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import Config, ImplConfig
-from harness.context import RunContext
+from harness.context import RunContext, run_id
 from harness.errors import ConfigError
 from harness.measure.fingerprint import collect
 from harness.resolve import impls_to_run, resolve
@@ -35,7 +35,7 @@ def _raw_identifiers(raw: DictConfig, run_dir: Path) -> dict:
     def get(key):
         return OmegaConf.select(raw, key, default=None, throw_on_missing=False)
 
-    return {"run_id": run_dir.name, "scenario": get("scenario.name"), "impl": get("impl.name"),
+    return {"run_id": run_id(run_dir), "scenario": get("scenario.name"), "impl": get("impl.name"),
             "model": get("model.name"), "dtype": get("dtype"), "batch": get("batch"),
             "block_size": get("block_size"), "seed": get("seed"), "workload": get("workload.name")}
 

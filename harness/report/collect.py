@@ -52,7 +52,10 @@ def read_table(run_dir: Path, stem: str) -> pd.DataFrame | None:
     if pq.exists():
         return pd.read_parquet(pq)
     if csv.exists():
-        return pd.read_csv(csv)
+        try:
+            return pd.read_csv(csv)
+        except pd.errors.EmptyDataError:  # a job killed before it wrote a row
+            return pd.DataFrame()
     return None
 
 
@@ -149,13 +152,13 @@ def collect(roots: list[Path]) -> Collection:
         for d in dirs:
             label = _label(root, d)
             rows = read_table(d, "rows")
-            rows.insert(0, "run_dir", label)
+            rows["run_dir"] = label
             per_dir[d] = rows
             rows_frames.append(rows)
             labels.append(label)
             points = read_table(d, "points")
             if points is not None:
-                points.insert(0, "run_dir", label)
+                points["run_dir"] = label
                 point_frames.append(points)
         commands += _commands(root, dirs, per_dir)
     rows = concat(rows_frames, ["run_dir", *COLUMNS])

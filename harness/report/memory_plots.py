@@ -27,7 +27,7 @@ def _inputs_title(p: pd.Series) -> str:
         parts.append(show("n", p["n"]))
     if p.get("shared_prefix_len", 0) and p.get("shared_prefix_len", 0) > 0:
         parts.append(show("shared_prefix_len", p["shared_prefix_len"]))
-    return line1 + "\n" + " · ".join(parts)
+    return line1 + "\n" + wrap(" · ".join(parts), 50)
 
 
 def memory_vs_concurrency(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[Figure | None, list[str]]:
@@ -67,13 +67,28 @@ def memory_vs_concurrency(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[Fig
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel("KV cache memory reserved (GB)")
         ax.set_xlim(left=0)
-        ax.set_ylim(0, 1.12 * max(sub["GB"].max(), budget.max() / GB if len(budget) else 0))
+        _clip_y(ax, sub, budget.max() / GB if len(budget) else None)
         if i == 0:
-            ax.legend(loc="upper left", fontsize=8, frameon=True)
-        else:
-            drop_legend(ax)
-    fig.suptitle(f"KV memory needed vs concurrent requests (capacity simulation on {devices(pts)})")
+            handles, labels = ax.get_legend_handles_labels()
+        drop_legend(ax)
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False, fontsize=9)
+    fig.suptitle(f"KV memory needed vs concurrent requests\n(capacity simulation on {devices(pts)})")
     return fig, [f.replace(" | ", " · ") for f in dropped]
+
+
+def _clip_y(ax, sub: pd.DataFrame, budget_gb: float | None) -> None:
+    """Up to 2.5x the budget at most, so the budget line and the paged curves stay readable;
+    what runs off the top is named in the corner."""
+    top = sub["GB"].max()
+    cap = 2.5 * budget_gb if budget_gb else top
+    if top <= 1.1 * cap:
+        ax.set_ylim(0, 1.12 * max(top, budget_gb or 0))
+        return
+    ax.set_ylim(0, cap)
+    off = sub[sub["GB"] > cap].sort_values("concurrency").groupby("variant").last()
+    note = "\n".join(f"{v} reaches {r.GB:.0f} GB at {r.concurrency:g}" for v, r in off.iterrows())
+    ax.text(0.98, 0.97, f"off scale: {note}", transform=ax.transAxes, ha="right", va="top", fontsize=8, color="0.2",
+            bbox={"facecolor": "white", "edgecolor": "0.8", "boxstyle": "round,pad=0.3"})
 
 
 def _annotate_saving(ax, sub: pd.DataFrame, budget: float) -> None:
@@ -100,7 +115,11 @@ GROUP_COLS = ["scenario", "model", "workload", "batch", "device_slug"]
 
 def breakdown_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (scenario, model, workload, batch, device, impl): the snapshot's parts, averaged over runs."""
-    df = pd.concat([ok_rows(rows, "capacity"), ok_rows(rows, "decode")])
+    decode = ok_rows(rows, "decode")
+    if len(decode) and "batch" in decode:  # one bar per decode setting: its largest batch, where memory matters
+        largest = decode.groupby(["model", "workload", "device_slug"], dropna=False)["batch"].transform("max")
+        decode = decode[decode["batch"] == largest]
+    df = pd.concat([ok_rows(rows, "capacity"), decode])
     cols = [c for c, _, _ in BREAKDOWN]
     if df.empty or not set(cols) <= set(df.columns):
         return pd.DataFrame()
@@ -130,7 +149,7 @@ def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
             labels.append(agg.at[idx, "impl"])
             y += 1
         y += 0.4
-    fig, ax = plt_fig(height=1.3 + 0.5 * y)
+    fig, (ax,) = grid(1, size=(9.0, 1.3 + 0.5 * y))
     sel, pos = [i for i, _ in ypos], [p for _, p in ypos]
     cols = [c for c, _, _ in BREAKDOWN]
     shares = agg.loc[sel, cols].div(agg.loc[sel, "held_bytes"], axis=0) * 100
@@ -154,15 +173,9 @@ def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
     ax.grid(axis="y", visible=False)
     fig.legend(loc="outside lower center", ncol=3, frameon=False)
     ax.set_title(f"KV memory breakdown per impl ({devices(agg)})\n"
-                 "cf. PagedAttention Fig. 2: prior systems 20.4-38.2% token states, vLLM 96.3%")
+                 "cf. PagedAttention Fig. 2: prior systems 20.4-38.2% token states, vLLM 96.3%"
+                 + ("\n(decode: the largest batch of each model and device)" if (agg["scenario"] == "decode").any() else ""))
     return fig
-
-
-def plt_fig(height: float, width: float = 9.0):
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    return fig, ax
 
 
 def concurrency_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -222,7 +235,7 @@ def max_concurrency(rows: pd.DataFrame) -> Figure | None:
             ax.bar_label(container, labels=labels, fontsize=8.5, padding=2)
         ax.set_title(wrap(facet))
         ax.set_xlabel("")
-        ax.set_ylabel("concurrent requests")
+        ax.set_ylabel("concurrent sequences")
         ax.margins(y=0.12)
         if i == 0:
             ax.legend(loc="upper left", fontsize=8, title=None)
@@ -232,5 +245,5 @@ def max_concurrency(rows: pd.DataFrame) -> Figure | None:
     note = (f"\n≥: the run's batch limit (B={', '.join(f'{b:g}' for b in sorted(capped['batch'].unique()))}) was reached first"
             if len(capped) else "")
     src = "max_concurrency search" if (vals["scenario"] == "max_concurrency").any() else "capacity simulation"
-    fig.suptitle(f"Max concurrency per impl, measured vs predicted ({src} on {devices(vals)}){note}")
+    fig.suptitle(f"Max concurrency per impl: measured vs predicted\n({src} on {devices(vals)}){note}")
     return fig

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 
 from harness.report.collect import ok_rows
 from harness.report.figures import (
-    MAX_FACETS, count_axis, devices, drop_legend, facet_labels, grid, legend_outside, wrap,
+    MAX_FACETS, count_axis, drop_legend, facet_labels, grid, legend_outside, wrap,
 )
 from harness.report.hardware import with_peak
 

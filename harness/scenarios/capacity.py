@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.budget import kv_budget
 from harness.config import Config, ImplConfig
-from harness.context import RunContext
+from harness.context import RunContext, run_id
 from harness.measure.kv_peaks import KVPeaks
 from harness.scheduler import Scheduler
 from harness.sequence import Sequence
@@ -113,7 +113,7 @@ def concurrency_points(ctx: RunContext, kv_bytes: int) -> pd.DataFrame:
                          "shared_prefix_len": cfg.workload.shared_prefix_len,
                          "kv_bytes_reserved": sim.peaks.reserved_bytes, "kv_bytes_used": sim.peaks.token_bytes,
                          "budget_kv_bytes": kv_bytes, "device_slug": ctx.fingerprint.device_slug,
-                         "run_id": ctx.run_dir.name})
+                         "run_id": run_id(ctx.run_dir)})
     return pd.DataFrame(rows)
 
 

@@ -1,0 +1,71 @@
+"""The CLI as users run it: `python -m harness ...` in a subprocess, its folder and its errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from harness.results import COLUMNS
+from tests.conftest import REPO_ROOT
+
+FAST = ["model=tiny-llama", "max_seq_len=64", "workload.num_requests=3", "workload.prompt_len=12",
+        "workload.output_len=5", "scenario.warmup=0"]
+
+
+def harness(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300, env={**__import__("os").environ, "KVBENCH_NO_PROGRESS": "1"})
+
+
+def test_one_run_writes_a_complete_run_folder(tmp_path):
+    out = tmp_path / "r1"
+    p = harness("+impl=contiguous", "batch=2", "workload=uniform", "seed=3", *FAST, f"hydra.run.dir={out}")
+    assert p.returncode == 0, p.stderr
+    for name in ("config.yaml", "env.json", "rows.csv", "rows.parquet", "tokens.jsonl"):
+        assert (out / name).exists(), name
+    df = pd.read_parquet(out / "rows.parquet")
+    assert list(df.columns[: len(COLUMNS)]) == COLUMNS
+    row = df.iloc[0]
+    assert row.status == "ok" and row.impl == "contiguous" and row.seed == 3 and row.batch == 2
+    assert row.output_tokens > 0 and row.tokens_per_s > 0 and row.step_ms_p50 > 0
+    assert pd.isna(row.nvml_used_bytes) and "NVML" in row.notes  # no driver here: empty, with the reason
+    env = json.loads((out / "env.json").read_text())
+    assert env["torch_version"] and env["device"] == "cpu"
+    tokens = [json.loads(line) for line in (out / "tokens.jsonl").read_text().splitlines()]
+    assert [t["request_id"] for t in tokens] == [0, 1, 2]
+    assert all(len(t["output_ids"]) >= 1 and t["prompt_ids"] for t in tokens)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("batch=0", "batch=0 must be >= 1"),
+        ("dtype=float8", "allowed: float32, float16, bfloat16"),
+        ("block_size=12", "block_size=12 must be a power of two"),
+        ("model.path=/nonexistent/model", "model.path"),
+        ("workload.distribution=gauss", "workload.distribution='gauss' is not allowed"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_key(tmp_path, override, expected):
+    p = harness("+impl=contiguous", override, *FAST, f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 2
+    assert expected in p.stderr and "Traceback" not in p.stderr
+    row = pd.read_csv(tmp_path / "rows.csv").iloc[0]  # the failure is recorded, not lost
+    assert row.status == "error" and expected in row.error
+
+
+def test_unknown_impl_lists_the_valid_ones(tmp_path):
+    p = harness("+impl=nope", f"hydra.run.dir={tmp_path}")
+    assert p.returncode != 0
+    assert "impl/nope" in p.stderr and "paged_triton" in p.stderr and "contiguous" in p.stderr
+
+
+def test_a_failing_job_does_not_stop_the_sweep(tmp_path):
+    p = harness("-m", "+impl=paged_torch", "batch=0,2", *FAST, f"hydra.sweep.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr
+    rows = pd.concat(pd.read_csv(tmp_path / str(i) / "rows.csv") for i in (0, 1))
+    assert sorted(rows.status) == ["error", "ok"]
