@@ -82,3 +82,13 @@ def test_kernel_scenario_rows(compose, tmp_path):
         assert r["max_abs_err"] < 1e-4 and r["latency_us_p50"] > 0
         assert r["bandwidth_gbps"] == pytest.approx(r["bytes_moved"] / (r["latency_us_p50"] * 1e-6) / 1e9)
         assert r["copy_bw_gbps"] > 0 and r["peak_bw_gbps"] is None
+
+
+def test_repeat_reports_median_and_spread(compose, tmp_path):
+    rows, code = run_job(compose(["+impl=paged_torch", "repeat=3", "model=tiny-llama", "max_seq_len=64",
+                                  "workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=4"]),
+                         tmp_path)
+    assert code == 0
+    row = rows[0]
+    assert row["tokens_per_s"] > 0 and row["tokens_per_s_spread"] is not None and row["tokens_per_s_spread"] >= 0
+    assert "different tokens" not in (row["notes"] or "")  # the repeats generated the same tokens

@@ -59,6 +59,7 @@ void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache, const cha
   const int64_t block_size = k_cache.size(1);
   TORCH_CHECK(block_size >= 1 && block_size <= 128 && (block_size & (block_size - 1)) == 0, op,
               ": block_size must be a power of two in [1, 128], got ", block_size);
+  TORCH_CHECK(k_cache.size(2) > 0 && k_cache.size(3) > 0, op, ": kv_heads and head_dim must be positive");
   TORCH_CHECK(k_cache.device() == v_cache.device(), op, ": k_cache and v_cache are on different devices");
 }
 
