@@ -123,10 +123,32 @@ def apply_row_copies(stores: Sequence[torch.Tensor], copies: Sequence[RowCopy]) 
 
 
 class KVCache(ABC):
-    """Tensors of one implementation. The engine only calls these methods."""
+    """Tensors of one implementation. The engine only calls these methods.
 
-    allocator: KVAllocator
-    bytes_per_token: int
+    Every layer has a K and a V store of ``[num_blocks, block_len, kv_heads, head_dim]``:
+    a contiguous slab is ``[slots, max_seq_len, ...]``, a paged pool ``[blocks, block_size, ...]``.
+    """
+
+    def __init__(
+        self,
+        allocator: KVAllocator,
+        num_blocks: int,
+        block_len: int,
+        *,
+        num_layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        bytes_per_token: int,
+    ) -> None:
+        self.allocator = allocator
+        self.bytes_per_token = bytes_per_token
+        self.device = device
+        self.scale = head_dim**-0.5
+        shape = (num_blocks, block_len, kv_heads, head_dim)
+        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
     @abstractmethod
     def prepare_prefill(self, seq_id: int, start: int, end: int) -> Any:
@@ -141,9 +163,6 @@ class KVCache(ABC):
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any
     ) -> torch.Tensor:
         """Store this layer's new K/V and attend: q ``[T, H, D]`` -> ``[T, H, D]``."""
-
-    k: list[torch.Tensor]  # per layer
-    v: list[torch.Tensor]
 
     def copy_rows(self, copies: Sequence[RowCopy]) -> None:
         apply_row_copies([*self.k, *self.v], copies)

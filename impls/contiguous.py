@@ -38,23 +38,10 @@ class _Decode:
 
 
 class ContiguousCache(KVCache):
-    def __init__(
-        self,
-        allocator: SlotAllocator,
-        num_layers: int,
-        kv_heads: int,
-        head_dim: int,
-        dtype: torch.dtype,
-        device: torch.device,
-        bytes_per_token: int,
-    ) -> None:
-        self.allocator = allocator
-        self.bytes_per_token = bytes_per_token
-        self.device = device
-        self.scale = head_dim**-0.5
-        shape = (allocator.num_slots, allocator.max_seq_len, kv_heads, head_dim)
-        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+    allocator: SlotAllocator
+
+    def __init__(self, allocator: SlotAllocator, **tensor_args) -> None:
+        super().__init__(allocator, allocator.num_slots, allocator.max_seq_len, **tensor_args)
 
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)

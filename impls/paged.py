@@ -34,25 +34,11 @@ class _Decode:
 
 
 class PagedCache(KVCache):
-    def __init__(
-        self,
-        kernel: PagedKernel,
-        allocator: BlockManager,
-        num_layers: int,
-        kv_heads: int,
-        head_dim: int,
-        dtype: torch.dtype,
-        device: torch.device,
-        bytes_per_token: int,
-    ) -> None:
+    allocator: BlockManager
+
+    def __init__(self, kernel: PagedKernel, allocator: BlockManager, **tensor_args) -> None:
+        super().__init__(allocator, allocator.num_blocks, allocator.block_size, **tensor_args)
         self.kernel = kernel
-        self.allocator = allocator
-        self.bytes_per_token = bytes_per_token
-        self.device = device
-        self.scale = head_dim**-0.5
-        shape = (allocator.num_blocks, allocator.block_size, kv_heads, head_dim)
-        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
     def prepare_prefill(self, seq_id: int, start: int, end: int) -> _Prefill:
         bm = self.allocator

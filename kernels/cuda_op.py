@@ -147,6 +147,13 @@ def _register_fakes() -> None:
         return None
 
 
+def _ensure_loaded() -> None:
+    # torch.compile cannot trace the build (file-system calls); the op must already be
+    # loaded by then: any eager call, or load_op(), does it.
+    if not torch.compiler.is_compiling():
+        load_op()
+
+
 def paged_decode_attention_cuda(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -158,7 +165,7 @@ def paged_decode_attention_cuda(
 ) -> torch.Tensor:
     """Decode attention over the paged cache (kernels/reference.py); fills ``out`` if given."""
     check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
-    load_op()
+    _ensure_loaded()
     result = torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, float(scale))
     if out is None:
         return result
@@ -174,7 +181,7 @@ def write_kv_cuda(
 ) -> None:
     """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots; slot < 0 is skipped."""
     check_write_args(key, value, k_cache, v_cache, slot_mapping)
-    load_op()
+    _ensure_loaded()
     torch.ops.kvbench.write_kv(key, value, k_cache, v_cache, slot_mapping)
 
 

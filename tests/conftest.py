@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import harness  # noqa: F401  (fixes MKL threading before torch loads)
 import kernels  # noqa: F401  (turns on the Triton interpreter on CPU before any kernel import)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

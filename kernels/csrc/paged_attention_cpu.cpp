@@ -101,6 +101,36 @@ template <>
 KVBENCH_INLINE const float* as_float<float>(const float* row, float*, int64_t) {
   return row;
 }
+// c10::Half's own conversion branches per element; this one (after F. Giesen's
+// half_to_float) selects with masks instead, so the loop vectorises. Exact for every
+// finite and infinite half; NaN stays NaN.
+KVBENCH_INLINE float half_bits_to_float(uint16_t h) {
+  constexpr uint32_t kShiftedExp = 0x7c00u << 13;  // the half exponent field, moved to fp32's place
+  uint32_t bits = (h & 0x7fffu) << 13;
+  const uint32_t exp = bits & kShiftedExp;
+  const uint32_t is_special = 0u - static_cast<uint32_t>(exp == kShiftedExp);  // Inf / NaN: all ones
+  const uint32_t is_small = 0u - static_cast<uint32_t>(exp == 0);              // zero / subnormal
+  bits += (127 - 15) << 23;
+  bits += is_special & ((128 - 16) << 23);  // keep an all-ones exponent
+  // Zero / subnormal: renormalise by a float subtraction of 2^-14 (the subnormal scale).
+  float small;
+  const uint32_t small_in = bits + (1u << 23);
+  std::memcpy(&small, &small_in, sizeof small);
+  small -= 6.103515625e-05f;
+  uint32_t small_bits;
+  std::memcpy(&small_bits, &small, sizeof small_bits);
+  bits = (small_bits & is_small) | (bits & ~is_small);
+  bits |= static_cast<uint32_t>(h & 0x8000u) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <>
+KVBENCH_INLINE const float* as_float<c10::Half>(const c10::Half* row, float* buf, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) buf[i] = half_bits_to_float(row[i].x);
+  return buf;
+}
 
 // Tokens sit in randomly placed blocks, which the hardware prefetcher follows
 // poorly: fetch a few tokens ahead.
@@ -148,7 +178,7 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const T* 
     // 1) scores = (q * scale) . k for every query head of the task
     scores.resize(rows * ctx);
     for (int64_t t = 0; t < ctx; ++t) {
-      if (kPrefetchRows > 0 && t + kPrefetchRows < ctx) prefetch_row(k_cache + token_offset(t + kPrefetchRows), span);
+      if (t + kPrefetchRows < ctx) prefetch_row(k_cache + token_offset(t + kPrefetchRows), span);
       const T* k_token = k_cache + token_offset(t);
       for (int64_t hh = 0; hh < nh; ++hh) {
         const float* k = as_float(k_token + hh * g.c_sh, row.data(), D);
@@ -169,7 +199,7 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const T* 
     // 3) probs @ V
     std::fill(acc.begin(), acc.begin() + rows * D, 0.f);
     for (int64_t t = 0; t < ctx; ++t) {
-      if (kPrefetchRows > 0 && t + kPrefetchRows < ctx) prefetch_row(v_cache + token_offset(t + kPrefetchRows), span);
+      if (t + kPrefetchRows < ctx) prefetch_row(v_cache + token_offset(t + kPrefetchRows), span);
       const T* v_token = v_cache + token_offset(t);
       for (int64_t hh = 0; hh < nh; ++hh) {
         const float* v = as_float(v_token + hh * g.c_sh, row.data(), D);

@@ -1,0 +1,320 @@
+"""The torch.ops.kvbench C++/CUDA op (kernels/cuda_op.py) against the pure-torch oracle.
+
+On CPU this builds the op (C++ kernels only) and runs the full grid of awkward
+sizes; the CUDA source is checked by compiling it with nvcc for sm_80 and sm_90.
+The CUDA kernels themselves run only in the ``gpu`` group, on a CUDA machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import cuda_op
+from kernels.cuda_op import (
+    CompilerNotFoundError,
+    KernelBuildError,
+    paged_decode_attention_cuda,
+    write_kv_cuda,
+)
+from kernels.reference import paged_decode_attention_ref, write_kv_ref
+from kernels.validate import KernelArgumentError
+
+ATOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+MIXED_LENS = [1, 17, 54, 97, 300]
+LONG_LENS = [1, 17, 511, 512, 513, 1500, 4097, 5000]  # split-K: several partitions, ragged ends
+needs_nvcc = pytest.mark.skipif(not cuda_op.nvcc_available(), reason="nvcc not found (PATH or CUDA_HOME)")
+
+
+@pytest.fixture(scope="module")
+def op() -> Path:
+    """Build (first run: ~15 s) or reuse the op library."""
+    return cuda_op.load_op()
+
+
+def make_decode_inputs(lens, kv_heads, group, head_dim, block_size, dtype, device="cpu", seed=0, spare_blocks=7):
+    """Random q and cache; each sequence's blocks are shuffled across a pool with unused blocks."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks_per_seq = [(n + block_size - 1) // block_size for n in lens]
+    pool = sum(blocks_per_seq) + spare_blocks
+    physical = torch.randperm(pool, generator=gen).to(torch.int32)
+    # Entries past a sequence's last block must be ignored: fill them with junk ids.
+    tables = torch.randint(-(10**6), 10**6, (len(lens), max(blocks_per_seq) + 2), generator=gen, dtype=torch.int32)
+    used = 0
+    for row, n in enumerate(blocks_per_seq):
+        tables[row, :n] = physical[used:used + n]
+        used += n
+    shape = (pool, block_size, kv_heads, head_dim)
+    k_cache = torch.randn(shape, generator=gen).to(dtype)
+    v_cache = torch.randn(shape, generator=gen).to(dtype)
+    q = torch.randn(len(lens), kv_heads * group, head_dim, generator=gen).to(dtype)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    return tuple(t.to(device) for t in (q, k_cache, v_cache, tables, lens_t))
+
+
+def check_decode(lens, kv_heads, group, head_dim, block_size, dtype, device="cpu"):
+    q, k_cache, v_cache, tables, lens_t = make_decode_inputs(lens, kv_heads, group, head_dim, block_size, dtype, device)
+    scale = head_dim ** -0.5
+    out = torch.full_like(q, float("nan"))
+    got = paged_decode_attention_cuda(q, k_cache, v_cache, tables, lens_t, scale, out=out)
+    assert got is out
+    assert not torch.isnan(out).any(), "output rows left unwritten"
+    # The reference on the same (possibly half) inputs, computed in fp32.
+    want = paged_decode_attention_ref(q.float(), k_cache.float(), v_cache.float(), tables, lens_t, scale)
+    torch.testing.assert_close(out.float(), want, atol=ATOL[dtype], rtol=ATOL[dtype])
+
+
+def check_write(tokens, kv_heads, head_dim, block_size, dtype, device="cpu", misaligned=False):
+    gen = torch.Generator().manual_seed(1)
+    num_blocks = tokens // block_size + 3
+    k_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen).to(dtype).to(device)
+    v_cache = torch.randn_like(k_cache)
+    # key/value as strided views of one fused buffer, as a qkv projection gives them.
+    fused = torch.randn(tokens, 3 * kv_heads * head_dim + int(misaligned), generator=gen).to(dtype).to(device)
+    key = fused[:, int(misaligned):][:, : kv_heads * head_dim].view(tokens, kv_heads, head_dim)
+    value = fused[:, -kv_heads * head_dim:].view(tokens, kv_heads, head_dim)
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
+    slots[::5] = -1  # padding tokens: skipped
+    slots = slots.to(device)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    write_kv_ref(key, value, want_k, want_v, slots)
+    write_kv_cuda(key, value, k_cache, v_cache, slots)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+
+
+# --- CPU kernels ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head_dim", [64, 80, 128])
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("block_size", [1, 8, 16, 32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_decode_matches_reference(op, dtype, block_size, group, head_dim):
+    check_decode(MIXED_LENS, 2, group, head_dim, block_size, dtype)
+
+
+@pytest.mark.parametrize("head_dim", [96, 256])
+def test_decode_other_head_dims_and_long_context(op, head_dim):
+    check_decode([3, 700, 1300], 2, 4, head_dim, 16, torch.float32)
+
+
+def test_decode_strided_q_and_small_batch(op):
+    """q as a view of a fused qkv tensor (not contiguous); a small batch splits the kv heads over tasks."""
+    q, k_cache, v_cache, tables, lens = make_decode_inputs([97, 30], 4, 2, 64, 8, torch.float32)
+    qkv = torch.randn(2, 3 * q.shape[1], 64)
+    qkv[:, : q.shape[1]] = q
+    strided_q = qkv[:, : q.shape[1]]
+    assert not strided_q.is_contiguous()
+    got = paged_decode_attention_cuda(strided_q, k_cache, v_cache, tables, lens, 0.125)
+    want = paged_decode_attention_ref(q, k_cache, v_cache, tables, lens, 0.125)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block_size", [1, 8, 16, 32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_write_kv_matches_reference(op, dtype, block_size):
+    check_write(37, 2, 64, block_size, dtype)
+
+
+def test_opcheck_cpu(op):
+    q, k_cache, v_cache, tables, lens = make_decode_inputs(MIXED_LENS, 2, 4, 64, 16, torch.float32)
+    torch.library.opcheck(torch.ops.kvbench.paged_decode_attention.default, (q, k_cache, v_cache, tables, lens, 0.125))
+    key, value = torch.randn(2, 5, 2, 64).unbind(0)
+    slots = torch.tensor([3, -1, 40, 7, 0])
+    torch.library.opcheck(torch.ops.kvbench.write_kv.default, (key, value, k_cache.clone(), v_cache.clone(), slots))
+
+
+def write_then_attend(q, key, value, k_cache, v_cache, slots, tables, lens):
+    """One decode step through the Python wrappers (argument checks, then torch.ops.kvbench)."""
+    write_kv_cuda(key, value, k_cache, v_cache, slots)
+    return paged_decode_attention_cuda(q, k_cache, v_cache, tables, lens, 0.125)
+
+
+def test_torch_compile_fullgraph_matches_eager(op):
+    q, k_cache, v_cache, tables, lens = make_decode_inputs(MIXED_LENS, 2, 4, 64, 16, torch.float32)
+    key, value = torch.randn(2, len(MIXED_LENS), 2, 64).unbind(0)
+    # Each sequence's newest token: the last slot of its context.
+    slots = torch.stack([tables[b, (n - 1) // 16].long() * 16 + (n - 1) % 16 for b, n in enumerate(MIXED_LENS)])
+    eager_k, eager_v = k_cache.clone(), v_cache.clone()
+    want = write_then_attend(q, key, value, eager_k, eager_v, slots, tables, lens)
+    torch._dynamo.reset()
+    compiled = torch.compile(write_then_attend, fullgraph=True)
+    got = compiled(q, key, value, k_cache, v_cache, slots, tables, lens)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    assert torch.equal(k_cache, eager_k) and torch.equal(v_cache, eager_v), "the cache writes were lost"
+
+
+def test_op_rejects_bad_block_ids_and_lengths(op):
+    """The C++ op checks what the Python validator cannot see without reading tensors."""
+    q, k_cache, v_cache, tables, lens = make_decode_inputs([20, 9], 1, 1, 64, 8, torch.float32)
+    bad_tables = tables.clone()
+    bad_tables[1, 0] = k_cache.shape[0]
+    with pytest.raises(RuntimeError, match="block_tables"):
+        torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, bad_tables, lens, 1.0)
+    too_long = torch.tensor([20, tables.shape[1] * 8 + 1], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="context_lens"):
+        torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, tables, too_long, 1.0)
+    key = torch.randn(1, 1, 64)
+    with pytest.raises(RuntimeError, match="slot_mapping"):
+        torch.ops.kvbench.write_kv(key, key, k_cache, v_cache, torch.tensor([k_cache.shape[0] * 8]))
+
+
+def _decode_args(**override):
+    q, k_cache, v_cache, tables, lens = make_decode_inputs([5, 9], 2, 2, 64, 8, torch.float32)
+    args = dict(q=q, k_cache=k_cache, v_cache=v_cache, block_tables=tables, context_lens=lens, scale=0.125)
+    args.update({name: make(args) for name, make in override.items()})
+    return args
+
+
+@pytest.mark.parametrize("override", [
+    {"block_tables": lambda a: a["block_tables"].long()},
+    {"context_lens": lambda a: a["context_lens"].long()},
+    {"q": lambda a: a["q"].half()},
+    {"q": lambda a: a["q"][:, :3]},                                   # 3 heads over 2 kv heads
+    {"q": lambda a: torch.randn(2, 4, 72), "k_cache": lambda a: torch.randn(9, 8, 2, 72),
+     "v_cache": lambda a: torch.randn(9, 8, 2, 72)},                  # head_dim 72
+    {"k_cache": lambda a: torch.randn(9, 12, 2, 64), "v_cache": lambda a: torch.randn(9, 12, 2, 64)},
+    {"out": lambda a: torch.empty(2, 4, 32)},
+], ids=["tables-int64", "lens-int64", "q-dtype", "heads", "head-dim", "block-size", "out-shape"])
+def test_decode_wrapper_rejects_bad_args(override):
+    with pytest.raises(KernelArgumentError):
+        paged_decode_attention_cuda(**_decode_args(**override))
+
+
+def test_write_wrapper_rejects_bad_args():
+    k_cache = torch.randn(4, 8, 2, 64)
+    key = torch.randn(3, 2, 64)
+    with pytest.raises(KernelArgumentError, match="int64"):
+        write_kv_cuda(key, key, k_cache, k_cache.clone(), torch.tensor([0, 1, 2], dtype=torch.int32))
+    with pytest.raises(KernelArgumentError, match="dtype"):
+        write_kv_cuda(key.half(), key.half(), k_cache, k_cache.clone(), torch.tensor([0, 1, 2]))
+
+
+# --- Build machinery -----------------------------------------------------------------------
+
+
+def test_missing_compiler_is_named(monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(cuda_op.shutil, "which", lambda name: None)
+    with pytest.raises(CompilerNotFoundError, match=r"no C\+\+ compiler found \(tried c\+\+, g\+\+\)") as err:
+        cuda_op.find_cxx()
+    assert isinstance(err.value, RuntimeError)
+
+
+def test_build_dir_follows_env_and_torch_version(monkeypatch, tmp_path):
+    monkeypatch.setenv("KVBENCH_BUILD_DIR", str(tmp_path))
+    assert cuda_op.build_dir() == tmp_path
+    monkeypatch.delenv("KVBENCH_BUILD_DIR")
+    assert torch.__version__.split("+")[0] in cuda_op.build_dir().name
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cuda_source_compiles(arch, tmp_path):
+    obj = cuda_op.compile_cuda_source(arch, tmp_path)
+    assert obj.is_file() and obj.stat().st_size > 0
+
+
+@needs_nvcc
+def test_nvcc_errors_are_reported(tmp_path):
+    with pytest.raises(KernelBuildError, match="nvcc"):
+        cuda_op.compile_cuda_source("sm_1", tmp_path)
+
+
+@needs_nvcc
+def test_launcher_declarations_match_definitions(tmp_path):
+    """extern "C" names carry no types, so a drifted prototype would link and crash.
+
+    Compiling ops.cpp's declarations after the definitions in one unit turns any
+    mismatch into a compile error.
+    """
+    ops = (cuda_op.CSRC / "ops.cpp").read_text()
+    decls = ops[ops.index("// BEGIN launcher declarations"):ops.index("// END launcher declarations")]
+    assert decls.count("kvbench_") >= 4
+    unit = tmp_path / "check_launchers.cu"
+    unit.write_text(f'#include "{cuda_op.CUDA_SOURCE}"\n{decls}\n')
+    cmd = [cuda_op.find_nvcc(), "-arch=sm_90", "-std=c++17", "-cuda", str(unit), "-o", str(tmp_path / "x.ii")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@needs_nvcc
+def test_cuda_registration_compiles_against_torch_headers(tmp_path):
+    """ops.cpp's CUDA half (KVBENCH_WITH_CUDA), syntax-checked against torch's c10/cuda headers."""
+    from torch.utils.cpp_extension import include_paths
+
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    homes = [CUDA_HOME, os.environ.get("CUDA_HOME"), Path(cuda_op.find_nvcc()).resolve().parent.parent, "/usr/local/cuda"]
+    cuda_include = next((Path(h, "include") for h in homes if h and Path(h, "include/cuda_runtime_api.h").is_file()), None)
+    if cuda_include is None or not Path(include_paths()[0], "c10/cuda/CUDAStream.h").is_file():
+        pytest.skip("CUDA runtime headers or torch's c10/cuda headers missing")
+    cmd = [cuda_op.find_cxx(), "-std=c++17", "-fsyntax-only", "-DKVBENCH_WITH_CUDA",
+           # CPU wheels ship c10/cuda headers without the generated cmake macros file.
+           "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE",
+           *(f"-isystem{p}" for p in include_paths()), f"-isystem{cuda_include}", str(cuda_op.CSRC / "ops.cpp")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- CUDA kernels (a GPU machine) -----------------------------------------------------------
+
+
+GPU_DECODE_CASES = list(itertools.product(
+    [torch.float32, torch.float16, torch.bfloat16],
+    [1, 16, 128],           # block sizes
+    [(2, 1), (2, 4), (1, 8), (2, 6), (1, 16)],  # (kv_heads, group): head tiles of 8 and their remainders
+    [64, 80, 96, 128, 256],
+))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,block_size,heads,head_dim", GPU_DECODE_CASES, ids=str)
+def test_cuda_decode_matches_reference(op, dtype, block_size, heads, head_dim):
+    kv_heads, group = heads
+    check_decode(MIXED_LENS, kv_heads, group, head_dim, block_size, dtype, device="cuda")  # one partition
+    check_decode(LONG_LENS, kv_heads, group, head_dim, block_size, dtype, device="cuda")   # split-K
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_cuda_matches_cpu_kernel(op, dtype):
+    inputs = make_decode_inputs(LONG_LENS, 2, 4, 128, 16, dtype)
+    cpu = paged_decode_attention_cuda(*inputs, 0.1)
+    gpu = paged_decode_attention_cuda(*(t.cuda() for t in inputs), 0.1)
+    torch.testing.assert_close(gpu.cpu().float(), cpu.float(), atol=ATOL[dtype], rtol=ATOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("misaligned", [False, True], ids=["vectorised", "scalar"])
+@pytest.mark.parametrize("block_size", [1, 16, 128])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_cuda_write_kv_matches_reference(op, dtype, block_size, misaligned):
+    check_write(300, 2, 128, block_size, dtype, device="cuda", misaligned=misaligned)
+
+
+@pytest.mark.gpu
+def test_opcheck_cuda(op):
+    q, k_cache, v_cache, tables, lens = make_decode_inputs(LONG_LENS, 2, 4, 128, 16, torch.float16, device="cuda")
+    torch.library.opcheck(torch.ops.kvbench.paged_decode_attention.default, (q, k_cache, v_cache, tables, lens, 0.1))
+    key, value = torch.randn(2, 5, 2, 128, device="cuda", dtype=torch.float16).unbind(0)
+    slots = torch.tensor([3, -1, 40, 7, 0], device="cuda")
+    torch.library.opcheck(torch.ops.kvbench.write_kv.default, (key, value, k_cache.clone(), v_cache.clone(), slots))
+
+
+@pytest.mark.gpu
+def test_cuda_torch_compile_matches_eager(op):
+    q, k_cache, v_cache, tables, lens = make_decode_inputs(MIXED_LENS, 2, 4, 64, 16, torch.float32, device="cuda")
+    key, value = torch.randn(2, len(MIXED_LENS), 2, 64, device="cuda").unbind(0)
+    slots = torch.arange(len(MIXED_LENS), device="cuda") * 3
+    eager_k, eager_v = k_cache.clone(), v_cache.clone()
+    want = write_then_attend(q, key, value, eager_k, eager_v, slots, tables, lens)
+    torch._dynamo.reset()
+    got = torch.compile(write_then_attend, fullgraph=True)(q, key, value, k_cache, v_cache, slots, tables, lens)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(k_cache, eager_k)
