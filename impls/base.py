@@ -147,8 +147,10 @@ class KVCache(ABC):
         self.device = device
         self.scale = head_dim**-0.5
         shape = (num_blocks, block_len, kv_heads, head_dim)
-        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # Zeroed, not empty: attention reads rows past a sequence's length (masked out),
+        # and a NaN left in recycled memory would survive the mask (0 * NaN = NaN).
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
     @abstractmethod
     def prepare_prefill(self, seq_id: int, start: int, end: int) -> Any:
