@@ -40,6 +40,7 @@ METRICS = [
     "latency_us_p50", "latency_us_p10", "latency_us_p90", "bytes_moved", "bandwidth_gbps",
     "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
 ]
+TEXT_METRICS = ("budget_source", "output_digest", "layout")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 STATUSES = ("ok", "oom", "error", "skipped")
 

@@ -66,3 +66,12 @@ def test_request_that_never_fits_is_rejected_not_dropped(compose, tmp_path):
         "workload.prompt_len=64", "workload.output_len=3000", "workload.num_requests=3",
         "device.kv_cache_gb=0.004", "scenario.concurrency_points=[1]"])
     assert row["rejected"] == 3 and "rejected" in row["notes"]
+
+
+@pytest.mark.parametrize("impl", ["contiguous", "paged_torch"])
+def test_pool_too_small_for_one_request_is_a_clear_error(compose, tmp_path, impl):
+    rows, code = run_job(compose([f"+impl={impl}", "scenario=capacity", "model=tiny-llama", "max_seq_len=512",
+                                  "workload=fixed", "workload.prompt_len=100", "workload.output_len=10",
+                                  "device.kv_cache_gb=0.0001"]), tmp_path)
+    assert code == 2 and rows[0]["status"] == "error"
+    assert "raise device.memory_gb" in rows[0]["error"]

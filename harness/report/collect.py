@@ -8,18 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results import COLUMNS, METRICS
+from harness.results import COLUMNS, METRICS, TEXT_METRICS
 
 # Columns that hold numbers; a run folder's CSV or an all-None Parquet column may have typed
 # them as text or object, and concatenation must not turn a missing value into anything but NaN.
 NUMERIC = [
     "block_size", "batch", "max_seq_len", "num_requests", "prompt_len", "output_len",
     "shared_prefix_len", "n", "seed", "repeat", "gpu_count", "gpu_memory_bytes", "cpu_count",
-    *[m for m in METRICS if m not in ("budget_source", "output_digest")],
-    # kernel scenario
-    "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "latency_us_p50",
-    "latency_us_p10", "latency_us_p90", "bandwidth_gbps", "peak_bw_gbps", "copy_bw_gbps",
-    "frac_peak_bw", "frac_copy_bw",
+    *[m for m in METRICS if m not in TEXT_METRICS],  # kernel and max_concurrency columns included
     # capacity points
     "concurrency", "kv_bytes_reserved", "kv_bytes_used", "budget_kv_bytes",
 ]
