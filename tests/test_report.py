@@ -213,3 +213,18 @@ def test_peak_bandwidth_table():
 def test_md_table():
     t = md_table(pd.DataFrame({"a": [1.0, float("nan")], "b": ["x|y", None]}))
     assert t.splitlines() == ["| a | b |", "| --- | --- |", "| 1 | x\\|y |", "| – | – |"]
+
+
+def test_parity_table_flags_disagreeing_impls():
+    import pandas as pd
+
+    from harness.report.markdown import parity_table
+
+    base = {"scenario": "decode", "status": "ok", "device_slug": "cpu", "model": "m", "dtype": "float32",
+            "workload": "chat", "workload_digest": "w1", "batch": 8}
+    rows = pd.DataFrame([{**base, "impl": "contiguous", "output_digest": "aaa"},
+                         {**base, "impl": "paged_torch", "output_digest": "aaa"},
+                         {**base, "batch": 16, "impl": "contiguous", "output_digest": "aaa"},
+                         {**base, "batch": 16, "impl": "paged_triton", "output_digest": "bbb"}])
+    table = parity_table(rows).set_index("batch")
+    assert bool(table.loc[8, "agree"]) and not bool(table.loc[16, "agree"])

@@ -85,6 +85,20 @@ def decode_table(rows: pd.DataFrame) -> pd.DataFrame:
     return _pick(df.sort_values(["device_slug", "model", "workload", "impl", "batch", "run_dir"]), cols)
 
 
+def parity_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Greedy output parity: per device, model, dtype and workload, the digests each impl produced."""
+    df = ok_rows(rows, "decode").dropna(subset=["output_digest"])
+    keys = ["device_slug", "model", "dtype", "workload", "workload_digest", "batch"]
+    out = []
+    for key, group in df.groupby(keys, dropna=False, sort=True):
+        by_impl = group.groupby("impl")["output_digest"].agg(lambda d: ",".join(sorted(set(d))))
+        if len(by_impl) < 2:
+            continue
+        out.append({**dict(zip(keys, key)), "impls": " ".join(by_impl.index),
+                    "digests": " ".join(sorted(set(by_impl))), "agree": by_impl.nunique() == 1})
+    return pd.DataFrame(out)
+
+
 def kernel_table(rows: pd.DataFrame) -> pd.DataFrame:
     df = ok_rows(rows, "kernel")
     cols = {"device_slug": "device", "impl": "impl", "layout": "layout", "dtype": "dtype", "block_size": "block",
@@ -166,6 +180,14 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
         parts += ["Rows not ok:\n", md_table(_pick(failed, {"run_dir": "run", "scenario": "scenario", "impl": "impl",
                                                             "batch": "batch", "device_slug": "device",
                                                             "status": "status", "error": "error"}))]
+    parity = parity_table(rows)
+    if len(parity):
+        parts += ["## Output parity across impls\n",
+                  "The same requests must give the same greedy tokens whatever the cache and kernel "
+                  "(fp32 exactly; bf16/fp16 may differ where two logits tie after rounding).\n",
+                  md_table(_pick(parity, {"device_slug": "device", "model": "model", "dtype": "dtype",
+                                          "workload": "workload", "batch": "batch", "impls": "impls",
+                                          "digests": "output digests", "agree": "agree"}))]
     for i, (name, title) in enumerate([s for s in SECTIONS if s[0] in drawn], start=1):
         parts += [f"## {i}. {title}\n", _figure(name, title)]
         if notes.get(name):
