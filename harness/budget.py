@@ -46,7 +46,8 @@ def kv_budget(
     usable = int(device_bytes * cfg.device.utilization)
     weights = measured_weight_bytes if measured_weight_bytes is not None else weight_bytes(cfg.model, cfg.dtype)
     act = (measured_activation_bytes if measured_activation_bytes is not None
-           else activation_bytes_estimate(cfg.model, cfg.dtype, max(cfg.max_seq_len, cfg.batch)))
+           else activation_bytes_estimate(cfg.model, cfg.dtype, max(cfg.max_seq_len, cfg.batch),
+                                          cfg.batch * cfg.workload.n))
     kv = usable - weights - act
     if cfg.device.kv_cache_gb is not None:
         return MemoryBudget(device_bytes, usable, weights, act, int(cfg.device.kv_cache_gb * GB), "device.kv_cache_gb")

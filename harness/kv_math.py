@@ -41,15 +41,16 @@ def weight_bytes(model: ModelConfig, dtype: str) -> int:
     return parameter_count(model) * DTYPE_BYTES[dtype]
 
 
-def activation_bytes_estimate(model: ModelConfig, dtype: str, max_tokens: int) -> int:
+def activation_bytes_estimate(model: ModelConfig, dtype: str, max_tokens: int, logits_rows: int) -> int:
     """Peak activations of one forward over ``max_tokens`` tokens (no KV), for budgeting.
 
-    Used where a profile run is impossible (CPU, capacity scenario): the fp32
-    logits plus the widest intermediate (gate+up) and a few hidden-sized buffers.
+    Used where a profile run is impossible (CPU, capacity scenario): fp32 logits for
+    ``logits_rows`` tokens (a prefill keeps only its last position, a decode step one
+    per sequence) plus the widest intermediate (gate+up) and a few hidden-sized buffers.
     On a GPU the decode scenario measures the peak instead, as vLLM does.
     """
     b = DTYPE_BYTES[dtype]
-    logits = max_tokens * model.vocab_size * 4
+    logits = logits_rows * model.vocab_size * 4
     mlp = max_tokens * 3 * model.intermediate_size * b
     hidden = max_tokens * 6 * max(model.hidden_size, model.q_size + 2 * model.kv_size) * b
     return logits + mlp + hidden

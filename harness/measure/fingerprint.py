@@ -86,7 +86,8 @@ def collect(device: str) -> Fingerprint:
         driver = info.driver_version if info else None
     cpus = os.cpu_count() or 1
     sha = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    # Published results are rewritten by the runs themselves: they do not make the code dirty.
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return Fingerprint(
         device=device,
         device_slug=device_slug(device),
