@@ -33,7 +33,8 @@ def test_seeds_figure_contiguous_wastes_75_percent_paging_saves_75_gb(compose, t
     assert paged["kv_used_fraction"] >= 0.96  # the paper's vLLM figure: 96.3%
     assert contiguous["kv_used_fraction"] < 0.40  # prior systems: 20.4-38.2%
     assert contiguous["max_concurrency"] == paged["max_concurrency"] == 100
-    assert paged["max_concurrency_analytic"] > 4 * contiguous["max_concurrency_analytic"]
+    # 2048-token slots vs 32 blocks of 16 for a 500-token request: 4x the sequences
+    assert paged["max_concurrency_analytic"] / contiguous["max_concurrency_analytic"] == pytest.approx(4, rel=0.02)
     at100 = points[points.concurrency == 100].set_index("variant")
     assert at100.loc["contiguous", "kv_bytes_reserved"] == contiguous["kv_bytes_reserved"]
     assert at100.loc["paged", "kv_bytes_reserved"] == paged["kv_bytes_reserved"]
