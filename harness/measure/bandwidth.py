@@ -18,6 +18,6 @@ def peak_bandwidth_gbps(device: torch.device) -> float | None:
         h = nv.nvmlDeviceGetHandleByIndex(device.index or 0)
         clock_mhz = nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)
         bus_bits = nv.nvmlDeviceGetMemoryBusWidth(h)
-    except nv.NVMLError:
+    except (nv.NVMLError, AttributeError):  # AttributeError: an nvidia-ml-py without these calls
         return None
     return clock_mhz * 1e6 * 2 * bus_bits / 8 / 1e9
