@@ -14,6 +14,7 @@ import torch
 
 from impls.base import KVCache
 from impls.block_manager import BlockManager
+from impls.device_block_tables import DeviceBlockTables
 from kernels.prefill import prefill_attention
 from kernels.reference import gather_kv
 from kernels.registry import PagedKernel
@@ -39,6 +40,7 @@ class PagedCache(KVCache):
     def __init__(self, kernel: PagedKernel, allocator: BlockManager, **tensor_args) -> None:
         super().__init__(allocator, allocator.num_blocks, allocator.block_size, **tensor_args)
         self.kernel = kernel
+        self.tables = DeviceBlockTables(self.device)
 
     def prepare_prefill(self, seq_id: int, start: int, end: int) -> _Prefill:
         bm = self.allocator
@@ -52,11 +54,9 @@ class PagedCache(KVCache):
         tables = [bm.block_table(s) for s in seq_ids]
         lens = [bm.num_tokens(s) for s in seq_ids]
         slots = [t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)]
-        width = max(len(t) for t in tables)
-        padded = [t + [0] * (width - len(t)) for t in tables]
         return _Decode(
             torch.tensor(slots, dtype=torch.long, device=self.device),
-            torch.tensor(padded, dtype=torch.int32, device=self.device),
+            self.tables.gather(seq_ids, tables),
             torch.tensor(lens, dtype=torch.int32, device=self.device),
         )
 
