@@ -104,21 +104,17 @@ class Scheduler:
         alloc = self.allocator
         while self.waiting:
             seq, samples = self.waiting[0]
-            if len(self.running) + samples > self.max_num_seqs:
-                break
-            if not alloc.can_admit(seq.token_ids, samples):
-                if self.running or plan.admitted:
-                    break
-                # An empty cache cannot take it: it never will. Record, don't drop.
-                reason = self._never_fits(seq, samples) or "does not fit in an empty cache"
-                self.waiting.popleft()
-                self.rejected.append((seq, reason))
-                continue
+            # A request that can never run is recorded as rejected, not dropped (and
+            # must not block the queue forever).
             reason = self._never_fits(seq, samples)
+            if reason is None and not (self.running or plan.admitted) and not alloc.can_admit(seq.token_ids, samples):
+                reason = "does not fit in an empty cache"
             if reason:
                 self.waiting.popleft()
                 self.rejected.append((seq, reason))
                 continue
+            if len(self.running) + samples > self.max_num_seqs or not alloc.can_admit(seq.token_ids, samples):
+                break
             self.waiting.popleft()
             seq.num_cached = alloc.admit(seq.seq_id, seq.token_ids)
             admission = Admission(seq)

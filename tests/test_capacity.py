@@ -76,3 +76,10 @@ def test_pool_too_small_for_one_request_is_a_clear_error(compose, tmp_path, impl
                                   "device.kv_cache_gb=0.0001"]), tmp_path)
     assert code == 2 and rows[0]["status"] == "error"
     assert "raise device.memory_gb" in rows[0]["error"]
+
+
+def test_more_samples_than_batch_are_rejected_not_waited_on_forever(compose, tmp_path):
+    row, _ = capacity(compose, tmp_path, "paged_torch", [
+        "scenario=capacity", "model=tiny-llama", "batch=2", "workload=parallel_sampling", "workload.n=3",
+        "workload.num_requests=2", "scenario.concurrency_points=[1]"])
+    assert row["rejected"] == 2 and "exceed batch=2" in row["notes"]
