@@ -87,6 +87,9 @@ class Scheduler:
         self._admit(plan)
         if not plan.admitted:
             self._schedule_decode(plan, num_tokens)
+        if not (plan.admitted or plan.decodes or plan.preempted or self.done):
+            # Nothing can move: a bug, not a workload property. Fail loudly, never spin.
+            raise RuntimeError(f"scheduler stalled: {len(self.waiting)} waiting, {len(self.running)} running")
         self.peak_running = max(self.peak_running, len(self.running))
         if not self.num_preemptions:
             self.peak_running_before_preemption = self.peak_running
