@@ -10,7 +10,7 @@ diverge and copy-on-write is exercised), then continues greedily.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -37,7 +37,6 @@ class EngineResult:
     preemptions: int
     peaks: KVPeaks
     cache_hit_tokens: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class Engine:

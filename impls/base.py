@@ -13,7 +13,7 @@ Two halves, so the capacity scenario can run the bookkeeping alone at 70B scale:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -65,9 +65,6 @@ class CacheStats:
             reservation_waste_bytes=usage.reservation_waste_tokens * bytes_per_token,
             num_sequences=usage.num_sequences,
         )
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class KVAllocator(ABC):
