@@ -127,5 +127,5 @@ class Engine:
             peak_running_before_preemption=sched.peak_running_before_preemption,
             preemptions=sched.num_preemptions,
             peaks=peaks,
-            cache_hit_tokens=getattr(cache.allocator, "cache_hit_tokens", 0),
+            cache_hit_tokens=cache.allocator.cache_hit_tokens,
         )

@@ -70,6 +70,8 @@ class CacheStats:
 class KVAllocator(ABC):
     """Bookkeeping of KV slots; check/act pairs so the scheduler never half-admits."""
 
+    cache_hit_tokens: int = 0  # prompt tokens served from a prefix cache over the run
+
     @abstractmethod
     def can_admit(self, token_ids: Sequence[int], num_samples: int = 1) -> bool:
         """Whether a new sequence (and its ``num_samples - 1`` forks) fits now."""

@@ -141,7 +141,7 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
         "rejected": len(sim.rejected),
         "output_tokens": sum(r.output_len * r.n for r in requests) if not sim.rejected else None,
         "prompt_tokens": sum(len(r.prompt_ids) for r in requests),
-        "cache_hit_tokens": getattr(allocator, "cache_hit_tokens", None),
+        "cache_hit_tokens": allocator.cache_hit_tokens,
         **sim.peaks.as_row(),
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
         "weight_bytes": budget.weight_bytes,

@@ -35,9 +35,12 @@ def measure_activation_peak(ctx: RunContext, num_tokens: int) -> int | None:
 
 
 def budget_for(ctx: RunContext) -> MemoryBudget:
-    total = torch.cuda.get_device_properties(0).total_memory if ctx.device.type == "cuda" else None
-    act = measure_activation_peak(ctx, min(ctx.cfg.max_seq_len, 2048))
-    return kv_budget(ctx.cfg, total, ctx.model.num_parameter_bytes(), act)
+    """The KV budget, measured once per run and shared by every impl of the run."""
+    if "budget" not in ctx.memo:
+        total = torch.cuda.get_device_properties(0).total_memory if ctx.device.type == "cuda" else None
+        act = measure_activation_peak(ctx, min(ctx.cfg.max_seq_len, 2048))
+        ctx.memo["budget"] = kv_budget(ctx.cfg, total, ctx.model.num_parameter_bytes(), act)
+    return ctx.memo["budget"]
 
 
 def warmup_requests(requests: list[Request]) -> list[Request]:
