@@ -40,7 +40,7 @@ DEVICE_KIND := $(if $(HAS_CUDA_TORCH),gpu,cpu)
 SWEEPS ?= $(sort $(basename $(notdir $(wildcard conf/sweep/$(DEVICE_KIND)_*.yaml))))
 
 sweep: setup
-	@slug=$$($(PY) -c "from harness.config import _auto_device_slug as s; print(s())"); \
+	@slug=$$($(PY) -c "from harness.measure.fingerprint import auto_device_slug as s; print(s())"); \
 	for s in $(SWEEPS); do \
 	  rm -rf "results/$$slug/$${s#$(DEVICE_KIND)_}"; \
 	  echo "== sweep $$s -> results/$$slug/$${s#$(DEVICE_KIND)_}"; \

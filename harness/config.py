@@ -99,11 +99,9 @@ class Config:
 
 
 def _auto_device_slug() -> str:
-    import torch
+    from harness.measure.fingerprint import auto_device_slug
 
-    from harness.measure.fingerprint import device_slug
-
-    return device_slug("cuda" if torch.cuda.is_available() else "cpu")
+    return auto_device_slug()
 
 
 def register_configs() -> None:

@@ -71,6 +71,16 @@ class RunContext:
         bar = tqdm(total=total, desc=desc, unit="tok", leave=False)
         return bar.update, bar.close
 
+    def kernel_backend(self, impl: ImplConfig | None) -> str | None:
+        """The kernel that really ran (kernels.registry.kernel_backend); none for bookkeeping-only runs."""
+        if impl is None or self.cfg.scenario.name == "capacity":
+            return None
+        if self.cfg.scenario.name == "max_concurrency" and self.cfg.scenario.probe == "capacity":
+            return None
+        from kernels.registry import kernel_backend
+
+        return kernel_backend(impl.kernel, self.device.type)
+
     def identifiers(self, impl: ImplConfig | None) -> dict:
         cfg, w = self.cfg, self.cfg.workload
         return {
@@ -79,6 +89,7 @@ class RunContext:
             "impl": impl.name if impl else None,
             "cache": impl.cache if impl else None,
             "kernel": impl.kernel if impl else None,
+            "kernel_backend": self.kernel_backend(impl),
             "model": cfg.model.name,
             "dtype": cfg.dtype,
             "block_size": cfg.block_size,

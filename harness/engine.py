@@ -37,6 +37,7 @@ class EngineResult:
     preemptions: int
     peaks: KVPeaks
     cache_hit_tokens: int = 0
+    counters: dict[str, int] | None = None  # KVCache.counters() at the end of the run
 
 
 class Engine:
@@ -54,6 +55,7 @@ class Engine:
         self.sync = sync  # waits for the device, so step times are real
         self.progress = progress
         self.device = next(model.parameters()).device
+        cache.warmup()  # JIT compiles happen here, never inside the timed loop
         pool_tokens = cache.allocator.usage().capacity_tokens
         self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_seq_tokens=pool_tokens)
 
@@ -128,4 +130,5 @@ class Engine:
             preemptions=sched.num_preemptions,
             peaks=peaks,
             cache_hit_tokens=cache.allocator.cache_hit_tokens,
+            counters=cache.counters(),
         )

@@ -13,7 +13,7 @@ from typing import Iterable
 import pandas as pd
 
 IDENTIFIERS = [
-    "run_id", "scenario", "impl", "cache", "kernel", "model", "dtype", "block_size", "batch",
+    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "model", "dtype", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "workload_digest",
 ]
@@ -33,6 +33,7 @@ METRICS = [
     "weight_bytes", "budget_kv_bytes", "budget_device_bytes", "budget_source",
     "nvml_used_bytes", "nvml_process_bytes", "nvml_baseline_bytes", "torch_allocated_bytes",
     "torch_reserved_bytes", "rss_bytes", "output_digest",
+    "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent slots
     # scenario=max_concurrency
     "probes",
     # scenario=kernel

@@ -135,6 +135,7 @@ class KVCache(ABC):
         block_len: int,
         *,
         num_layers: int,
+        num_heads: int,
         kv_heads: int,
         head_dim: int,
         dtype: torch.dtype,
@@ -145,6 +146,7 @@ class KVCache(ABC):
         self.bytes_per_token = bytes_per_token
         self.device = device
         self.scale = head_dim**-0.5
+        self.num_heads = num_heads  # query heads (kernels are warmed up with real q shapes)
         shape = (num_blocks, block_len, kv_heads, head_dim)
         # Zeroed, not empty: attention reads rows past a sequence's length (masked out),
         # and a NaN left in recycled memory would survive the mask (0 * NaN = NaN).
@@ -164,6 +166,13 @@ class KVCache(ABC):
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any
     ) -> torch.Tensor:
         """Store this layer's new K/V and attend: q ``[T, H, D]`` -> ``[T, H, D]``."""
+
+    def warmup(self) -> None:
+        """Compile every kernel variant a run can meet, before anything is timed (default: none)."""
+
+    def counters(self) -> dict[str, int]:
+        """Impl-specific event counts over the cache's life, as row columns (none by default)."""
+        return {}
 
     def copy_rows(self, copies: Sequence[RowCopy]) -> None:
         apply_row_copies([*self.k, *self.v], copies)

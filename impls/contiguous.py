@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from impls.base import KVCache
 from impls.slot_allocator import SlotAllocator
 from kernels.prefill import prefill_attention
+from kernels.sdpa import grouped_sdpa
 
 
 @dataclass
@@ -42,6 +42,10 @@ class ContiguousCache(KVCache):
 
     def __init__(self, allocator: SlotAllocator, **tensor_args) -> None:
         super().__init__(allocator, allocator.num_slots, allocator.max_seq_len, **tensor_args)
+        self.gather_steps = 0  # decode steps whose slots were not one dense range (K/V copied out)
+
+    def counters(self) -> dict[str, int]:
+        return {"kv_gather_steps": self.gather_steps}
 
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
@@ -60,6 +64,7 @@ class ContiguousCache(KVCache):
         lo = slots[ordered[0]]
         dense = all(slots[i] == lo + j for j, i in enumerate(ordered))
         order = inverse = None
+        self.gather_steps += not dense
         if dense:
             lens = [lens[i] for i in ordered]
             order = self._tensor(ordered)
@@ -83,12 +88,11 @@ class ContiguousCache(KVCache):
             q = q[meta.order]
         else:
             keys, values = k_slab[meta.slots, : meta.max_len], v_slab[meta.slots, : meta.max_len]
-        out = F.scaled_dot_product_attention(
+        out = grouped_sdpa(
             q.unsqueeze(2),  # [B, H, 1, D]
             keys.transpose(1, 2),  # [B, KVH, L, D]
             values.transpose(1, 2),
-            attn_mask=meta.mask,
-            scale=self.scale,
-            enable_gqa=True,
+            self.scale,
+            mask=meta.mask,
         ).squeeze(2)
         return out[meta.inverse] if meta.inverse is not None else out

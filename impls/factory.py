@@ -56,7 +56,7 @@ def build_allocator(impl: ImplConfig, cfg: Config, kv_bytes: int) -> KVAllocator
 def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.device) -> KVCache:
     m = cfg.model
     allocator = build_allocator(impl, cfg, kv_bytes)
-    common = dict(num_layers=m.num_layers, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+    common = dict(num_layers=m.num_layers, num_heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
                   dtype=TORCH_DTYPES[cfg.dtype], device=device,
                   bytes_per_token=kv_bytes_per_token(m, cfg.dtype))
     if impl.cache == "contiguous":

@@ -42,6 +42,34 @@ class PagedCache(KVCache):
         self.kernel = kernel
         self.tables = DeviceBlockTables(self.device)
 
+    # Contexts the warm-up covers: short (one pass over the context) and long enough for
+    # every kernel's split-K path (Triton and CUDA both split from 512 tokens up).
+    WARMUP_CONTEXTS = (16, 4096)
+
+    def warmup(self) -> None:
+        """Call the kernels on every path a run can take, so a JIT compiles none of them later.
+
+        Batch 1 at a short and a long context (one split, several splits), and the KV write
+        with one token and with many; the inputs point at block 0 and write nowhere
+        (slot -1), so the cache's contents are untouched. CPU kernels compile nothing.
+        """
+        if self.device.type != "cuda":
+            return
+        k_pool, v_pool = self.k[0], self.v[0]
+        _, bs, kv_heads, head_dim = k_pool.shape
+        heads = self.num_heads
+        for context in self.WARMUP_CONTEXTS:
+            width = -(-context // bs)
+            tables = torch.zeros(1, width, dtype=torch.int32, device=self.device)
+            lens = torch.full((1,), context, dtype=torch.int32, device=self.device)
+            q = torch.zeros(1, heads, head_dim, dtype=k_pool.dtype, device=self.device)
+            self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale)
+        for tokens in (1, 64):
+            kv = torch.zeros(tokens, kv_heads, head_dim, dtype=k_pool.dtype, device=self.device)
+            skip = torch.full((tokens,), -1, dtype=torch.long, device=self.device)
+            self.kernel.write(kv, kv, k_pool, v_pool, skip)
+        torch.cuda.synchronize(self.device)
+
     def prepare_prefill(self, seq_id: int, start: int, end: int) -> _Prefill:
         bm = self.allocator
         slots = torch.tensor(bm.rows(seq_id, start, end), dtype=torch.long, device=self.device)

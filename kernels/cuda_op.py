@@ -142,6 +142,10 @@ def _register_fakes() -> None:
     def _decode_fake(q, k_cache, v_cache, block_tables, context_lens, scale):
         return q.new_empty(q.shape)
 
+    @torch.library.register_fake("kvbench::paged_decode_attention_out")
+    def _decode_out_fake(q, k_cache, v_cache, block_tables, context_lens, scale, out):
+        return None
+
     @torch.library.register_fake("kvbench::write_kv")
     def _write_fake(key, value, k_cache, v_cache, slot_mapping):
         return None
@@ -166,10 +170,10 @@ def paged_decode_attention_cuda(
     """Decode attention over the paged cache (kernels/reference.py); fills ``out`` if given."""
     check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
     _ensure_loaded()
-    result = torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, float(scale))
     if out is None:
-        return result
-    return out.copy_(result)
+        return torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, float(scale))
+    torch.ops.kvbench.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale), out)
+    return out
 
 
 def write_kv_cuda(

@@ -8,7 +8,8 @@ keys ``0 .. start + i``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from kernels.sdpa import grouped_sdpa
 
 
 def prefill_attention(
@@ -16,16 +17,12 @@ def prefill_attention(
 ) -> torch.Tensor:
     """q ``[T, H, D]``, k/v ``[L, KVH, D]`` with ``L >= T`` (the last T are the new tokens)."""
     t, length = q.shape[0], k_ctx.shape[0]
-    start = length - t
     qh = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
     kh = k_ctx.transpose(0, 1).unsqueeze(0)
     vh = v_ctx.transpose(0, 1).unsqueeze(0)
-    if start == 0:
-        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale, enable_gqa=True)
-    else:
-        pos_q = torch.arange(start, length, device=q.device)[:, None]
-        pos_k = torch.arange(length, device=q.device)[None, :]
-        out = F.scaled_dot_product_attention(
-            qh, kh, vh, attn_mask=pos_k <= pos_q, scale=scale, enable_gqa=True
-        )
+    mask = None
+    if length > t:  # cached prefix: query i sits at position length - t + i
+        pos_q = torch.arange(length - t, length, device=q.device)[:, None]
+        mask = (torch.arange(length, device=q.device)[None, :] <= pos_q)[None, None]
+    out = grouped_sdpa(qh.contiguous(), kh, vh, scale, mask=mask, is_causal=mask is None)
     return out.squeeze(0).transpose(0, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,6 +26,20 @@ _SOURCES = {
     "triton": ("kernels.triton_paged", "paged_decode_attention_triton", "write_kv_triton"),
     "cuda": ("kernels.cuda_op", "paged_decode_attention_cuda", "write_kv_cuda"),
 }
+
+
+def kernel_backend(kernel: str, device_type: str) -> str:
+    """What really runs for ``kernel`` on ``device_type``, so no CPU row reads as a GPU figure.
+
+    ``cuda`` is the op's CUDA kernel on a GPU and its C++ kernel on CPU; ``triton`` is
+    compiled on a GPU and runs in the numpy interpreter on CPU; ``sdpa`` is torch's SDPA
+    (the contiguous impl), ``torch`` the gather reference.
+    """
+    if kernel == "cuda":
+        return "cuda" if device_type == "cuda" else "cpp-cpu"
+    if kernel == "triton":
+        return "triton-interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "triton"
+    return kernel
 
 
 def _with_out(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:

@@ -42,15 +42,22 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-@triton.jit
+# Integers that change from step to step (the block-table width, the split count) are
+# not specialised on: Triton would otherwise compile a new variant for a value of 1 or a
+# multiple of 16 in the middle of a measured run. Only SPLIT (one split or several)
+# selects code, so a model has two decode variants, both compiled by the warm-up.
+_RUNTIME_INTS = ["stride_qb", "stride_qh", "stride_ob", "stride_oh", "stride_bt", "num_splits"]
+
+
+@triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
-    m_ptr, l_ptr, acc_ptr,  # split scratch; unused when NUM_SPLITS == 1
+    m_ptr, l_ptr, acc_ptr,  # split scratch; unused when not SPLIT
     scale_log2,  # softmax scale * log2(e): scores live in base 2 so exp2 is used
-    stride_qb, stride_qh, stride_ob, stride_oh, stride_bt,
+    stride_qb, stride_qh, stride_ob, stride_oh, stride_bt, num_splits,
     KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     # Index math in int64: no overflow on big caches, and the interpreter skips its
@@ -75,8 +82,8 @@ def _decode_kernel(
 
     end = tl.load(context_lens_ptr + seq).to(tl.int64)
     start = end * 0
-    if NUM_SPLITS > 1:  # this split's whole tiles: [start, end)
-        span = ((end + BLOCK_N - 1) // BLOCK_N + NUM_SPLITS - 1) // NUM_SPLITS * BLOCK_N
+    if SPLIT:  # this split's whole tiles: [start, end)
+        span = ((end + BLOCK_N - 1) // BLOCK_N + num_splits - 1) // num_splits * BLOCK_N
         start = split * span
         end = tl.minimum(start + span, end)
 
@@ -114,30 +121,30 @@ def _decode_kernel(
         acc = tl.dot(p, v, acc * alpha[:, None], input_precision=DOT_PRECISION)
         m_i = m_new
 
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         out = acc / l_i[:, None]
         tl.store(out_ptr + seq * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=gd_mask)
     else:
         # Scratch: m/l [batch, heads, splits], acc [batch, heads, splits, HEAD_DIM], fp32.
-        part = (seq * (KV_HEADS * GROUP) + heads) * NUM_SPLITS + split
+        part = (seq * (KV_HEADS * GROUP) + heads) * num_splits + split
         tl.store(m_ptr + part, m_i, mask=g_mask)
         tl.store(l_ptr + part, l_i, mask=g_mask)
         tl.store(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=gd_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_ob", "stride_oh", "num_splits"])
 def _combine_splits_kernel(
-    m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh,
-    NUM_HEADS: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, num_splits,
+    NUM_HEADS: tl.constexpr, SPLITS_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     offs_s = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, HEAD_PAD)
-    s_mask = offs_s < NUM_SPLITS
-    rows = (seq * NUM_HEADS + head) * NUM_SPLITS + offs_s
+    s_mask = offs_s < num_splits
+    rows = (seq * NUM_HEADS + head) * num_splits + offs_s
     # Empty splits (context shorter than the split grid) hold m=-inf, l=0, acc=0;
     # split 0 is never empty, so the max is finite and their weight is exactly 0.
     m = tl.load(m_ptr + rows, mask=s_mask, other=float("-inf"))
@@ -148,6 +155,20 @@ def _combine_splits_kernel(
     out = tl.reduce(acc * w[:, None], 0, _sum_combine) / tl.reduce(l * w, 0, _sum_combine)
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + offs_d,
              out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
+
+
+def compiled_variants() -> int:
+    """Compiled variants of kvbench's Triton kernels in this process (0 in the interpreter).
+
+    A measured run after warm-up must add none: a compile inside it would be timed.
+    """
+    from kernels.triton_write import _write_kv_kernel
+
+    total = 0
+    for fn in (_decode_kernel, _combine_splits_kernel, _write_kv_kernel):
+        for entry in getattr(fn, "device_caches", {}).values():
+            total += len(entry[0])  # (kernel cache, key cache, target, backend, binder)
+    return total
 
 
 def choose_num_splits(batch: int, kv_heads: int, max_context: int, num_sms: int | None) -> int:
@@ -230,10 +251,10 @@ def paged_decode_attention_triton(
     _decode_kernel[(batch, kv_heads, num_splits)](
         q, k_cache, v_cache, block_tables, context_lens, out, m, l, acc,
         scale * _LOG2E,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0), num_splits,
         KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, HEAD_PAD=head_pad, BLOCK_SIZE=block_size, BLOCK_N=block_n,
-        NUM_SPLITS=num_splits,
+        SPLIT=num_splits > 1,
         # fp32 caches get exact fp32 products (tl.dot defaults to tf32 on GPU).
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32",
         UPCAST_DOT=upcast,
@@ -245,9 +266,8 @@ def paged_decode_attention_triton(
     )
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
-            m, l, acc, out, out.stride(0), out.stride(1),
-            NUM_HEADS=num_heads, NUM_SPLITS=num_splits,
-            SPLITS_PAD=triton.next_power_of_2(num_splits),
+            m, l, acc, out, out.stride(0), out.stride(1), num_splits,
+            NUM_HEADS=num_heads, SPLITS_PAD=MAX_SPLITS,  # one variant for every split count
             HEAD_DIM=head_dim, HEAD_PAD=head_pad, num_warps=4,
         )
     return out

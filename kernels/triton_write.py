@@ -18,7 +18,9 @@ from kernels.validate import KernelArgumentError, check_write_args
 __all__ = ["write_kv_triton"]
 
 
-@triton.jit
+# num_tokens (1 at batch 1, else anything) and the strides are not specialised on, so
+# one variant serves every batch size and prompt length of a model.
+@triton.jit(do_not_specialize=["num_tokens", "stride_kt", "stride_kh", "stride_vt", "stride_vh"])
 def _write_kv_kernel(
     key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, num_tokens,
     stride_kt, stride_kh, stride_vt, stride_vh,
@@ -57,8 +59,9 @@ def write_kv_triton(
     row = kv_heads * head_dim
     row_pad = triton.next_power_of_2(row)
     # ~8K elements per program on GPU; the interpreter pays per program, so take more.
+    # A function of the row shape alone, never of num_tokens: one compiled variant.
     budget = 1 << 16 if interpreting else 1 << 13
-    block_t = max(1, min(triton.next_power_of_2(num_tokens), budget // row_pad))
+    block_t = max(1, budget // row_pad)
     _write_kv_kernel[(triton.cdiv(num_tokens, block_t),)](
         key, value, k_cache, v_cache, slot_mapping, num_tokens,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),

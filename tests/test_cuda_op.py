@@ -124,9 +124,25 @@ def test_write_kv_matches_reference(op, dtype, block_size):
 def test_opcheck_cpu(op):
     q, k_cache, v_cache, tables, lens = make_decode_inputs(MIXED_LENS, 2, 4, 64, 16, torch.float32)
     torch.library.opcheck(torch.ops.kvbench.paged_decode_attention.default, (q, k_cache, v_cache, tables, lens, 0.125))
+    out = torch.empty_like(q)
+    torch.library.opcheck(torch.ops.kvbench.paged_decode_attention_out.default,
+                          (q, k_cache, v_cache, tables, lens, 0.125, out))
     key, value = torch.randn(2, 5, 2, 64).unbind(0)
     slots = torch.tensor([3, -1, 40, 7, 0])
     torch.library.opcheck(torch.ops.kvbench.write_kv.default, (key, value, k_cache.clone(), v_cache.clone(), slots))
+
+
+def test_out_variant_fills_a_strided_out_in_place(op):
+    q, k_cache, v_cache, tables, lens = make_decode_inputs(MIXED_LENS, 2, 4, 64, 16, torch.bfloat16)
+    big = torch.full((len(MIXED_LENS), 2 * q.shape[1], 64), float("nan"), dtype=q.dtype)
+    out = big[:, ::2]  # heads strided: the kernel must honour out's strides
+    got = paged_decode_attention_cuda(q, k_cache, v_cache, tables, lens, 0.125, out=out)
+    assert got is out and got.data_ptr() == big.data_ptr()
+    assert torch.isnan(big[:, 1::2]).all(), "wrote outside out"
+    want = paged_decode_attention_ref(q.float(), k_cache.float(), v_cache.float(), tables, lens, 0.125)
+    torch.testing.assert_close(out.float(), want, atol=1e-2, rtol=1e-2)
+    with pytest.raises(RuntimeError, match="out must have q's shape"):
+        torch.ops.kvbench.paged_decode_attention_out(q, k_cache, v_cache, tables, lens, 0.125, out[:2])
 
 
 def write_then_attend(q, key, value, k_cache, v_cache, slots, tables, lens):
@@ -302,6 +318,8 @@ def test_cuda_write_kv_matches_reference(op, dtype, block_size, misaligned):
 def test_opcheck_cuda(op):
     q, k_cache, v_cache, tables, lens = make_decode_inputs(LONG_LENS, 2, 4, 128, 16, torch.float16, device="cuda")
     torch.library.opcheck(torch.ops.kvbench.paged_decode_attention.default, (q, k_cache, v_cache, tables, lens, 0.1))
+    torch.library.opcheck(torch.ops.kvbench.paged_decode_attention_out.default,
+                          (q, k_cache, v_cache, tables, lens, 0.1, torch.empty_like(q)))
     key, value = torch.randn(2, 5, 2, 128, device="cuda", dtype=torch.float16).unbind(0)
     slots = torch.tensor([3, -1, 40, 7, 0], device="cuda")
     torch.library.opcheck(torch.ops.kvbench.write_kv.default, (key, value, k_cache.clone(), v_cache.clone(), slots))

@@ -69,6 +69,11 @@ def device_slug(device: str) -> str:
     return f"cpu-{os.cpu_count() or 1}core"
 
 
+def auto_device_slug() -> str:
+    """This machine's results folder name: the GPU's when torch sees one, else the CPU's."""
+    return device_slug("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def collect(device: str) -> Fingerprint:
     try:
         import triton

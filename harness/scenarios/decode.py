@@ -104,6 +104,7 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
         "max_concurrency_analytic": max_conc,
         "preemptions": res.preemptions,
         "rejected": len(res.rejected),
+        **(res.counters or {}),
         **res.peaks.as_row(),
         "weight_bytes": budget.weight_bytes,
         "budget_kv_bytes": budget.kv_bytes,

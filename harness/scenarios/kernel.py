@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 import torch
-import torch.nn.functional as F
 
 from harness.config import ImplConfig
 from harness.context import RunContext
@@ -20,6 +19,7 @@ from harness.measure.bandwidth import peak_bandwidth_gbps
 from harness.measure.timing import copy_bandwidth_gbps, time_call
 from harness.metrics import attention_bytes, bandwidth_gbps
 from kernels.reference import paged_decode_attention_ref
+from kernels.sdpa import grouped_sdpa
 
 L2_FLUSH_BYTES = 256 * 2**20  # GPU pools at least this big, so K/V come from HBM, not L2
 # The Triton interpreter runs programs one by one in numpy: bound the work per call on CPU.
@@ -52,7 +52,7 @@ def _sdpa_call(q, k_cache, v_cache, table, context, scale):
     k = k_cache[: table.numel()].reshape(batch, -1, *k_cache.shape[2:])[:, :context]
     v = v_cache[: table.numel()].reshape(batch, -1, *v_cache.shape[2:])[:, :context]
     kh, vh, qh = k.transpose(1, 2), v.transpose(1, 2), q.unsqueeze(2)
-    return lambda: F.scaled_dot_product_attention(qh, kh, vh, scale=scale, enable_gqa=True).squeeze(2)
+    return lambda: grouped_sdpa(qh, kh, vh, scale).squeeze(2)
 
 
 def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:

@@ -39,8 +39,9 @@ const char* kvbench_cuda_status_string(int status);
 
 namespace kvbench {
 
-at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                      const at::Tensor& block_tables, const at::Tensor& context_lens, double scale);
+void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                    const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                                    at::Tensor& out);
 void write_kv_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping);
 
@@ -83,6 +84,13 @@ void check_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tens
     TORCH_CHECK(t->device() == q.device(), op, ": all tensors must be on q's device ", q.device());
 }
 
+void check_out(const at::Tensor& q, const at::Tensor& out) {
+  const char* op = "kvbench.paged_decode_attention_out";
+  TORCH_CHECK(out.sizes() == q.sizes() && out.scalar_type() == q.scalar_type() && out.device() == q.device(), op,
+              ": out must have q's shape, dtype and device");
+  TORCH_CHECK(out.stride(2) == 1, op, ": out's last dimension must be contiguous");
+}
+
 void check_write(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
                  const at::Tensor& v_cache, const at::Tensor& slot_mapping) {
   const char* op = "kvbench.write_kv";
@@ -101,10 +109,18 @@ void check_write(const at::Tensor& key, const at::Tensor& value, const at::Tenso
     TORCH_CHECK(t->device() == key.device(), op, ": all tensors must be on key's device ", key.device());
 }
 
+void decode_out_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                    const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out) {
+  check_decode(q, k_cache, v_cache, block_tables, context_lens);
+  check_out(q, out);
+  paged_decode_attention_cpu_out(q, k_cache, v_cache, block_tables, context_lens, scale, out);
+}
+
 at::Tensor decode_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                       const at::Tensor& block_tables, const at::Tensor& context_lens, double scale) {
-  check_decode(q, k_cache, v_cache, block_tables, context_lens);
-  return paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, context_lens, scale);
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  decode_out_cpu(q, k_cache, v_cache, block_tables, context_lens, scale, out);
+  return out;
 }
 
 void write_kv_cpu_checked(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
@@ -122,11 +138,11 @@ void check_status(int status, const char* op) {
   TORCH_CHECK(status == 0, op, " (CUDA): ", kvbench_cuda_status_string(status));
 }
 
-at::Tensor decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                       const at::Tensor& block_tables, const at::Tensor& context_lens, double scale) {
+void decode_out_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out) {
   check_decode(q, k_cache, v_cache, block_tables, context_lens);
+  check_out(q, out);
   const c10::cuda::CUDAGuard guard(q.device());
-  at::Tensor out = at::empty(q.sizes(), q.options());
   const int batch = q.size(0), heads = q.size(1), head_dim = q.size(2);
   const int block_size = k_cache.size(1), width = block_tables.size(1);
   const size_t workspace_bytes = kvbench_paged_decode_workspace_bytes(batch, heads, head_dim, block_size, width);
@@ -140,6 +156,12 @@ at::Tensor decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at:
       q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
       block_tables.stride(0), static_cast<float>(scale), c10::cuda::getCurrentCUDAStream().stream());
   check_status(status, "kvbench.paged_decode_attention");
+}
+
+at::Tensor decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                       const at::Tensor& block_tables, const at::Tensor& context_lens, double scale) {
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  decode_out_cuda(q, k_cache, v_cache, block_tables, context_lens, scale, out);
   return out;
 }
 
@@ -163,17 +185,23 @@ TORCH_LIBRARY(kvbench, m) {
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
       "Tensor context_lens, float scale) -> Tensor");
+  // The out-variant: the kernel scenario and the engine pass a preallocated output (no extra copy).
+  m.def(
+      "paged_decode_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+      "Tensor context_lens, float scale, Tensor(a!) out) -> ()");
   m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(kvbench, CPU, m) {
   m.impl("paged_decode_attention", &kvbench::decode_cpu);
+  m.impl("paged_decode_attention_out", &kvbench::decode_out_cpu);
   m.impl("write_kv", &kvbench::write_kv_cpu_checked);
 }
 
 #ifdef KVBENCH_WITH_CUDA
 TORCH_LIBRARY_IMPL(kvbench, CUDA, m) {
   m.impl("paged_decode_attention", &kvbench::decode_cuda);
+  m.impl("paged_decode_attention_out", &kvbench::decode_out_cuda);
   m.impl("write_kv", &kvbench::write_kv_cuda);
 }
 #endif

@@ -213,9 +213,9 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const T* 
 
 }  // namespace
 
-at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                      const at::Tensor& block_tables, const at::Tensor& context_lens, double scale) {
-  at::Tensor out = at::empty(q.sizes(), q.options());
+void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                    const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                                    at::Tensor& out) {
   Geometry g{};
   g.batch = q.size(0);
   g.heads = q.size(1);
@@ -266,7 +266,6 @@ at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& k_c
     case at::kBFloat16: run(c10::BFloat16{}); break;
     default: TORCH_CHECK(false, "kvbench.paged_decode_attention: unsupported dtype ", q.scalar_type());
   }
-  return out;
 }
 
 void write_kv_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,

@@ -1,0 +1,43 @@
+"""Grouped-query attention through torch SDPA without SDPA's GQA flag.
+
+On CUDA, ``scaled_dot_product_attention`` with an ``attn_mask`` and ``enable_gqa=True``
+has no flash or memory-efficient kernel and falls back to the math path (K/V repeated
+per query head, fp32 intermediates: several times the memory traffic). Every query head
+of a group reads the same K/V head, so the group is folded into the query length
+instead: queries ``[B, kv_heads, group * Tq, D]`` over keys ``[B, kv_heads, L, D]``.
+That is plain multi-head attention with as many heads as the cache has, which the
+flash, memory-efficient and cuDNN backends all take, with or without a mask.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def grouped_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """q ``[B, H, Tq, D]``, k/v ``[B, KVH, L, D]`` with ``H % KVH == 0`` -> ``[B, H, Tq, D]``.
+
+    ``mask`` is boolean ``[B or 1, 1, Tq, L]`` (True = visible), shared by every head.
+    ``is_causal`` (no mask, ``Tq == L``) keeps SDPA's own GQA flag: the flash backend
+    takes causal grouped-query attention as it is, and folding would need a mask.
+    """
+    batch, heads, tq, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    if group == 1 or (is_causal and mask is None):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=group > 1
+        )
+    qf = q.reshape(batch, kv_heads, group * tq, dim)  # head h = kvh * group + g, as GQA groups them
+    if mask is not None and tq > 1:
+        mask = mask.repeat(1, 1, group, 1)  # folded row g * Tq + t has query t's mask
+    out = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask, scale=scale)
+    return out.reshape(batch, heads, tq, dim)
