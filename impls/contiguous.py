@@ -94,5 +94,6 @@ class ContiguousCache(KVCache):
             values.transpose(1, 2),
             self.scale,
             mask=meta.mask,
+            varying_shapes=True,
         ).squeeze(2)
         return out[meta.inverse] if meta.inverse is not None else out

@@ -24,5 +24,6 @@ def prefill_attention(
     if length > t:  # cached prefix: query i sits at position length - t + i
         pos_q = torch.arange(length - t, length, device=q.device)[:, None]
         mask = (torch.arange(length, device=q.device)[None, :] <= pos_q)[None, None]
-    out = grouped_sdpa(qh.contiguous(), kh, vh, scale, mask=mask, is_causal=mask is None)
+    # Prompt lengths differ from call to call: keep to backends that do not re-plan per shape.
+    out = grouped_sdpa(qh.contiguous(), kh, vh, scale, mask=mask, is_causal=mask is None, varying_shapes=True)
     return out.squeeze(0).transpose(0, 1)

@@ -11,8 +11,16 @@ flash, memory-efficient and cuDNN backends all take, with or without a mask.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# Decode attends over a key length that grows by one every step. cuDNN's SDPA builds an
+# execution plan per new shape, which costs more than the attention itself, so calls
+# whose shapes change every step keep to the flash and memory-efficient kernels.
+_SHAPE_STABLE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
 
 
 def grouped_sdpa(
@@ -22,13 +30,21 @@ def grouped_sdpa(
     scale: float,
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
+    varying_shapes: bool = False,
 ) -> torch.Tensor:
     """q ``[B, H, Tq, D]``, k/v ``[B, KVH, L, D]`` with ``H % KVH == 0`` -> ``[B, H, Tq, D]``.
 
     ``mask`` is boolean ``[B or 1, 1, Tq, L]`` (True = visible), shared by every head.
     ``is_causal`` (no mask, ``Tq == L``) keeps SDPA's own GQA flag: the flash backend
     takes causal grouped-query attention as it is, and folding would need a mask.
+    ``varying_shapes`` (decode) keeps CUDA calls off backends that re-plan per shape.
     """
+    backends = sdpa_kernel(_SHAPE_STABLE_BACKENDS) if varying_shapes and q.is_cuda else contextlib.nullcontext()
+    with backends:
+        return _grouped_sdpa(q, k, v, scale, mask, is_causal)
+
+
+def _grouped_sdpa(q, k, v, scale, mask, is_causal) -> torch.Tensor:
     batch, heads, tq, dim = q.shape
     kv_heads = k.shape[1]
     group = heads // kv_heads

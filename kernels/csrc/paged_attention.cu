@@ -52,23 +52,27 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 constexpr int lanes_for(int chunks) { return chunks > 16 ? 32 : chunks > 8 ? 16 : chunks > 4 ? 8 : chunks > 2 ? 4 : chunks > 1 ? 2 : 1; }
 
 // How a warp covers head_dim rows with 16-byte loads: kLanes lanes per row
-// (a power of two), kRowsPerWarp rows at once, kChunks 16-byte chunks per row.
-template <typename T, int HEAD_DIM>
+// (a power of two, at most MAX_LANES), kRowsPerWarp rows at once, kChunks 16-byte
+// chunks per row, and kUnroll rows a thread loads before it uses the first one (as
+// many as fit ~64 floats of registers), so enough bytes are in flight to fill HBM.
+template <typename T, int HEAD_DIM, int MAX_LANES = kWarpSize>
 struct RowLayout {
+  using Elem = T;
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   static_assert(HEAD_DIM % kVec == 0, "a head_dim row must be whole 16-byte chunks");
   static constexpr int kChunks = HEAD_DIM / kVec;
-  static constexpr int kLanes = lanes_for(kChunks);
+  static constexpr int kLanes = lanes_for(kChunks) < MAX_LANES ? lanes_for(kChunks) : MAX_LANES;
   static constexpr int kChunksPerLane = (kChunks + kLanes - 1) / kLanes;
   static constexpr int kElems = kChunksPerLane * kVec;  // floats a lane holds for one row
   static constexpr int kRowsPerWarp = kWarpSize / kLanes;
+  static constexpr int kUnroll = kElems >= 64 ? 1 : kElems >= 32 ? 2 : 4;
 };
 
 // Loads this lane's chunks of one row as floats (zeros for chunks past the row).
-template <typename T, int HEAD_DIM>
-__device__ __forceinline__ void load_row(const T* __restrict__ row, int lane_in_row,
-                                         float (&dst)[RowLayout<T, HEAD_DIM>::kElems]) {
-  using L = RowLayout<T, HEAD_DIM>;
+template <typename L>
+__device__ __forceinline__ void load_row(const typename L::Elem* __restrict__ row, int lane_in_row,
+                                         float (&dst)[L::kElems]) {
+  using T = typename L::Elem;
 #pragma unroll
   for (int j = 0; j < L::kChunksPerLane; ++j) {
     const int c = lane_in_row + j * L::kLanes;
@@ -164,46 +168,68 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
     q_s[i] = to_float(q[(i / HEAD_DIM) * p.q_stride_h + i % HEAD_DIM]) * p.scale;
   __syncthreads();
 
-  const int32_t* table = p.block_tables + seq * p.bt_stride;
+  // The partition's block ids, staged once: a K/V row's address then needs no dependent
+  // global load (partitions start on a block boundary: 512 is a multiple of every block size).
+  __shared__ int32_t table_s[kPartitionSize];
+  const int32_t* table = p.block_tables + seq * p.bt_stride + (start >> p.log2_block_size);
+  const int num_blocks = (n + (1 << p.log2_block_size) - 1) >> p.log2_block_size;
+  for (int i = tid; i < num_blocks; i += kNumThreads) table_s[i] = table[i];
+  __syncthreads();  // publishes q_s and table_s
+
   const int block_mask = (1 << p.log2_block_size) - 1;
-  const int row_in_warp = lane / L::kLanes, lane_in_row = lane % L::kLanes;
   const int64_t head_offset = kv_head * p.cache_stride_head;
-  auto row_offset = [&](int t) {
-    const int token = start + t;
-    const int64_t block = table[token >> p.log2_block_size];
-    return block * p.cache_stride_block + (token & block_mask) * p.cache_stride_token + head_offset;
+  auto row_offset = [&](int t) {  // t: token index within this partition
+    const int64_t block = table_s[t >> p.log2_block_size];
+    return block * p.cache_stride_block + (t & block_mask) * p.cache_stride_token + head_offset;
   };
 
-  // 1) Scores: every warp lane runs the same trip count so the shuffles stay converged.
-  const T* k_cache = static_cast<const T*>(p.k_cache);
-  for (int t0 = warp * L::kRowsPerWarp; t0 < n; t0 += kNumWarps * L::kRowsPerWarp) {
-    const int t = t0 + row_in_warp;
-    const bool valid = t < n;
-    float k[L::kElems];
-    if (valid) {
-      load_row<T, HEAD_DIM>(k_cache + row_offset(t), lane_in_row, k);
-    } else {
+  // 1) Scores. Few lanes per row (LK): the dot product's cross-lane sum costs
+  // log2(lanes) shuffles, and each q value read from shared memory serves kUnroll rows.
+  // Every lane of a warp runs the same trip count, so the shuffles stay converged.
+  using LK = RowLayout<T, HEAD_DIM, 8>;
+  {
+    constexpr int kRowStep = kNumWarps * LK::kRowsPerWarp;
+    const int row_in_warp = lane / LK::kLanes, lane_in_row = lane % LK::kLanes;
+    const T* k_cache = static_cast<const T*>(p.k_cache);
+    for (int t0 = warp * LK::kRowsPerWarp + row_in_warp; t0 - row_in_warp < n; t0 += kRowStep * LK::kUnroll) {
+      float k[LK::kUnroll][LK::kElems];
 #pragma unroll
-      for (int e = 0; e < L::kElems; ++e) k[e] = 0.f;
-    }
-    for (int g = 0; g < group; ++g) {
-      const float* qg = q_s + g * HEAD_DIM;
-      float s = 0.f;
+      for (int u = 0; u < LK::kUnroll; ++u) {
+        if (t0 + u * kRowStep < n) {
+          load_row<LK>(k_cache + row_offset(t0 + u * kRowStep), lane_in_row, k[u]);
+        } else {
 #pragma unroll
-      for (int j = 0; j < L::kChunksPerLane; ++j) {
-        const int c = lane_in_row + j * L::kLanes;
-        if (c < L::kChunks) {
-#pragma unroll
-          for (int e = 0; e < L::kVec; e += 4) {  // 16-byte shared-memory reads
-            const float4 qv = *reinterpret_cast<const float4*>(qg + c * L::kVec + e);
-            const float* kv = k + j * L::kVec + e;
-            s += qv.x * kv[0] + qv.y * kv[1] + qv.z * kv[2] + qv.w * kv[3];
-          }
+          for (int e = 0; e < LK::kElems; ++e) k[u][e] = 0.f;
         }
       }
+      for (int g = 0; g < group; ++g) {
+        const float* qg = q_s + g * HEAD_DIM;
+        float s[LK::kUnroll];
 #pragma unroll
-      for (int off = L::kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
-      if (valid && lane_in_row == 0) prob_s[g * kPartitionSize + t] = s;
+        for (int u = 0; u < LK::kUnroll; ++u) s[u] = 0.f;
+#pragma unroll
+        for (int j = 0; j < LK::kChunksPerLane; ++j) {
+          const int c = lane_in_row + j * LK::kLanes;
+          if (c < LK::kChunks) {
+#pragma unroll
+            for (int e = 0; e < LK::kVec; e += 4) {  // 16-byte shared-memory reads
+              const float4 qv = *reinterpret_cast<const float4*>(qg + c * LK::kVec + e);
+#pragma unroll
+              for (int u = 0; u < LK::kUnroll; ++u) {
+                const float* kv = k[u] + j * LK::kVec + e;
+                s[u] += qv.x * kv[0] + qv.y * kv[1] + qv.z * kv[2] + qv.w * kv[3];
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < LK::kUnroll; ++u) {
+#pragma unroll
+          for (int off = LK::kLanes / 2; off > 0; off >>= 1) s[u] += __shfl_xor_sync(kFullMask, s[u], off);
+          const int t = t0 + u * kRowStep;
+          if (t < n && lane_in_row == 0) prob_s[g * kPartitionSize + t] = s[u];
+        }
+      }
     }
   }
   __syncthreads();
@@ -233,23 +259,34 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   __syncthreads();  // also ends every read of q_s, whose space red_s reuses
 
   // 3) probs @ V, kHeadTile query heads at a time; each row group sums its own rows,
-  // then row groups (shuffles) and warps (shared memory) are added up.
+  // then row groups (shuffles) and warps (shared memory) are added up. Here a lane owns
+  // output elements, so many lanes per row (L) keep the accumulators few.
   const T* v_cache = static_cast<const T*>(p.v_cache);
+  constexpr int kRowStep = kNumWarps * L::kRowsPerWarp;
+  const int row_in_warp = lane / L::kLanes, lane_in_row = lane % L::kLanes;
   for (int g0 = 0; g0 < group; g0 += kHeadTile) {
     float acc[kHeadTile][L::kElems];
 #pragma unroll
     for (int gi = 0; gi < kHeadTile; ++gi)
 #pragma unroll
       for (int e = 0; e < L::kElems; ++e) acc[gi][e] = 0.f;
-    for (int t = warp * L::kRowsPerWarp + row_in_warp; t < n; t += kNumWarps * L::kRowsPerWarp) {
-      float v[L::kElems];
-      load_row<T, HEAD_DIM>(v_cache + row_offset(t), lane_in_row, v);
+    for (int t0 = warp * L::kRowsPerWarp + row_in_warp; t0 < n; t0 += kRowStep * L::kUnroll) {
+      float v[L::kUnroll][L::kElems];
 #pragma unroll
-      for (int gi = 0; gi < kHeadTile; ++gi) {
-        if (g0 + gi < group) {
-          const float pr = prob_s[(g0 + gi) * kPartitionSize + t];
+      for (int u = 0; u < L::kUnroll; ++u) {  // all loads first, as in the score pass
+        if (t0 + u * kRowStep < n) load_row<L>(v_cache + row_offset(t0 + u * kRowStep), lane_in_row, v[u]);
+      }
 #pragma unroll
-          for (int e = 0; e < L::kElems; ++e) acc[gi][e] += pr * v[e];
+      for (int u = 0; u < L::kUnroll; ++u) {
+        const int t = t0 + u * kRowStep;
+        if (t >= n) break;  // rows only grow with u
+#pragma unroll
+        for (int gi = 0; gi < kHeadTile; ++gi) {
+          if (g0 + gi < group) {
+            const float pr = prob_s[(g0 + gi) * kPartitionSize + t];
+#pragma unroll
+            for (int e = 0; e < L::kElems; ++e) acc[gi][e] += pr * v[u][e];
+          }
         }
       }
     }
