@@ -32,7 +32,9 @@ METRICS = [
     "kv_fragmentation_bytes", "kv_reservation_waste_bytes", "kv_used_fraction", "sharing_savings",
     "weight_bytes", "budget_kv_bytes", "budget_device_bytes", "budget_source",
     "nvml_used_bytes", "nvml_process_bytes", "nvml_baseline_bytes", "torch_allocated_bytes",
-    "torch_reserved_bytes", "rss_bytes", "output_digest",
+    "torch_reserved_bytes", "rss_bytes",
+    "energy_j", "avg_power_w", "energy_per_output_token_j",  # NVML's board energy counter over the run
+    "output_digest",
     "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent slots
     # scenario=max_concurrency
     "probes",

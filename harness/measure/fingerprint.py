@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from harness.measure.nvml import nvml_device_info
+from harness.measure.nvml import driver_version
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,8 +87,7 @@ def collect(device: str) -> Fingerprint:
         gpu_count = torch.cuda.device_count()
         props = torch.cuda.get_device_properties(0)
         gpu_name, gpu_mem = props.name, props.total_memory
-        info = nvml_device_info()
-        driver = info.driver_version if info else None
+        driver = driver_version()
     cpus = os.cpu_count() or 1
     sha = _git("rev-parse", "HEAD")
     # Published results are rewritten by the runs themselves: they do not make the code dirty.

@@ -111,6 +111,7 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
         "budget_device_bytes": budget.device_bytes,
         "budget_source": budget.source,
         **{k: v for k, v in mem.as_row().items() if k not in ("samples", "notes")},
+        "energy_per_output_token_j": mem.energy_per_token_j(output_tokens),
         "output_digest": next(iter(digests)) if len(digests) == 1 else ",".join(sorted(digests)),
     }
 

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -414,6 +415,38 @@ int max_partitions_for(int block_size, int max_blocks_per_seq) {
   return static_cast<int>((max_context + kPartitionSize - 1) / kPartitionSize);
 }
 
+// Launch-time facts about a device, cached so a decode step makes no driver queries.
+// Device ids past kMaxDevices work, uncached.
+constexpr int kMaxDevices = 64;
+
+// Each device's opt-in shared memory per block, 0 until first asked. Threads racing on
+// the first launch both query it and store the same value, so relaxed atomics suffice.
+std::atomic<int> g_smem_optin[kMaxDevices];
+
+cudaError_t smem_optin_for(int device, int* smem_optin) {
+  if (device < kMaxDevices) {
+    *smem_optin = g_smem_optin[device].load(std::memory_order_relaxed);
+    if (*smem_optin > 0) return cudaSuccess;
+  }
+  const cudaError_t err = cudaDeviceGetAttribute(smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err == cudaSuccess && device < kMaxDevices) g_smem_optin[device].store(*smem_optin, std::memory_order_relaxed);
+  return err;
+}
+
+// Lets KERNEL take up to the device's opt-in shared memory, once per (device, kernel
+// instantiation). The attribute is a ceiling each launch is checked against, not what a
+// launch gets (that is its own dynamic size), so raising it to the limit once covers
+// every later launch on the device, whatever its query-head group. (A cudaDeviceReset
+// would undo it; torch never resets a device.)
+template <auto KERNEL>
+cudaError_t allow_optin_smem(int device, int smem_optin) {
+  static std::atomic<bool> raised[kMaxDevices];  // one array per instantiation
+  if (device < kMaxDevices && raised[device].load(std::memory_order_acquire)) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin);
+  if (err == cudaSuccess && device < kMaxDevices) raised[device].store(true, std::memory_order_release);
+  return err;
+}
+
 template <typename T, int HEAD_DIM>
 int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) {
   const int elems = 16 / static_cast<int>(sizeof(T));
@@ -422,13 +455,12 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
     return kErrAlignment;
   const size_t smem = sizeof(float) * decode_smem_floats(p.group, HEAD_DIM);
   int device = 0, smem_optin = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  cudaError_t err = cudaGetDevice(&device);  // cheap: the calling thread's current device
+  if (err == cudaSuccess) err = smem_optin_for(device, &smem_optin);
   if (err != cudaSuccess) return err;
   if (smem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
   if (smem > 48 * 1024) {
-    err = cudaFuncSetAttribute(paged_decode_kernel<T, HEAD_DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem));
+    err = allow_optin_smem<paged_decode_kernel<T, HEAD_DIM>>(device, smem_optin);
     if (err != cudaSuccess) return err;
   }
   const bool split = p.part_out != nullptr;
@@ -438,8 +470,7 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
     const size_t merge_smem = sizeof(float) * (p.max_partitions + kNumWarps);
     if (merge_smem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
     if (merge_smem > 48 * 1024) {
-      err = cudaFuncSetAttribute(merge_partitions_kernel<T, HEAD_DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(merge_smem));
+      err = allow_optin_smem<merge_partitions_kernel<T, HEAD_DIM>>(device, smem_optin);
       if (err != cudaSuccess) return err;
     }
     merge_partitions_kernel<T, HEAD_DIM><<<dim3(p.num_heads, batch), kNumThreads, merge_smem, stream>>>(p);
