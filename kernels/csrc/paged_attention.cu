@@ -26,6 +26,7 @@ constexpr int kNumThreads = 128;
 constexpr int kNumWarps = kNumThreads / kWarpSize;
 constexpr int kPartitionSize = 512;  // tokens per block; longer contexts take the split-K path
 constexpr int kHeadTile = 8;         // query heads accumulated per pass over V (bounds registers)
+constexpr int kDecodeStaticSmem = kPartitionSize * 4;  // the decode kernel's staged block ids
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Status codes beside cudaError_t values (which are >= 0).
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 
   // The partition's block ids, staged once: a K/V row's address then needs no dependent
   // global load (partitions start on a block boundary: 512 is a multiple of every block size).
-  __shared__ int32_t table_s[kPartitionSize];
+  __shared__ int32_t table_s[kPartitionSize];  // kDecodeStaticSmem bytes
   const int32_t* table = p.block_tables + seq * p.bt_stride + (start >> p.log2_block_size);
   const int num_blocks = (n + (1 << p.log2_block_size) - 1) >> p.log2_block_size;
   for (int i = tid; i < num_blocks; i += kNumThreads) table_s[i] = table[i];
@@ -438,11 +439,12 @@ cudaError_t smem_optin_for(int device, int* smem_optin) {
 // launch gets (that is its own dynamic size), so raising it to the limit once covers
 // every later launch on the device, whatever its query-head group. (A cudaDeviceReset
 // would undo it; torch never resets a device.)
+// ``dynamic_max`` is the opt-in limit less the kernel's static shared memory.
 template <auto KERNEL>
-cudaError_t allow_optin_smem(int device, int smem_optin) {
+cudaError_t allow_optin_smem(int device, int dynamic_max) {
   static std::atomic<bool> raised[kMaxDevices];  // one array per instantiation
   if (device < kMaxDevices && raised[device].load(std::memory_order_acquire)) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin);
+  const cudaError_t err = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_max);
   if (err == cudaSuccess && device < kMaxDevices) raised[device].store(true, std::memory_order_release);
   return err;
 }
@@ -458,9 +460,9 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
   cudaError_t err = cudaGetDevice(&device);  // cheap: the calling thread's current device
   if (err == cudaSuccess) err = smem_optin_for(device, &smem_optin);
   if (err != cudaSuccess) return err;
-  if (smem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
-  if (smem > 48 * 1024) {
-    err = allow_optin_smem<paged_decode_kernel<T, HEAD_DIM>>(device, smem_optin);
+  if (smem + kDecodeStaticSmem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
+  if (smem + kDecodeStaticSmem > 48 * 1024) {
+    err = allow_optin_smem<paged_decode_kernel<T, HEAD_DIM>>(device, smem_optin - kDecodeStaticSmem);
     if (err != cudaSuccess) return err;
   }
   const bool split = p.part_out != nullptr;
