@@ -28,7 +28,8 @@ def sweep_jobs(path: Path) -> list[list[str]]:
     return [base + list(combo) for combo in itertools.product(*axes)]
 
 
-def check(paths: list[Path]) -> int:
+def check(paths: list[Path], extra: list[str] | None = None) -> int:
+    """Compose and validate every job of each sweep (plus ``extra`` overrides); returns the failures."""
     from hydra import compose, initialize_config_dir
 
     from harness.config import register_configs
@@ -41,7 +42,7 @@ def check(paths: list[Path]) -> int:
             jobs = sweep_jobs(path)
             for overrides in jobs:
                 try:
-                    cfg = compose("config", overrides=[*overrides, "device=auto"])
+                    cfg = compose("config", overrides=[*overrides, "device=auto", *(extra or [])])
                     resolve(cfg)
                 except Exception as e:  # noqa: BLE001 - a ConfigError or a Hydra error: report every job
                     failures += 1

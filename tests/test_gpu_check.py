@@ -1,0 +1,74 @@
+"""The GPU check's logic, exercised on a CPU machine in seconds (``DRY=1 bash .ci/gpu-check``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from harness.sweep_check import check, sweep_jobs
+from tests.conftest import REPO_ROOT
+
+SCRIPT = REPO_ROOT / ".ci" / "gpu-check"
+NEEDED = ("hydra_core-", "omegaconf-", "antlr4_python3_runtime-")
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> Path:
+    """The wheels the GPU machine is sent: the checkout's wheels/, else fetched as `make wheels` does."""
+    local = REPO_ROOT / "wheels"
+    if all(any(p.name.startswith(n) for p in local.glob("*.whl")) for n in NEEDED):
+        return local
+    folder = tmp_path_factory.mktemp("wheels")
+    proc = subprocess.run(["make", "-s", "wheels", f"WHEELS={folder}"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return folder
+
+
+def dry_run(out: Path, wheels: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DRY": "1", "OUT": str(out), "WHEELS": str(wheels)}
+    return subprocess.run(["bash", str(SCRIPT)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_dry_run_installs_composes_and_packs_within_the_return_limits(tmp_path, wheels):
+    out = tmp_path / "out"
+    proc = dry_run(out, wheels)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (out / "gpu-check.log").read_text()
+    assert "installed into" in log and "/kvbench-site." in log  # the --target path, put on PYTHONPATH
+    for sweep in sorted((REPO_ROOT / "conf" / "sweep").glob("gpu_*.yaml")):
+        assert f"{sweep.name}: " in log and "jobs compose" in log
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert 0 < len(files) <= 8 and all(len(p.relative_to(out).parts) <= 3 for p in files)
+    assert all(p.stat().st_size <= 16 * 2**20 for p in files)
+    (archive,) = out.glob("results-*.tar.gz")
+    slug = archive.name.removeprefix("results-").removesuffix(".tar.gz")
+    assert slug and (out / "summary.txt").read_text().startswith(f"slug={slug} dry=1")
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert any(n.startswith(f"results/{slug}/") for n in names) and "results/REPORT.md" in names
+
+
+def test_dry_run_stops_when_hydra_cannot_be_installed(tmp_path):
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    proc = dry_run(tmp_path / "out", empty)
+    assert proc.returncode == 3
+    assert "make wheels" in proc.stdout and "STOP" in proc.stdout
+
+
+def test_sweep_jobs_is_the_product_of_the_sweeper_values(tmp_path):
+    sweep = tmp_path / "gpu_demo.yaml"
+    sweep.write_text("hydra:\n  sweeper:\n    params:\n      +impl: contiguous,paged\n      batch: 1,8,64\n")
+    jobs = sweep_jobs(sweep)
+    assert len(jobs) == 6 and ["+sweep=gpu_demo", "+impl=paged", "batch=64"] in jobs
+
+
+def test_sweep_check_reports_a_job_that_does_not_validate(capsys):
+    decode = REPO_ROOT / "conf" / "sweep" / "cpu_decode.yaml"
+    assert check([decode]) == 0
+    assert check([decode], extra=["block_size=3"]) == len(sweep_jobs(decode))
+    assert "block_size=3 must be a power of two" in capsys.readouterr().out
