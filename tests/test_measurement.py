@@ -298,3 +298,16 @@ def test_repeat_reports_median_and_spread(compose, tmp_path):
     row = rows[0]
     assert row["tokens_per_s"] > 0 and row["tokens_per_s_spread"] is not None and row["tokens_per_s_spread"] >= 0
     assert "different tokens" not in (row["notes"] or "")  # the repeats generated the same tokens
+
+
+def test_code_version_from_the_environment_overrides_git(monkeypatch):
+    from harness.measure.fingerprint import code_version
+
+    monkeypatch.delenv("KVBENCH_GIT_SHA", raising=False)
+    sha, dirty = code_version()
+    assert sha and len(sha) == 40 and isinstance(dirty, bool)
+    monkeypatch.setenv("KVBENCH_GIT_SHA", "abc123")
+    monkeypatch.setenv("KVBENCH_GIT_DIRTY", "0")
+    assert code_version() == ("abc123", False)
+    monkeypatch.delenv("KVBENCH_GIT_DIRTY")
+    assert code_version() == ("abc123", None)

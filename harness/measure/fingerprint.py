@@ -48,6 +48,22 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def code_version() -> tuple[str | None, bool | None]:
+    """(git sha, dirty) of the code that runs.
+
+    A copy of a checkout whose .git does not match its files (the GPU machine gets the
+    working tree with a stale .git) names its commit in KVBENCH_GIT_SHA, and
+    KVBENCH_GIT_DIRTY=0/1 says whether the files differ from it; git is asked otherwise.
+    """
+    if sha := os.environ.get("KVBENCH_GIT_SHA"):
+        flag = os.environ.get("KVBENCH_GIT_DIRTY")
+        return sha, None if flag is None else flag == "1"
+    sha = _git("rev-parse", "HEAD")
+    # Published results are rewritten by the runs themselves: they do not make the code dirty.
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    return sha, None if status is None else bool(status)
+
+
 def slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
@@ -89,9 +105,7 @@ def collect(device: str) -> Fingerprint:
         gpu_name, gpu_mem = props.name, props.total_memory
         driver = driver_version()
     cpus = os.cpu_count() or 1
-    sha = _git("rev-parse", "HEAD")
-    # Published results are rewritten by the runs themselves: they do not make the code dirty.
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    sha, dirty = code_version()
     return Fingerprint(
         device=device,
         device_slug=device_slug(device),
@@ -106,6 +120,6 @@ def collect(device: str) -> Fingerprint:
         triton_version=triton_version,
         python_version=platform.python_version(),
         git_sha=sha,
-        git_dirty=None if status is None else bool(status),
+        git_dirty=dirty,
         hostname_hash=hashlib.sha256(socket.gethostname().encode()).hexdigest()[:12],
     )
