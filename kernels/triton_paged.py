@@ -28,7 +28,8 @@ from kernels.validate import KernelArgumentError, check_decode_args
 __all__ = ["paged_decode_attention_triton", "write_kv_triton", "choose_num_splits"]
 
 _LOG2E = 1.4426950408889634
-MIN_TOKENS_PER_SPLIT = 512  # below this a split's fixed cost outweighs the parallelism gained
+MIN_TOKENS_PER_SPLIT = 256  # four 64-token tiles: below this a split's fixed cost outweighs its parallelism
+PROGRAMS_PER_SM = 4
 MAX_SPLITS = 32
 
 # tl.max / tl.sum are themselves @jit functions, and the interpreter re-patches all of
@@ -174,14 +175,18 @@ def compiled_variants() -> int:
 def choose_num_splits(batch: int, kv_heads: int, max_context: int, num_sms: int | None) -> int:
     """Split-K only when ``batch * kv_heads`` programs leave SMs idle and context is long.
 
-    Splits = enough to give every SM one program, but never fewer than
-    MIN_TOKENS_PER_SPLIT tokens per split, capped at MAX_SPLITS. ``num_sms=None``
-    (the CPU interpreter, which runs programs one after another) means 1.
+    Then enough splits for about PROGRAMS_PER_SM programs on every SM (a K/V tile of
+    32 KB lets four stay resident, so their loads overlap), never fewer than
+    MIN_TOKENS_PER_SPLIT tokens per split, capped at MAX_SPLITS. Measured on an H200
+    (batch 1, context 4096, 8 KV heads): 512-token splits (8) took 117 us where the
+    contiguous SDPA took 54 us. ``num_sms=None`` (the CPU interpreter, which runs
+    programs one after another) means 1.
     """
     programs = batch * kv_heads
     if num_sms is None or programs >= num_sms:
         return 1
-    return max(1, min(triton.cdiv(num_sms, programs), max_context // MIN_TOKENS_PER_SPLIT, MAX_SPLITS))
+    wanted = triton.cdiv(PROGRAMS_PER_SM * num_sms, programs)
+    return max(1, min(wanted, max_context // MIN_TOKENS_PER_SPLIT, MAX_SPLITS))
 
 
 @functools.lru_cache(maxsize=None)

@@ -118,8 +118,10 @@ def test_split_rule():
     assert choose_num_splits(1, 8, 100_000, None) == 1  # interpreter: never split
     assert choose_num_splits(64, 8, 4096, 132) == 1  # 512 programs already fill 132 SMs
     assert choose_num_splits(1, 8, 256, 132) == 1  # short context: not worth a second pass
-    assert choose_num_splits(1, 8, 4096, 132) == 8  # 4096 // 512 caps it
-    assert choose_num_splits(2, 8, 65536, 132) == 9  # ceil(132 / 16) programs per SM gap
+    assert choose_num_splits(1, 8, 4096, 132) == 16  # 4096 // 256 caps it
+    assert choose_num_splits(16, 8, 1024, 132) == 4  # 1024 // 256 caps it
+    assert choose_num_splits(16, 8, 16384, 132) == 5  # ceil(4 * 132 / 128): four programs per SM
+    assert choose_num_splits(2, 8, 65536, 132) == 32  # MAX_SPLITS caps ceil(528 / 16)
     assert choose_num_splits(1, 1, 10**6, 132) == 32  # MAX_SPLITS
 
 
