@@ -90,6 +90,8 @@ class Config:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     impl: Optional[ImplConfig] = None  # absent: every impl available on the device
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)
+    # Most prompt tokens one prefill forward computes (vLLM's name); a longer prompt runs alone.
+    max_num_batched_tokens: int = 8192
     seed: int = 0
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | float16 | bfloat16
     max_seq_len: int = 1024

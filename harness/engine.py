@@ -1,10 +1,12 @@
 """The decode engine: continuous batching of real model forwards over one KV cache.
 
 Knows nothing about which impl it runs: it asks the scheduler for a step, applies
-the copies the allocator asked for, and runs one model forward per prefill or one
-batched forward for all decoding sequences. Greedy sampling; sample ``k`` of a
-request with ``n > 1`` takes the ``k``-th ranked token first (so parallel samples
-diverge and copy-on-write is exercised), then continues greedily.
+the copies the allocator asked for, and runs one model forward per step: a varlen
+prefill of every prompt admitted in the step (their new tokens concatenated, logits
+only at each prompt's last token) or a batched decode of all running sequences.
+Greedy sampling; sample ``k`` of a request with ``n > 1`` takes the ``k``-th ranked
+token first (so parallel samples diverge and copy-on-write is exercised), then
+continues greedily.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Callable
 import torch
 
 from harness.model import LlamaModel
-from harness.scheduler import Scheduler
+from harness.scheduler import Admission, Scheduler
 from harness.sequence import Sequence
 from harness.workload import Request
 from harness.measure.kv_peaks import KVPeaks
-from impls.base import KVCache
+from impls.base import KVCache, PrefillSpan
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Engine:
         model: LlamaModel,
         cache: KVCache,
         max_num_seqs: int,
+        max_num_batched_tokens: int,
         sync: Callable[[], None] = lambda: None,
         progress: Callable[[int], None] | None = None,
     ) -> None:
@@ -57,7 +60,7 @@ class Engine:
         self.device = next(model.parameters()).device
         cache.warmup()  # JIT compiles happen here, never inside the timed loop
         pool_tokens = cache.allocator.usage().capacity_tokens
-        self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_seq_tokens=pool_tokens)
+        self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_num_batched_tokens, max_seq_tokens=pool_tokens)
 
     def _forward(self, ids: list[int], positions: list[int], meta, logits_at: list[int] | None):
         dev = self.device
@@ -66,14 +69,23 @@ class Engine:
         at = torch.tensor(logits_at, dtype=torch.long, device=dev) if logits_at is not None else None
         return self.model(ids_t, pos_t, lambda layer, q, k, v: self.cache.forward_layer(layer, q, k, v, meta), at)
 
-    def _prefill(self, seq: Sequence, forks: list[Sequence]) -> None:
-        start, end = seq.num_cached, seq.num_tokens
-        meta = self.cache.prepare_prefill(seq.seq_id, start, end)
-        tokens = seq.token_ids
-        logits = self._forward(tokens[start:end], list(range(start, end)), meta, [end - start - 1])[0]
-        ranked = torch.topk(logits, 1 + len(forks)).indices.tolist() if forks else [int(logits.argmax())]
-        for rank, s in enumerate([seq, *forks]):
-            s.output_ids.append(ranked[rank])
+    def _prefill(self, admitted: list[Admission]) -> int:
+        """One forward over every admitted prompt's uncached tokens; returns how many it computed."""
+        spans = [PrefillSpan(a.seq.seq_id, a.seq.num_cached, a.seq.num_tokens) for a in admitted]
+        ids: list[int] = []
+        positions: list[int] = []
+        last: list[int] = []  # each prompt's last row: the only logits sampled
+        for adm, span in zip(admitted, spans):
+            ids += adm.seq.token_ids[span.start : span.end]
+            positions += range(span.start, span.end)
+            last.append(len(ids) - 1)
+        logits = self._forward(ids, positions, self.cache.prepare_prefill(spans), last)
+        for adm, row in zip(admitted, logits):
+            forks = adm.forks
+            ranked = torch.topk(row, 1 + len(forks)).indices.tolist() if forks else [int(row.argmax())]
+            for rank, s in enumerate([adm.seq, *forks]):
+                s.output_ids.append(ranked[rank])
+        return len(ids)
 
     @torch.inference_mode()
     def run(self, requests: list[Request]) -> EngineResult:
@@ -89,11 +101,11 @@ class Engine:
             plan = sched.schedule()
             touched: list[Sequence] = []
             if plan.is_prefill:
+                prefill_tokens += self._prefill(plan.admitted)
+                # The forks' rows are copied from their parents, so only once the parents are written.
+                cache.copy_rows([c for adm in plan.admitted for c in adm.fork_copies])
+                now = time.perf_counter() - t0
                 for adm in plan.admitted:
-                    prefill_tokens += adm.seq.num_tokens - adm.seq.num_cached
-                    self._prefill(adm.seq, adm.forks)
-                    cache.copy_rows(adm.fork_copies)
-                    now = time.perf_counter() - t0
                     for s in (adm.seq, *adm.forks):
                         if s.first_token_time is None:
                             s.first_token_time = now

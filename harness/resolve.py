@@ -77,6 +77,7 @@ def validate(cfg: Config) -> None:
     _one_of("scenario.name", cfg.scenario.name, SCENARIOS)
     _one_of("scenario.probe", cfg.scenario.probe, PROBES)
     _check(cfg.batch >= 1, f"batch={cfg.batch} must be >= 1")
+    _check(cfg.max_num_batched_tokens >= 1, f"max_num_batched_tokens={cfg.max_num_batched_tokens} must be >= 1")
     _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
     _check(cfg.max_seq_len >= 2, f"max_seq_len={cfg.max_seq_len} must be >= 2")
     bs = cfg.block_size

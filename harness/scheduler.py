@@ -3,7 +3,8 @@
 The same scheduler drives the decode scenario (one token per step, with a model)
 and the capacity scenario (no model; it jumps several tokens at once between
 allocation events). Each step is either a prefill step (admit what fits, up to
-``max_num_seqs`` running) or a decode step (one more token for every running
+``max_num_seqs`` running and ``max_num_batched_tokens`` prompt tokens to compute,
+all prefilled in one forward) or a decode step (one more token for every running
 sequence); when a running sequence cannot get its next slot the most recently
 admitted one is preempted: its slots are freed and it is recomputed later.
 """
@@ -52,11 +53,13 @@ class Scheduler:
         self,
         allocator: KVAllocator,
         max_num_seqs: int,
+        max_num_batched_tokens: int,
         token_source: TokenSource = last_token,
         max_seq_tokens: int | None = None,
     ) -> None:
         self.allocator = allocator
         self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens  # prompt tokens computed per prefill step
         self.token_source = token_source
         self.max_seq_tokens = max_seq_tokens  # pool size in tokens, for never-fits checks
         self.waiting: deque[tuple[Sequence, int]] = deque()  # (sequence, samples to fork)
@@ -105,6 +108,7 @@ class Scheduler:
 
     def _admit(self, plan: StepPlan) -> None:
         alloc = self.allocator
+        batched = 0  # tokens this step's prefill computes (prefix-cache hits are not computed)
         while self.waiting:
             seq, samples = self.waiting[0]
             # A request that can never run is recorded as rejected, not dropped (and
@@ -118,8 +122,14 @@ class Scheduler:
                 continue
             if len(self.running) + samples > self.max_num_seqs or not alloc.can_admit(seq.token_ids, samples):
                 break
+            # The first admission of a step ignores the budget: a prompt longer than it then
+            # runs alone instead of waiting forever (there is no chunked prefill).
+            new_tokens = seq.num_tokens - alloc.cached_prefix_len(seq.token_ids)
+            if plan.admitted and batched + new_tokens > self.max_num_batched_tokens:
+                break
             self.waiting.popleft()
             seq.num_cached = alloc.admit(seq.seq_id, seq.token_ids)
+            batched += seq.num_tokens - seq.num_cached
             admission = Admission(seq)
             for k in range(1, samples):
                 child = self._new_seq(seq.request_id, k, list(seq.prompt_ids), seq.max_new_tokens)

@@ -7,7 +7,8 @@ Two halves, so the capacity scenario can run the bookkeeping alone at 70B scale:
   single block per sequence is ``max_seq_len`` rows long, a paged pool has blocks
   of ``block_size`` rows. Copies (fork, copy-on-write) are ``RowCopy`` ranges.
 * ``KVCache`` - the tensors: writes K/V of one layer and attends, for a prefill
-  of one sequence or a decode step over the whole batch.
+  of every prompt admitted in a step (one varlen batch) or a decode step over
+  the whole batch.
 """
 
 from __future__ import annotations
@@ -26,6 +27,29 @@ class RowCopy:
     src: int
     dst: int
     num_rows: int
+
+
+@dataclass(frozen=True)
+class PrefillSpan:
+    """Positions ``[start, end)`` of sequence ``seq_id`` to compute; ``[0, start)`` is cached."""
+
+    seq_id: int
+    start: int
+    end: int
+
+    @property
+    def num_tokens(self) -> int:
+        return self.end - self.start
+
+
+def query_slices(spans: Sequence[PrefillSpan]) -> list[slice]:
+    """Each span's rows of a prefill batch, whose new tokens are concatenated in span order."""
+    out: list[slice] = []
+    first = 0
+    for span in spans:
+        out.append(slice(first, first + span.num_tokens))
+        first += span.num_tokens
+    return out
 
 
 @dataclass(frozen=True)
@@ -79,6 +103,14 @@ class KVAllocator(ABC):
     @abstractmethod
     def admit(self, seq_id: int, token_ids: Sequence[int]) -> int:
         """Reserve slots for ``token_ids``; return how many leading tokens are already cached."""
+
+    def cached_prefix_len(self, token_ids: Sequence[int]) -> int:
+        """Leading tokens ``admit(token_ids)`` would find cached now (no state change).
+
+        The scheduler charges a prefill's token budget only for the tokens it computes.
+        Allocators without a prefix cache find none.
+        """
+        return 0
 
     @abstractmethod
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool: ...
@@ -154,8 +186,8 @@ class KVCache(ABC):
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
     @abstractmethod
-    def prepare_prefill(self, seq_id: int, start: int, end: int) -> Any:
-        """Metadata for computing positions ``[start, end)`` of one sequence (``start`` cached)."""
+    def prepare_prefill(self, spans: Sequence[PrefillSpan]) -> Any:
+        """Metadata for one forward over every span's new tokens, concatenated in span order."""
 
     @abstractmethod
     def prepare_decode(self, seq_ids: Sequence[int]) -> Any:

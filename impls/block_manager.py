@@ -167,6 +167,10 @@ class BlockManager(KVAllocator):
         self.cache_hit_tokens += cached
         return cached
 
+    def cached_prefix_len(self, token_ids: Sequence[int]) -> int:
+        hits, _ = self._plan(token_ids)
+        return len(hits) * self.block_size
+
     # ---- growth -------------------------------------------------------------
     def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
         n = len(self.tokens[seq_id])

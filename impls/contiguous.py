@@ -11,17 +11,23 @@ from typing import Sequence
 
 import torch
 
-from impls.base import KVCache
+from impls.base import KVCache, PrefillSpan, query_slices
 from impls.slot_allocator import SlotAllocator
 from kernels.prefill import prefill_attention
 from kernels.sdpa import grouped_sdpa
 
 
 @dataclass
-class _Prefill:
-    rows: torch.Tensor  # flat rows of the new tokens
+class _PrefillSeq:
+    queries: slice  # this sequence's rows of the batch's new tokens
     slot: int
-    end: int
+    end: int  # context length once its new tokens are written
+
+
+@dataclass
+class _Prefill:
+    rows: torch.Tensor  # flat rows of every sequence's new tokens, concatenated
+    seqs: list[_PrefillSeq]
 
 
 @dataclass
@@ -50,9 +56,11 @@ class ContiguousCache(KVCache):
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
 
-    def prepare_prefill(self, seq_id: int, start: int, end: int) -> _Prefill:
-        rows = self._tensor(self.allocator.rows(seq_id, start, end))
-        return _Prefill(rows, self.allocator.slot(seq_id), end)
+    def prepare_prefill(self, spans: Sequence[PrefillSpan]) -> _Prefill:
+        alloc = self.allocator
+        rows = [row for s in spans for row in alloc.rows(s.seq_id, s.start, s.end)]
+        seqs = [_PrefillSeq(queries, alloc.slot(s.seq_id), s.end) for s, queries in zip(spans, query_slices(spans))]
+        return _Prefill(self._tensor(rows), seqs)
 
     def prepare_decode(self, seq_ids: Sequence[int]) -> _Decode:
         alloc = self.allocator
@@ -81,7 +89,10 @@ class ContiguousCache(KVCache):
         k_slab.view(-1, *k_slab.shape[2:])[meta.rows] = k
         v_slab.view(-1, *v_slab.shape[2:])[meta.rows] = v
         if isinstance(meta, _Prefill):
-            return prefill_attention(q, k_slab[meta.slot, : meta.end], v_slab[meta.slot, : meta.end], self.scale)
+            return torch.cat([
+                prefill_attention(q[s.queries], k_slab[s.slot, : s.end], v_slab[s.slot, : s.end], self.scale)
+                for s in meta.seqs
+            ])
         if meta.dense_start is not None:
             span = slice(meta.dense_start, meta.dense_start + q.shape[0])
             keys, values = k_slab[span, : meta.max_len], v_slab[span, : meta.max_len]

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from impls.base import KVCache
+from impls.base import KVCache, PrefillSpan, query_slices
 from impls.block_manager import BlockManager
 from impls.device_block_tables import DeviceBlockTables
 from kernels.prefill import prefill_attention
@@ -21,10 +21,16 @@ from kernels.registry import PagedKernel
 
 
 @dataclass
-class _Prefill:
-    slots: torch.Tensor  # int64 [T]
+class _PrefillSeq:
+    queries: slice  # this sequence's rows of the batch's new tokens
     table: torch.Tensor  # int32 [blocks]
-    end: int
+    end: int  # context length once its new tokens are written
+
+
+@dataclass
+class _Prefill:
+    slots: torch.Tensor  # int64 [T]: every sequence's new tokens, concatenated
+    seqs: list[_PrefillSeq]
 
 
 @dataclass
@@ -70,11 +76,14 @@ class PagedCache(KVCache):
             self.kernel.write(kv, kv, k_pool, v_pool, skip)
         torch.cuda.synchronize(self.device)
 
-    def prepare_prefill(self, seq_id: int, start: int, end: int) -> _Prefill:
+    def prepare_prefill(self, spans: Sequence[PrefillSpan]) -> _Prefill:
         bm = self.allocator
-        slots = torch.tensor(bm.rows(seq_id, start, end), dtype=torch.long, device=self.device)
-        table = torch.tensor(bm.block_table(seq_id), dtype=torch.int32, device=self.device)
-        return _Prefill(slots, table, end)
+        slots = [row for s in spans for row in bm.rows(s.seq_id, s.start, s.end)]
+        seqs = [
+            _PrefillSeq(queries, torch.tensor(bm.block_table(s.seq_id), dtype=torch.int32, device=self.device), s.end)
+            for s, queries in zip(spans, query_slices(spans))
+        ]
+        return _Prefill(torch.tensor(slots, dtype=torch.long, device=self.device), seqs)
 
     def prepare_decode(self, seq_ids: Sequence[int]) -> _Decode:
         bm = self.allocator
@@ -92,7 +101,11 @@ class PagedCache(KVCache):
         k_pool, v_pool = self.k[layer], self.v[layer]
         self.kernel.write(k.contiguous(), v.contiguous(), k_pool, v_pool, meta.slots)
         if isinstance(meta, _Prefill):
-            k_ctx = gather_kv(k_pool, meta.table, meta.end)
-            v_ctx = gather_kv(v_pool, meta.table, meta.end)
-            return prefill_attention(q, k_ctx, v_ctx, self.scale)
+            # Every new token of the batch is written above, before any sequence attends: a
+            # prompt whose prefix hit blocks that another prompt of this batch fills reads them filled.
+            outs = []
+            for s in meta.seqs:
+                k_ctx, v_ctx = gather_kv(k_pool, s.table, s.end), gather_kv(v_pool, s.table, s.end)
+                outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale))
+            return torch.cat(outs)
         return self.kernel.decode(q.contiguous(), k_pool, v_pool, meta.block_tables, meta.context_lens, self.scale)

@@ -44,6 +44,7 @@ def test_one_run_writes_a_complete_run_folder(tmp_path):
     "override, expected",
     [
         ("batch=0", "batch=0 must be >= 1"),
+        ("max_num_batched_tokens=0", "max_num_batched_tokens=0 must be >= 1"),
         ("dtype=float8", "allowed: float32, float16, bfloat16"),
         ("block_size=12", "block_size=12 must be a power of two"),
         ("model.path=/nonexistent/model", "model.path"),

@@ -93,7 +93,7 @@ def test_no_triton_compile_inside_a_measured_run(compose):
                            "max_seq_len=2048", "batch=4"]))
     model = build_model(cfg.model, torch.bfloat16, torch.device("cuda"), 0)
     cache = build_cache(cfg.impl, cfg, 256 * 2**20, torch.device("cuda"))
-    engine = Engine(model, cache, cfg.batch, sync=torch.cuda.synchronize)
+    engine = Engine(model, cache, cfg.batch, cfg.max_num_batched_tokens, sync=torch.cuda.synchronize)
     before = compiled_variants()
     assert before >= 3  # the warm-up compiled the decode (one split, several), the merge and the write
     gen = torch.Generator().manual_seed(0)

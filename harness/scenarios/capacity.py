@@ -1,11 +1,12 @@
 """scenario=capacity: the scheduler and cache bookkeeping alone, at full model scale.
 
 No tensors and no model compute: the same ``Scheduler`` and allocators as the
-decode scenario run the workload under a memory budget. Between allocation
-events nothing changes, so a step advances every running sequence by as many
-tokens as it can take without a new block (or until it finishes); the peaks are
-exact because token states only grow within a step. Generated tokens are
-synthetic (a fixed function of request, sample and position).
+decode scenario run the workload under a memory budget, admitting under the same
+``max_num_batched_tokens`` per prefill step. Between allocation events nothing
+changes, so a step advances every running sequence by as many tokens as it can
+take without a new block (or until it finishes); the peaks are exact because
+token states only grow within a step. Generated tokens are synthetic (a fixed
+function of request, sample and position).
 """
 
 from __future__ import annotations
@@ -51,13 +52,18 @@ class Simulation:
 
 
 def simulate(
-    allocator: KVAllocator, requests: list[Request], max_num_seqs: int, vocab: int, bytes_per_token: int
+    allocator: KVAllocator,
+    requests: list[Request],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    vocab: int,
+    bytes_per_token: int,
 ) -> Simulation:
     def source(seq: Sequence, k: int) -> list[int]:
         return [seq.last_token] + [synthetic_token(seq, vocab)] * (k - 1)
 
     capacity = allocator.usage().capacity_tokens
-    sched = Scheduler(allocator, max_num_seqs, token_source=source, max_seq_tokens=capacity)
+    sched = Scheduler(allocator, max_num_seqs, max_num_batched_tokens, token_source=source, max_seq_tokens=capacity)
     for r in requests:
         sched.add_request(r)
     peaks, steps, jump = KVPeaks(), 0, 1
@@ -106,7 +112,7 @@ def concurrency_points(ctx: RunContext, kv_bytes: int) -> pd.DataFrame:
         for variant in ("contiguous", "paged", "paged_shared"):
             run_reqs = _unshared(reqs) if variant == "paged" else reqs
             sim = simulate(_unbounded(variant, run_reqs, cfg), run_reqs, sum(r.n for r in run_reqs),
-                           cfg.model.vocab_size, ctx.bytes_per_token)
+                           cfg.max_num_batched_tokens, cfg.model.vocab_size, ctx.bytes_per_token)
             rows.append({"concurrency": n_req, "variant": variant, "model": cfg.model.name,
                          "dtype": cfg.dtype, "block_size": cfg.block_size, "max_seq_len": cfg.max_seq_len,
                          "workload": cfg.workload.name, "n": cfg.workload.n,
@@ -123,7 +129,8 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     allocator = build_allocator(impl, cfg, budget.kv_bytes)
     requests = ctx.requests
     t0 = time.perf_counter()
-    sim = simulate(allocator, requests, cfg.batch, cfg.model.vocab_size, ctx.bytes_per_token)
+    sim = simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
+                   ctx.bytes_per_token)
     wall = time.perf_counter() - t0
     if "points" not in ctx.tables:
         ctx.tables["points"] = concurrency_points(ctx, budget.kv_bytes)

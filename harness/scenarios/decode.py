@@ -52,7 +52,7 @@ def _run_once(ctx: RunContext, impl: ImplConfig, budget: MemoryBudget, requests:
     cache = build_cache(impl, ctx.cfg, budget.kv_bytes, ctx.device)
     total = sum(r.output_len * r.n for r in requests)
     update, close = ctx.progress(total, impl.name) if track else (None, lambda: None)
-    engine = Engine(ctx.model, cache, ctx.cfg.batch, sync=ctx.sync, progress=update)
+    engine = Engine(ctx.model, cache, ctx.cfg.batch, ctx.cfg.max_num_batched_tokens, sync=ctx.sync, progress=update)
     tracker = MemoryTracker(ctx.device.type)
     try:
         with tracker:

@@ -42,7 +42,8 @@ def _passes(ctx: RunContext, impl: ImplConfig, b: int) -> bool:
         from harness.scenarios.capacity import simulate
 
         alloc = build_allocator(impl, probe.cfg, kv_budget(probe.cfg).kv_bytes)
-        sim = simulate(alloc, probe.requests, want, probe.cfg.model.vocab_size, probe.bytes_per_token)
+        sim = simulate(alloc, probe.requests, want, probe.cfg.max_num_batched_tokens, probe.cfg.model.vocab_size,
+                       probe.bytes_per_token)
         return not sim.preemptions and not sim.rejected and sim.peak_running == want
     from harness.scenarios import decode
 
