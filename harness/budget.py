@@ -8,6 +8,7 @@ activation estimate.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from harness.config import Config
@@ -28,11 +29,31 @@ class MemoryBudget:
         return {f"budget_{k}": v for k, v in asdict(self).items()}
 
 
+def forward_tokens_bound(cfg: Config, prompt_lens: Sequence[int] | None = None) -> int:
+    """Tokens of the largest single forward the engine runs (what vLLM profiles).
+
+    A prefill step computes at most ``max_num_batched_tokens`` tokens, or one prompt that
+    is longer (admitted alone); a decode step one token per running sequence. With the
+    workload's prompt lengths known the bound is tighter: no step computes more prompt
+    tokens than the workload has.
+    """
+    decode = cfg.batch * cfg.workload.n
+    if not prompt_lens:
+        return max(cfg.max_num_batched_tokens, cfg.max_seq_len, decode)
+    return max(min(cfg.max_num_batched_tokens, sum(prompt_lens)), max(prompt_lens), decode)
+
+
+def logits_rows_bound(cfg: Config) -> int:
+    """Logits rows one forward keeps: one per running sequence (decode) or admitted one (prefill)."""
+    return cfg.batch * cfg.workload.n
+
+
 def kv_budget(
     cfg: Config,
     device_total_bytes: int | None = None,
     measured_weight_bytes: int | None = None,
     measured_activation_bytes: int | None = None,
+    prompt_lens: Sequence[int] | None = None,
 ) -> MemoryBudget:
     if cfg.device.memory_gb is not None:
         device_bytes = int(cfg.device.memory_gb * GB)
@@ -46,8 +67,8 @@ def kv_budget(
     usable = int(device_bytes * cfg.device.utilization)
     weights = measured_weight_bytes if measured_weight_bytes is not None else weight_bytes(cfg.model, cfg.dtype)
     act = (measured_activation_bytes if measured_activation_bytes is not None
-           else activation_bytes_estimate(cfg.model, cfg.dtype, max(cfg.max_seq_len, cfg.batch),
-                                          cfg.batch * cfg.workload.n))
+           else activation_bytes_estimate(cfg.model, cfg.dtype, forward_tokens_bound(cfg, prompt_lens),
+                                          logits_rows_bound(cfg)))
     kv = usable - weights - act
     if cfg.device.kv_cache_gb is not None:
         return MemoryBudget(device_bytes, usable, weights, act, int(cfg.device.kv_cache_gb * GB), "device.kv_cache_gb")

@@ -83,3 +83,19 @@ def test_more_samples_than_batch_are_rejected_not_waited_on_forever(compose, tmp
         "scenario=capacity", "model=tiny-llama", "batch=2", "workload=parallel_sampling", "workload.n=3",
         "workload.num_requests=2", "scenario.concurrency_points=[1]"])
     assert row["rejected"] == 2 and "exceed batch=2" in row["notes"]
+
+
+def test_activation_budget_covers_the_largest_forward(compose):
+    """A batched prefill of up to max_num_batched_tokens tokens is budgeted, as vLLM profiles it."""
+    from harness.budget import forward_tokens_bound, kv_budget
+    from harness.resolve import resolve
+
+    cfg = resolve(compose(["scenario=capacity", "model=llama-2-7b", "max_seq_len=2048", "batch=64",
+                           "device.memory_gb=80", "max_num_batched_tokens=8192"]))
+    assert forward_tokens_bound(cfg) == 8192
+    assert forward_tokens_bound(cfg, [100] * 10) == 1000  # the workload has no more prompt tokens
+    assert forward_tokens_bound(cfg, [5000, 10] + [100] * 100) == 8192
+    assert forward_tokens_bound(cfg, [3] * 4) == 64  # a decode step of every running sequence
+    small = resolve(compose(["scenario=capacity", "model=llama-2-7b", "max_seq_len=2048", "batch=64",
+                             "device.memory_gb=80", "max_num_batched_tokens=2048"]))
+    assert kv_budget(cfg).activation_bytes > kv_budget(small).activation_bytes

@@ -125,9 +125,10 @@ def concurrency_points(ctx: RunContext, kv_bytes: int) -> pd.DataFrame:
 
 def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     cfg = ctx.cfg
-    budget = kv_budget(cfg)  # weights from the shape; nothing is allocated
-    allocator = build_allocator(impl, cfg, budget.kv_bytes)
     requests = ctx.requests
+    # Weights from the shape, activations estimated; nothing is allocated.
+    budget = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests])
+    allocator = build_allocator(impl, cfg, budget.kv_bytes)
     t0 = time.perf_counter()
     sim = simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
                    ctx.bytes_per_token)
