@@ -25,6 +25,7 @@ class _Prefill:
     slots: torch.Tensor  # int64 [T]
     table: torch.Tensor  # int32 [blocks]
     end: int
+    checked: bool = False  # the kernels' arguments were checked (at the first layer)
 
 
 @dataclass
@@ -32,6 +33,8 @@ class _Decode:
     slots: torch.Tensor  # int64 [B]
     block_tables: torch.Tensor  # int32 [B, max_blocks]
     context_lens: torch.Tensor  # int32 [B]
+    max_context: int  # max(context_lens), known on the host
+    checked: bool = False
 
 
 class PagedCache(KVCache):
@@ -63,7 +66,7 @@ class PagedCache(KVCache):
             tables = torch.zeros(1, width, dtype=torch.int32, device=self.device)
             lens = torch.full((1,), context, dtype=torch.int32, device=self.device)
             q = torch.zeros(1, heads, head_dim, dtype=k_pool.dtype, device=self.device)
-            self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale)
+            self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale, max_context=context)
         for tokens in (1, 64):
             kv = torch.zeros(tokens, kv_heads, head_dim, dtype=k_pool.dtype, device=self.device)
             skip = torch.full((tokens,), -1, dtype=torch.long, device=self.device)
@@ -86,13 +89,19 @@ class PagedCache(KVCache):
             torch.tensor(slots, dtype=torch.long, device=self.device),
             self.tables.gather(seq_ids, tables),
             torch.tensor(lens, dtype=torch.int32, device=self.device),
+            max(lens),
         )
 
     def forward_layer(self, layer, q, k, v, meta):
         k_pool, v_pool = self.k[layer], self.v[layer]
-        self.kernel.write(k.contiguous(), v.contiguous(), k_pool, v_pool, meta.slots)
+        # Every layer passes tensors of the first one's shapes, dtypes and devices, so the
+        # first call of a step checks the kernels' arguments and the others skip it.
+        check, meta.checked = not meta.checked, True
+        # The cache computed every slot on the host: none is < 0, none to skip.
+        self.kernel.write(k.contiguous(), v.contiguous(), k_pool, v_pool, meta.slots, may_skip=False, validate=check)
         if isinstance(meta, _Prefill):
             k_ctx = gather_kv(k_pool, meta.table, meta.end)
             v_ctx = gather_kv(v_pool, meta.table, meta.end)
             return prefill_attention(q, k_ctx, v_ctx, self.scale)
-        return self.kernel.decode(q.contiguous(), k_pool, v_pool, meta.block_tables, meta.context_lens, self.scale)
+        return self.kernel.decode(q.contiguous(), k_pool, v_pool, meta.block_tables, meta.context_lens, self.scale,
+                                  max_context=meta.max_context, validate=check)
