@@ -5,6 +5,10 @@ the copies the allocator asked for, and runs one model forward per prefill or on
 batched forward for all decoding sequences. Greedy sampling; sample ``k`` of a
 request with ``n > 1`` takes the ``k``-th ranked token first (so parallel samples
 diverge and copy-on-write is exercised), then continues greedily.
+
+A forward's integer inputs (token ids, positions, and the cache's metadata) go to
+the device in one copy: the engine adds its fields to a ``StagingBuffer`` and the
+cache's ``prepare_*`` adds its own and uploads it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from harness.sequence import Sequence
 from harness.workload import Request
 from harness.measure.kv_peaks import KVPeaks
 from impls.base import KVCache
+from impls.staging import StagingBuffer
 
 
 @dataclass
@@ -59,18 +64,20 @@ class Engine:
         pool_tokens = cache.allocator.usage().capacity_tokens
         self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_seq_tokens=pool_tokens)
 
-    def _forward(self, ids: list[int], positions: list[int], meta, logits_at: list[int] | None):
-        dev = self.device
-        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
-        pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
-        at = torch.tensor(logits_at, dtype=torch.long, device=dev) if logits_at is not None else None
-        return self.model(ids_t, pos_t, lambda layer, q, k, v: self.cache.forward_layer(layer, q, k, v, meta), at)
+    def _forward(self, staging: StagingBuffer, ids: int, positions: int, meta, logits_at: int | None = None):
+        """The model over staged ``ids`` and ``positions`` (``staging`` uploaded), attending through the cache."""
+        at = staging[logits_at] if logits_at is not None else None
+        return self.model(staging[ids], staging[positions],
+                          lambda layer, q, k, v: self.cache.forward_layer(layer, q, k, v, meta), at)
 
     def _prefill(self, seq: Sequence, forks: list[Sequence]) -> None:
         start, end = seq.num_cached, seq.num_tokens
-        meta = self.cache.prepare_prefill(seq.seq_id, start, end)
-        tokens = seq.token_ids
-        logits = self._forward(tokens[start:end], list(range(start, end)), meta, [end - start - 1])[0]
+        staging = StagingBuffer(self.device)
+        ids = staging.add(seq.token_ids[start:end])
+        positions = staging.add(range(start, end))
+        last = staging.add([end - start - 1])
+        meta = self.cache.prepare_prefill(seq.seq_id, start, end, staging)
+        logits = self._forward(staging, ids, positions, meta, last)[0]
         ranked = torch.topk(logits, 1 + len(forks)).indices.tolist() if forks else [int(logits.argmax())]
         for rank, s in enumerate([seq, *forks]):
             s.output_ids.append(ranked[rank])
@@ -101,10 +108,11 @@ class Engine:
             elif plan.decodes:
                 cache.copy_rows(plan.copies)
                 seqs = plan.decodes
-                meta = cache.prepare_decode([s.seq_id for s in seqs])
-                logits = self._forward(
-                    [s.output_ids[-1] for s in seqs], [s.num_tokens - 1 for s in seqs], meta, None
-                )
+                staging = StagingBuffer(self.device)
+                ids = staging.add([s.output_ids[-1] for s in seqs])
+                positions = staging.add([s.num_tokens - 1 for s in seqs])
+                meta = cache.prepare_decode([s.seq_id for s in seqs], staging)
+                logits = self._forward(staging, ids, positions, meta)
                 for s, tok in zip(seqs, logits.argmax(dim=-1).tolist()):
                     s.output_ids.append(tok)
                 touched = seqs

@@ -7,7 +7,9 @@ Two halves, so the capacity scenario can run the bookkeeping alone at 70B scale:
   single block per sequence is ``max_seq_len`` rows long, a paged pool has blocks
   of ``block_size`` rows. Copies (fork, copy-on-write) are ``RowCopy`` ranges.
 * ``KVCache`` - the tensors: writes K/V of one layer and attends, for a prefill
-  of one sequence or a decode step over the whole batch.
+  of one sequence or a decode step over the whole batch. Its ``prepare_*`` put the
+  step's integers in the step's ``StagingBuffer`` (impls/staging.py), which the
+  caller may have filled with its own first, and upload it: one copy per step.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+
+from impls.staging import StagingBuffer
 
 
 @dataclass(frozen=True)
@@ -154,12 +158,18 @@ class KVCache(ABC):
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
     @abstractmethod
-    def prepare_prefill(self, seq_id: int, start: int, end: int) -> Any:
-        """Metadata for computing positions ``[start, end)`` of one sequence (``start`` cached)."""
+    def prepare_prefill(self, seq_id: int, start: int, end: int, staging: StagingBuffer | None = None) -> Any:
+        """Metadata for computing positions ``[start, end)`` of one sequence (``start`` cached).
+
+        Adds the cache's fields to ``staging`` (a new buffer if None) and uploads it.
+        """
 
     @abstractmethod
-    def prepare_decode(self, seq_ids: Sequence[int]) -> Any:
-        """Metadata for one new token per sequence (its slot already appended)."""
+    def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> Any:
+        """Metadata for one new token per sequence (its slot already appended).
+
+        Adds the cache's fields to ``staging`` (a new buffer if None) and uploads it.
+        """
 
     @abstractmethod
     def forward_layer(

@@ -15,6 +15,7 @@ import torch
 from impls.base import KVCache
 from impls.block_manager import BlockManager
 from impls.device_block_tables import DeviceBlockTables
+from impls.staging import StagingBuffer
 from kernels.prefill import prefill_attention
 from kernels.reference import gather_kv
 from kernels.registry import PagedKernel
@@ -73,24 +74,25 @@ class PagedCache(KVCache):
             self.kernel.write(kv, kv, k_pool, v_pool, skip)
         torch.cuda.synchronize(self.device)
 
-    def prepare_prefill(self, seq_id: int, start: int, end: int) -> _Prefill:
+    def prepare_prefill(self, seq_id: int, start: int, end: int, staging: StagingBuffer | None = None) -> _Prefill:
         bm = self.allocator
-        slots = torch.tensor(bm.rows(seq_id, start, end), dtype=torch.long, device=self.device)
-        table = torch.tensor(bm.block_table(seq_id), dtype=torch.int32, device=self.device)
-        return _Prefill(slots, table, end)
+        staging = staging or StagingBuffer(self.device)
+        slots = staging.add(bm.rows(seq_id, start, end))
+        table = staging.add(bm.block_table(seq_id), torch.int32)
+        staging.upload()
+        return _Prefill(staging[slots], staging[table], end)
 
-    def prepare_decode(self, seq_ids: Sequence[int]) -> _Decode:
+    def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
         bm = self.allocator
         bs = bm.block_size
+        staging = staging or StagingBuffer(self.device)
         tables = [bm.block_table(s) for s in seq_ids]
         lens = [bm.num_tokens(s) for s in seq_ids]
-        slots = [t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)]
-        return _Decode(
-            torch.tensor(slots, dtype=torch.long, device=self.device),
-            self.tables.gather(seq_ids, tables),
-            torch.tensor(lens, dtype=torch.int32, device=self.device),
-            max(lens),
-        )
+        slots = staging.add([t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)])
+        context_lens = staging.add(lens, torch.int32)
+        staged = self.tables.stage(seq_ids, tables, bm.table_changes(), staging)
+        staging.upload()
+        return _Decode(staging[slots], self.tables.apply(staged, staging), staging[context_lens], max(lens))
 
     def forward_layer(self, layer, q, k, v, meta):
         k_pool, v_pool = self.k[layer], self.v[layer]
