@@ -36,6 +36,7 @@ class EngineResult:
     prefill_tokens: int  # tokens actually computed in prefills (cache hits excluded)
     decode_steps: int
     step_s: list[float]  # wall time of every decode step
+    host_s: list[float]  # host time of every decode step: from its start until the forward is enqueued
     ttft_s: list[float]  # first token time of each sequence, from the start
     peak_running: int
     peak_running_before_preemption: int
@@ -90,6 +91,7 @@ class Engine:
         t0 = time.perf_counter()
         prefill_tokens = 0
         step_s: list[float] = []
+        host_s: list[float] = []
         peaks = KVPeaks()
         while not sched.done:
             ts = time.perf_counter()
@@ -113,6 +115,7 @@ class Engine:
                 positions = staging.add([s.num_tokens - 1 for s in seqs])
                 meta = cache.prepare_decode([s.seq_id for s in seqs], staging)
                 logits = self._forward(staging, ids, positions, meta)
+                host_s.append(time.perf_counter() - ts)  # enqueued; on a GPU nothing has waited for it yet
                 for s, tok in zip(seqs, logits.argmax(dim=-1).tolist()):
                     s.output_ids.append(tok)
                 touched = seqs
@@ -132,6 +135,7 @@ class Engine:
             prefill_tokens=prefill_tokens,
             decode_steps=len(step_s),
             step_s=step_s,
+            host_s=host_s,
             ttft_s=[s.first_token_time for s in done if s.first_token_time is not None],
             peak_running=sched.peak_running,
             peak_running_before_preemption=sched.peak_running_before_preemption,
