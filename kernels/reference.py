@@ -53,7 +53,7 @@ def gather_kv(
     """The first ``context_len`` rows of one sequence: ``[context_len, kv_heads, head_dim]``."""
     block_size = cache.shape[1]
     num_blocks = (context_len + block_size - 1) // block_size
-    rows = cache[block_table[:num_blocks].long()].flatten(0, 1)
+    rows = cache.index_select(0, block_table[:num_blocks]).flatten(0, 1)  # whole blocks, one run each
     return rows[:context_len]
 
 
