@@ -7,6 +7,10 @@ only at each prompt's last token) or a batched decode of all running sequences.
 Greedy sampling; sample ``k`` of a request with ``n > 1`` takes the ``k``-th ranked
 token first (so parallel samples diverge and copy-on-write is exercised), then
 continues greedily.
+
+A forward's integer inputs (token ids, positions, and the cache's metadata) go to
+the device in one copy: the engine adds its fields to a ``StagingBuffer`` and the
+cache's ``prepare_*`` adds its own and uploads it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from harness.sequence import Sequence
 from harness.workload import Request
 from harness.measure.kv_peaks import KVPeaks
 from impls.base import KVCache, PrefillSpan
+from impls.staging import StagingBuffer
 
 
 @dataclass
@@ -33,6 +38,7 @@ class EngineResult:
     prefill_tokens: int  # tokens actually computed in prefills (cache hits excluded)
     decode_steps: int
     step_s: list[float]  # wall time of every decode step
+    host_s: list[float]  # host time of every decode step: from its start until the forward is enqueued
     ttft_s: list[float]  # first token time of each sequence, from the start
     peak_running: int
     peak_running_before_preemption: int
@@ -62,12 +68,11 @@ class Engine:
         pool_tokens = cache.allocator.usage().capacity_tokens
         self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_num_batched_tokens, max_seq_tokens=pool_tokens)
 
-    def _forward(self, ids: list[int], positions: list[int], meta, logits_at: list[int] | None):
-        dev = self.device
-        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
-        pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
-        at = torch.tensor(logits_at, dtype=torch.long, device=dev) if logits_at is not None else None
-        return self.model(ids_t, pos_t, lambda layer, q, k, v: self.cache.forward_layer(layer, q, k, v, meta), at)
+    def _forward(self, staging: StagingBuffer, ids: int, positions: int, meta, logits_at: int | None = None):
+        """The model over staged ``ids`` and ``positions`` (``staging`` uploaded), attending through the cache."""
+        at = staging[logits_at] if logits_at is not None else None
+        return self.model(staging[ids], staging[positions],
+                          lambda layer, q, k, v: self.cache.forward_layer(layer, q, k, v, meta), at)
 
     def _prefill(self, admitted: list[Admission]) -> int:
         """One forward over every admitted prompt's uncached tokens; returns how many it computed."""
@@ -79,7 +84,10 @@ class Engine:
             ids += adm.seq.token_ids[span.start : span.end]
             positions += range(span.start, span.end)
             last.append(len(ids) - 1)
-        logits = self._forward(ids, positions, self.cache.prepare_prefill(spans), last)
+        staging = StagingBuffer(self.device)
+        ids_h, positions_h, last_h = staging.add(ids), staging.add(positions), staging.add(last)
+        meta = self.cache.prepare_prefill(spans, staging)
+        logits = self._forward(staging, ids_h, positions_h, meta, last_h)
         for adm, row in zip(admitted, logits):
             forks = adm.forks
             ranked = torch.topk(row, 1 + len(forks)).indices.tolist() if forks else [int(row.argmax())]
@@ -95,6 +103,7 @@ class Engine:
         t0 = time.perf_counter()
         prefill_tokens = 0
         step_s: list[float] = []
+        host_s: list[float] = []
         peaks = KVPeaks()
         while not sched.done:
             ts = time.perf_counter()
@@ -113,10 +122,12 @@ class Engine:
             elif plan.decodes:
                 cache.copy_rows(plan.copies)
                 seqs = plan.decodes
-                meta = cache.prepare_decode([s.seq_id for s in seqs])
-                logits = self._forward(
-                    [s.output_ids[-1] for s in seqs], [s.num_tokens - 1 for s in seqs], meta, None
-                )
+                staging = StagingBuffer(self.device)
+                ids = staging.add([s.output_ids[-1] for s in seqs])
+                positions = staging.add([s.num_tokens - 1 for s in seqs])
+                meta = cache.prepare_decode([s.seq_id for s in seqs], staging)
+                logits = self._forward(staging, ids, positions, meta)
+                host_s.append(time.perf_counter() - ts)  # enqueued; on a GPU nothing has waited for it yet
                 for s, tok in zip(seqs, logits.argmax(dim=-1).tolist()):
                     s.output_ids.append(tok)
                 touched = seqs
@@ -136,6 +147,7 @@ class Engine:
             prefill_tokens=prefill_tokens,
             decode_steps=len(step_s),
             step_s=step_s,
+            host_s=host_s,
             ttft_s=[s.first_token_time for s in done if s.first_token_time is not None],
             peak_running=sched.peak_running,
             peak_running_before_preemption=sched.peak_running_before_preemption,

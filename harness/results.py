@@ -25,7 +25,9 @@ FINGERPRINT = [
 STATUS = ["status", "error", "notes"]
 METRICS = [
     "wall_s", "tokens_per_s", "tokens_per_s_spread", "output_tokens_per_s", "requests_per_s",
-    "step_ms_p50", "step_ms_p90", "step_ms_p99", "ttft_ms_p50", "ttft_ms_p99",
+    "step_ms_p50", "step_ms_p90", "step_ms_p99",
+    "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
+    "ttft_ms_p50", "ttft_ms_p99",
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
     "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
     "kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",

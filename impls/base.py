@@ -8,7 +8,9 @@ Two halves, so the capacity scenario can run the bookkeeping alone at 70B scale:
   of ``block_size`` rows. Copies (fork, copy-on-write) are ``RowCopy`` ranges.
 * ``KVCache`` - the tensors: writes K/V of one layer and attends, for a prefill
   of every prompt admitted in a step (one varlen batch) or a decode step over
-  the whole batch.
+  the whole batch. Its ``prepare_*`` put the step's integers in the step's
+  ``StagingBuffer`` (impls/staging.py), which the caller may have filled with its
+  own first, and upload it: one copy per step.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+
+from impls.staging import StagingBuffer
 
 
 @dataclass(frozen=True)
@@ -186,12 +190,18 @@ class KVCache(ABC):
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
     @abstractmethod
-    def prepare_prefill(self, spans: Sequence[PrefillSpan]) -> Any:
-        """Metadata for one forward over every span's new tokens, concatenated in span order."""
+    def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> Any:
+        """Metadata for one forward over every span's new tokens, concatenated in span order.
+
+        Adds the cache's fields to ``staging`` (a new buffer if None) and uploads it.
+        """
 
     @abstractmethod
-    def prepare_decode(self, seq_ids: Sequence[int]) -> Any:
-        """Metadata for one new token per sequence (its slot already appended)."""
+    def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> Any:
+        """Metadata for one new token per sequence (its slot already appended).
+
+        Adds the cache's fields to ``staging`` (a new buffer if None) and uploads it.
+        """
 
     @abstractmethod
     def forward_layer(

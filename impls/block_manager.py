@@ -10,6 +10,9 @@ evicted, least recently freed first, when the pool needs space.
 
 Counters (filled slots, logical tokens) are kept incrementally so ``usage`` is
 O(1): the capacity scenario calls it after every event at 70B scale.
+
+``table_changes`` reports which table entries changed since it was last called, so
+a device-side copy of the tables (impls/device_block_tables.py) applies only those.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ class BlockManager(KVAllocator):
         self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, refcount 0, LRU first
         self.tables: dict[int, list[int]] = {}
         self.tokens: dict[int, list[int]] = {}
+        # seq -> first table entry changed since table_changes() last ran (0: the whole table)
+        self._changed: dict[int, int] = {}
         self._filled_in_use = 0
         self._logical = 0
         self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
@@ -66,6 +71,20 @@ class BlockManager(KVAllocator):
 
     def num_tokens(self, seq_id: int) -> int:
         return len(self.tokens[seq_id])
+
+    def table_changes(self) -> dict[int, int]:
+        """Tables changed since the previous call: sequence -> index of its first changed entry.
+
+        An appended block or a copy-on-write replacement reports its own index; a new,
+        forked or re-admitted sequence reports 0 (its whole table). Released sequences
+        are not listed. Entries before the reported index are as they were.
+        """
+        changed, self._changed = self._changed, {}
+        return changed
+
+    def _mark_changed(self, seq_id: int, index: int) -> None:
+        if index < self._changed.get(seq_id, index + 1):
+            self._changed[seq_id] = index
 
     # ---- block pool -----------------------------------------------------
     def _take_block(self) -> int:
@@ -162,6 +181,7 @@ class BlockManager(KVAllocator):
             table.append(b)
         self.tables[seq_id] = table
         self.tokens[seq_id] = list(token_ids)
+        self._changed[seq_id] = 0
         self._logical += len(token_ids)
         cached = len(hits) * bs
         self.cache_hit_tokens += cached
@@ -198,6 +218,7 @@ class BlockManager(KVAllocator):
             off = len(toks) % bs
             if off == 0:
                 table.append(self._take_block())
+                self._mark_changed(seq_id, len(table) - 1)
             elif self.ref[table[-1]] > 1:  # copy-on-write of a shared, partly filled block
                 src = table[-1]
                 dst = self._take_block()
@@ -205,6 +226,7 @@ class BlockManager(KVAllocator):
                 self.filled[dst] = off
                 self._filled_in_use += off
                 table[-1] = dst
+                self._mark_changed(seq_id, len(table) - 1)
                 copies.append(RowCopy(src * bs, dst * bs, off))
             b = table[-1]
             toks.append(t)
@@ -228,11 +250,13 @@ class BlockManager(KVAllocator):
             self.ref[b] += 1
         self.tables[child_id] = table
         self.tokens[child_id] = list(self.tokens[parent_id])
+        self._changed[child_id] = 0
         self._logical += len(self.tokens[child_id])
         return []
 
     def release(self, seq_id: int) -> None:
         table = self.tables.pop(seq_id)
+        self._changed.pop(seq_id, None)
         self._logical -= len(self.tokens.pop(seq_id))
         for b in reversed(table):  # tail blocks become the first to be evicted
             self._decref(b)

@@ -13,6 +13,7 @@ import torch
 
 from impls.base import KVCache, PrefillSpan, query_slices
 from impls.slot_allocator import SlotAllocator
+from impls.staging import StagingBuffer
 from kernels.prefill import prefill_attention
 from kernels.sdpa import grouped_sdpa
 
@@ -33,14 +34,15 @@ class _Prefill:
 @dataclass
 class _Decode:
     rows: torch.Tensor  # [B] flat row of each new token
-    slots: torch.Tensor  # [B] slot of each sequence
     mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
     max_len: int
     # When the batch's slots are one dense range, attend over a view of the slab
-    # (no K/V gather); ``order`` puts the batch in slot order and back.
+    # (no K/V gather); ``order`` puts the batch in slot order and ``inverse`` back
+    # (both None when it is in slot order already). Otherwise ``slots`` gathers K/V.
     dense_start: int | None
     order: torch.Tensor | None
     inverse: torch.Tensor | None
+    slots: torch.Tensor | None  # [B] slot of each sequence, when not dense
 
 
 class ContiguousCache(KVCache):
@@ -53,35 +55,41 @@ class ContiguousCache(KVCache):
     def counters(self) -> dict[str, int]:
         return {"kv_gather_steps": self.gather_steps}
 
-    def _tensor(self, values: list[int]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.long, device=self.device)
-
-    def prepare_prefill(self, spans: Sequence[PrefillSpan]) -> _Prefill:
+    def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> _Prefill:
         alloc = self.allocator
-        rows = [row for s in spans for row in alloc.rows(s.seq_id, s.start, s.end)]
+        staging = staging or StagingBuffer(self.device)
+        rows = staging.add([row for s in spans for row in alloc.rows(s.seq_id, s.start, s.end)])
         seqs = [_PrefillSeq(queries, alloc.slot(s.seq_id), s.end) for s, queries in zip(spans, query_slices(spans))]
-        return _Prefill(self._tensor(rows), seqs)
+        staging.upload()
+        return _Prefill(staging[rows], seqs)
 
-    def prepare_decode(self, seq_ids: Sequence[int]) -> _Decode:
+    def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
         alloc = self.allocator
+        staging = staging or StagingBuffer(self.device)
         slots = [alloc.slot(s) for s in seq_ids]
         lens = [alloc.num_tokens(s) for s in seq_ids]
-        rows = [slot * alloc.max_seq_len + n - 1 for slot, n in zip(slots, lens)]
+        rows = staging.add([slot * alloc.max_seq_len + n - 1 for slot, n in zip(slots, lens)])
         max_len = max(lens)
         ordered = sorted(range(len(slots)), key=slots.__getitem__)
         lo = slots[ordered[0]]
         dense = all(slots[i] == lo + j for j, i in enumerate(ordered))
-        order = inverse = None
         self.gather_steps += not dense
-        if dense:
+        order = inverse = gather = None
+        if not dense:
+            gather = staging.add(slots)
+        elif ordered != list(range(len(ordered))):
             lens = [lens[i] for i in ordered]
-            order = self._tensor(ordered)
-            inverse = torch.empty_like(order)
-            inverse[order] = torch.arange(len(ordered), device=self.device)
-        mask = torch.arange(max_len, device=self.device)[None, :] < self._tensor(lens)[:, None]
+            inverse_list = [0] * len(ordered)
+            for j, i in enumerate(ordered):
+                inverse_list[i] = j
+            order, inverse = staging.add(ordered), staging.add(inverse_list)
+        lens_field = staging.add(lens)
+        staging.upload()
+        mask = torch.arange(max_len, device=self.device)[None, :] < staging[lens_field][:, None]
         return _Decode(
-            self._tensor(rows), self._tensor(slots), mask[:, None, None, :], max_len,
-            lo if dense else None, order, inverse,
+            staging[rows], mask[:, None, None, :], max_len, lo if dense else None,
+            None if order is None else staging[order], None if inverse is None else staging[inverse],
+            None if gather is None else staging[gather],
         )
 
     def forward_layer(self, layer, q, k, v, meta):
@@ -96,7 +104,8 @@ class ContiguousCache(KVCache):
         if meta.dense_start is not None:
             span = slice(meta.dense_start, meta.dense_start + q.shape[0])
             keys, values = k_slab[span, : meta.max_len], v_slab[span, : meta.max_len]
-            q = q[meta.order]
+            if meta.order is not None:
+                q = q[meta.order]
         else:
             keys, values = k_slab[meta.slots, : meta.max_len], v_slab[meta.slots, : meta.max_len]
         out = grouped_sdpa(

@@ -2,17 +2,32 @@
 
 Rebuilding a ``[batch, max_blocks]`` tensor from Python lists every step costs
 O(batch x blocks) host work and a large host-to-device copy, which would bill the
-paged impls for harness overhead. Between two steps a live table only grows at its
-end or has its last entry replaced (copy-on-write), so only its tail travels; a
-table the cache has not seen (a new, forked or re-admitted sequence: a new list
-object) is written whole.
+paged impls for harness overhead. The ``BlockManager`` reports which entries changed
+since the last step (an appended block, a copy-on-write replacement, or a whole table
+for a new, forked or re-admitted sequence), and only those travel. A sequence that
+gets a buffer row it did not hold last step (new, or back after a preemption) is
+written whole, whatever the report says: the row held someone else's table.
+
+Two phases, so the edits ride in the step's one host-to-device copy: ``stage`` plans
+on the host and queues the integers, ``apply`` edits the device buffer once uploaded.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import torch
+
+from impls.staging import StagingBuffer
+
+
+@dataclass(frozen=True)
+class StagedTables:
+    positions: int  # staged int64: flat buffer positions to write
+    values: int  # staged int32: the block ids written there
+    index: int  # staged int64: buffer row of each sequence of the batch
+    width: int  # blocks in the longest table of the batch
 
 
 class DeviceBlockTables:
@@ -20,7 +35,6 @@ class DeviceBlockTables:
         self.device = device
         self.buf = torch.zeros(rows, cols, dtype=torch.int32, device=device)
         self._row_of: dict[int, int] = {}
-        self._known: dict[int, tuple[list[int], int]] = {}  # seq -> (its table list, length written)
         self._free_rows = list(range(rows - 1, -1, -1))
 
     def _grow(self, rows: int, cols: int) -> None:
@@ -33,28 +47,47 @@ class DeviceBlockTables:
         self.buf = buf
         self._free_rows = list(range(new_rows - 1, old_rows - 1, -1)) + self._free_rows
 
-    def gather(self, seq_ids: Sequence[int], tables: Sequence[list[int]]) -> torch.Tensor:
-        """int32 ``[len(seq_ids), width]`` block tables (entries past a table's end are stale)."""
+    def stage(
+        self,
+        seq_ids: Sequence[int],
+        tables: Sequence[list[int]],
+        changes: Mapping[int, int],
+        staging: StagingBuffer,
+    ) -> StagedTables:
+        """Queue the edits that bring the batch's rows up to date.
+
+        ``changes`` maps a sequence to the first entry of its table that changed since
+        the previous call (``BlockManager.table_changes``); unlisted tables are as before.
+        """
         current = set(seq_ids)
         for sid in [s for s in self._row_of if s not in current]:  # finished or preempted
             self._free_rows.append(self._row_of.pop(sid))
-            del self._known[sid]
         width = max(len(t) for t in tables)
         if len(current) > self.buf.shape[0] or width > self.buf.shape[1]:
             self._grow(2 * len(current), 2 * width)
-        rows, cols, vals = [], [], []
+        cols = self.buf.shape[1]
+        positions: list[int] = []
+        values: list[int] = []
+        index: list[int] = []
         for sid, table in zip(seq_ids, tables):
             row = self._row_of.get(sid)
             if row is None:
                 row = self._row_of[sid] = self._free_rows.pop()
-            known = self._known.get(sid)
-            start = 0 if known is None or known[0] is not table else max(known[1] - 1, 0)
-            rows += [row] * (len(table) - start)
-            cols += range(start, len(table))
-            vals += table[start:]
-            self._known[sid] = (table, len(table))
-        if vals:
-            self.buf[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)] = torch.tensor(
-                vals, dtype=torch.int32, device=self.device)
-        index = torch.tensor([self._row_of[s] for s in seq_ids], device=self.device)
-        return self.buf[index, :width]
+                start = 0
+            else:
+                start = changes.get(sid, len(table))
+            base = row * cols
+            positions += range(base + start, base + len(table))
+            values += table[start:]
+            index.append(row)
+        return StagedTables(staging.add(positions), staging.add(values, torch.int32), staging.add(index), width)
+
+    def apply(self, staged: StagedTables, staging: StagingBuffer) -> torch.Tensor:
+        """Write the staged edits (``staging`` uploaded); int32 ``[batch, width]`` block tables.
+
+        Entries past a table's end are stale (the kernels read only a context's blocks).
+        """
+        positions = staging[staged.positions]
+        if positions.numel():
+            self.buf.view(-1)[positions] = staging[staged.values]
+        return self.buf[:, : staged.width].index_select(0, staging[staged.index])

@@ -15,6 +15,7 @@ import torch
 from impls.base import KVCache, PrefillSpan, query_slices
 from impls.block_manager import BlockManager
 from impls.device_block_tables import DeviceBlockTables
+from impls.staging import StagingBuffer
 from kernels.prefill import prefill_attention
 from kernels.reference import gather_kv
 from kernels.registry import PagedKernel
@@ -31,6 +32,7 @@ class _PrefillSeq:
 class _Prefill:
     slots: torch.Tensor  # int64 [T]: every sequence's new tokens, concatenated
     seqs: list[_PrefillSeq]
+    checked: bool = False  # the kernels' arguments were checked (at the first layer)
 
 
 @dataclass
@@ -38,6 +40,8 @@ class _Decode:
     slots: torch.Tensor  # int64 [B]
     block_tables: torch.Tensor  # int32 [B, max_blocks]
     context_lens: torch.Tensor  # int32 [B]
+    max_context: int  # max(context_lens), known on the host
+    checked: bool = False
 
 
 class PagedCache(KVCache):
@@ -69,37 +73,42 @@ class PagedCache(KVCache):
             tables = torch.zeros(1, width, dtype=torch.int32, device=self.device)
             lens = torch.full((1,), context, dtype=torch.int32, device=self.device)
             q = torch.zeros(1, heads, head_dim, dtype=k_pool.dtype, device=self.device)
-            self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale)
+            self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale, max_context=context)
         for tokens in (1, 64):
             kv = torch.zeros(tokens, kv_heads, head_dim, dtype=k_pool.dtype, device=self.device)
             skip = torch.full((tokens,), -1, dtype=torch.long, device=self.device)
             self.kernel.write(kv, kv, k_pool, v_pool, skip)
         torch.cuda.synchronize(self.device)
 
-    def prepare_prefill(self, spans: Sequence[PrefillSpan]) -> _Prefill:
+    def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> _Prefill:
         bm = self.allocator
-        slots = [row for s in spans for row in bm.rows(s.seq_id, s.start, s.end)]
-        seqs = [
-            _PrefillSeq(queries, torch.tensor(bm.block_table(s.seq_id), dtype=torch.int32, device=self.device), s.end)
-            for s, queries in zip(spans, query_slices(spans))
-        ]
-        return _Prefill(torch.tensor(slots, dtype=torch.long, device=self.device), seqs)
+        staging = staging or StagingBuffer(self.device)
+        slots = staging.add([row for s in spans for row in bm.rows(s.seq_id, s.start, s.end)])
+        tables = [staging.add(bm.block_table(s.seq_id), torch.int32) for s in spans]
+        staging.upload()
+        seqs = [_PrefillSeq(queries, staging[table], s.end)
+                for s, queries, table in zip(spans, query_slices(spans), tables)]
+        return _Prefill(staging[slots], seqs)
 
-    def prepare_decode(self, seq_ids: Sequence[int]) -> _Decode:
+    def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
         bm = self.allocator
         bs = bm.block_size
+        staging = staging or StagingBuffer(self.device)
         tables = [bm.block_table(s) for s in seq_ids]
         lens = [bm.num_tokens(s) for s in seq_ids]
-        slots = [t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)]
-        return _Decode(
-            torch.tensor(slots, dtype=torch.long, device=self.device),
-            self.tables.gather(seq_ids, tables),
-            torch.tensor(lens, dtype=torch.int32, device=self.device),
-        )
+        slots = staging.add([t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)])
+        context_lens = staging.add(lens, torch.int32)
+        staged = self.tables.stage(seq_ids, tables, bm.table_changes(), staging)
+        staging.upload()
+        return _Decode(staging[slots], self.tables.apply(staged, staging), staging[context_lens], max(lens))
 
     def forward_layer(self, layer, q, k, v, meta):
         k_pool, v_pool = self.k[layer], self.v[layer]
-        self.kernel.write(k.contiguous(), v.contiguous(), k_pool, v_pool, meta.slots)
+        # Every layer passes tensors of the first one's shapes, dtypes and devices, so the
+        # first call of a step checks the kernels' arguments and the others skip it.
+        check, meta.checked = not meta.checked, True
+        # The cache computed every slot on the host: none is < 0, none to skip.
+        self.kernel.write(k.contiguous(), v.contiguous(), k_pool, v_pool, meta.slots, may_skip=False, validate=check)
         if isinstance(meta, _Prefill):
             # Every new token of the batch is written above, before any sequence attends: a
             # prompt whose prefix hit blocks that another prompt of this batch fills reads them filled.
@@ -108,4 +117,5 @@ class PagedCache(KVCache):
                 k_ctx, v_ctx = gather_kv(k_pool, s.table, s.end), gather_kv(v_pool, s.table, s.end)
                 outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale))
             return torch.cat(outs)
-        return self.kernel.decode(q.contiguous(), k_pool, v_pool, meta.block_tables, meta.context_lens, self.scale)
+        return self.kernel.decode(q.contiguous(), k_pool, v_pool, meta.block_tables, meta.context_lens, self.scale,
+                                  max_context=meta.max_context, validate=check)

@@ -166,9 +166,16 @@ def paged_decode_attention_cuda(
     context_lens: torch.Tensor,
     scale: float,
     out: torch.Tensor | None = None,
+    *,
+    validate: bool = True,
 ) -> torch.Tensor:
-    """Decode attention over the paged cache (kernels/reference.py); fills ``out`` if given."""
-    check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
+    """Decode attention over the paged cache (kernels/reference.py); fills ``out`` if given.
+
+    ``validate=False`` skips the argument checks: for a caller that already checked
+    tensors of these shapes (a KV cache checks the first layer of a step).
+    """
+    if validate:
+        check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
     _ensure_loaded()
     if out is None:
         return torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, float(scale))
@@ -182,9 +189,15 @@ def write_kv_cuda(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    *,
+    validate: bool = True,
 ) -> None:
-    """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots; slot < 0 is skipped."""
-    check_write_args(key, value, k_cache, v_cache, slot_mapping)
+    """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots; slot < 0 is skipped.
+
+    ``validate=False`` skips the argument checks, as for the decode.
+    """
+    if validate:
+        check_write_args(key, value, k_cache, v_cache, slot_mapping)
     _ensure_loaded()
     torch.ops.kvbench.write_kv(key, value, k_cache, v_cache, slot_mapping)
 

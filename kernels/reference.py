@@ -19,14 +19,32 @@ def write_kv_ref(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    may_skip: bool = True,
 ) -> None:
-    """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots, in place."""
+    """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots, in place.
+
+    ``may_skip=False`` is the caller's word that no slot is < 0 (a KV cache computed
+    them on the host), and a plain scatter does. Otherwise no boolean indexing either:
+    selecting the kept rows sizes a tensor by their count, a device-to-host sync in
+    every layer. A skipped token repeats the write of a kept token instead (same slot,
+    same row, so the duplicate is harmless whichever lands last); when no token is
+    kept, every row rewrites slot 0 with its own contents.
+    """
+    if slot_mapping.numel() == 0:
+        return
+    if not may_skip:
+        for rows, cache in ((key, k_cache), (value, v_cache)):
+            cache.view(-1, *cache.shape[2:])[slot_mapping] = rows.to(cache.dtype)
+        return
     keep = slot_mapping >= 0
-    slots = slot_mapping[keep]
-    k_flat = k_cache.view(-1, *k_cache.shape[2:])
-    v_flat = v_cache.view(-1, *v_cache.shape[2:])
-    k_flat[slots] = key[keep].to(k_cache.dtype)
-    v_flat[slots] = value[keep].to(v_cache.dtype)
+    kept = slot_mapping.argmax(dim=0, keepdim=True)  # the largest slot: a kept token, unless none is
+    src = torch.where(keep, torch.arange(keep.shape[0], device=keep.device), kept)
+    slots = slot_mapping[src]
+    any_kept = slots[:1, None, None] >= 0  # slots are now all >= 0, or all < 0
+    slots = slots.clamp(min=0)
+    for rows, cache in ((key, k_cache), (value, v_cache)):
+        flat = cache.view(-1, *cache.shape[2:])
+        flat[slots] = torch.where(any_kept, rows.index_select(0, src).to(cache.dtype), flat[:1])
 
 
 def gather_kv(
@@ -35,7 +53,7 @@ def gather_kv(
     """The first ``context_len`` rows of one sequence: ``[context_len, kv_heads, head_dim]``."""
     block_size = cache.shape[1]
     num_blocks = (context_len + block_size - 1) // block_size
-    rows = cache[block_table[:num_blocks].long()].flatten(0, 1)
+    rows = cache.index_select(0, block_table[:num_blocks]).flatten(0, 1)  # whole blocks, one run each
     return rows[:context_len]
 
 
@@ -46,6 +64,7 @@ def paged_decode_attention_ref(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    max_context: int | None = None,
 ) -> torch.Tensor:
     """One query token per sequence: ``q [batch, heads, head_dim]`` -> same shape.
 
@@ -53,20 +72,33 @@ def paged_decode_attention_ref(
     gathers every sequence's blocks, masks rows past its context length,
     computes scores and softmax in fp32 and casts back to ``q.dtype``.
     Grouped-query attention: query head ``h`` reads KV head ``h // (heads // kv_heads)``.
+    ``max_context`` is ``context_lens.max()`` when the caller knows it on the host
+    (a KV cache does); without it, reading it is a device-to-host sync.
     """
     batch, num_heads, head_dim = q.shape
     num_blocks, block_size, kv_heads, _ = k_cache.shape
     group = num_heads // kv_heads
-    max_len = int(context_lens.max())
+    max_len = max_context if max_context is not None else int(context_lens.max())
     width = (max_len + block_size - 1) // block_size
-    tables = block_tables[:, :width].long().clamp(0, num_blocks - 1)
-    k = k_cache[tables].flatten(1, 2).float()  # [B, width*bs, KVH, D]
-    v = v_cache[tables].flatten(1, 2).float()
+    blocks = block_tables[:, :width].long().clamp(0, num_blocks - 1).flatten()
+
+    def gather(cache: torch.Tensor) -> torch.Tensor:
+        # Whole blocks (index_select copies each as one run), then one copy into
+        # [B, KVH, width * block_size, D]: both products below are then plain batched
+        # matmuls, where an einsum over the gathered [B, L, KVH, D] would copy K and V
+        # again to bring the kv heads forward.
+        rows = cache.index_select(0, blocks).view(batch, width, block_size, kv_heads, head_dim)
+        return rows.permute(0, 3, 1, 2, 4).reshape(batch, kv_heads, width * block_size, head_dim).float()
+
+    k, v = gather(k_cache), gather(v_cache)
     qg = q.float().view(batch, kv_heads, group, head_dim)
-    scores = torch.einsum("bkgd,blkd->bkgl", qg, k) * scale
-    pos = torch.arange(k.shape[1], device=q.device)
+    # K @ q^T, not q @ K^T: with the just-gathered K as the transposed right operand,
+    # the CPU GEMM path measured ~30% slower in a decode loop (this is paged_torch's
+    # whole attention on CPU).
+    scores = (k @ qg.transpose(-1, -2)).transpose(-1, -2) * scale  # [B, KVH, G, L]
+    pos = torch.arange(k.shape[2], device=q.device)
     pad = pos[None, :] >= context_lens.to(q.device)[:, None].long()  # [B, L]
     scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("bkgl,blkd->bkgd", probs, v)
+    out = probs @ v  # [B, KVH, G, D]
     return out.reshape(batch, num_heads, head_dim).to(q.dtype)

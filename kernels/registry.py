@@ -14,10 +14,20 @@ PAGED_KERNELS = ("torch", "triton", "cuda")
 
 @dataclass(frozen=True)
 class PagedKernel:
+    """One kernel's decode attention and KV write behind the signatures every caller uses.
+
+    ``max_context`` is the longest entry of ``context_lens`` when the caller knows it
+    on the host: a kernel that sizes its work by it need not read it from the device.
+    ``may_skip=False`` is the caller's word that no slot is < 0, which spares a kernel
+    that pays for skipping (the torch reference) that work. ``validate=False`` skips the
+    argument checks, for a caller that has checked tensors of the same shapes already
+    (a KV cache checks the first layer of each step).
+    """
+
     name: str
-    # (q, k_cache, v_cache, block_tables, context_lens, scale, out=None) -> out
+    # (q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True) -> out
     decode: Callable[..., torch.Tensor]
-    # (key, value, k_cache, v_cache, slot_mapping) -> None, in place
+    # (key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True) -> None, in place
     write: Callable[..., None]
 
 
@@ -42,15 +52,37 @@ def kernel_backend(kernel: str, device_type: str) -> str:
     return kernel
 
 
-def _with_out(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    def call(q, k_cache, v_cache, block_tables, context_lens, scale, out=None):
-        res = fn(q, k_cache, v_cache, block_tables, context_lens, scale)
+def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[..., None]) -> PagedKernel:
+    # The oracle checks nothing (it takes any shape, e.g. the HF tests' head_dim 32), so
+    # ``validate`` has nothing to skip; it has no ``out`` either, so the result is copied.
+    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True):
+        res = decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale, max_context)
         if out is None:
             return res
         out.copy_(res)
         return out
 
-    return call
+    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
+        write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip)
+
+    return PagedKernel("torch", decode, write)
+
+
+def _cuda_decode(decode_op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    # The op reads the context lengths on the device: it takes no host bound.
+    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True):
+        return decode_op(q, k_cache, v_cache, block_tables, context_lens, scale, out, validate=validate)
+
+    return decode
+
+
+def _masked_store_write(write_fn: Callable[..., None]) -> Callable[..., None]:
+    # Triton and CUDA skip a slot < 0 with a masked store, at no cost: ``may_skip``
+    # changes nothing for them.
+    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
+        write_fn(key, value, k_cache, v_cache, slot_mapping, validate=validate)
+
+    return write
 
 
 def get_paged_kernel(name: str) -> PagedKernel:
@@ -58,7 +90,9 @@ def get_paged_kernel(name: str) -> PagedKernel:
         raise ValueError(f"unknown paged kernel {name!r}; allowed: {', '.join(PAGED_KERNELS)}")
     module_name, decode_name, write_name = _SOURCES[name]
     module = importlib.import_module(module_name)
-    decode = getattr(module, decode_name)
+    decode, write = getattr(module, decode_name), getattr(module, write_name)
     if name == "torch":
-        decode = _with_out(decode)
-    return PagedKernel(name, decode, getattr(module, write_name))
+        return _reference(decode, write)
+    if name == "cuda":
+        decode = _cuda_decode(decode)
+    return PagedKernel(name, decode, _masked_store_write(write))

@@ -212,15 +212,28 @@ def paged_decode_attention_triton(
     scale: float,
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
+    *,
+    max_context: int | None = None,
+    validate: bool = True,
 ) -> torch.Tensor:
     """Decode attention, ``q [batch, heads, head_dim]`` -> ``out`` (same shape, q.dtype).
 
     ``num_splits=None`` picks by ``choose_num_splits`` with the block-table width as
     the context bound (no device sync); an int forces that many splits.
+    ``max_context`` (the longest ``context_lens`` entry, when the caller knows it)
+    sizes the interpreter's tiles without reading ``context_lens``; the GPU path
+    bounds the context by the table width either way. ``validate=False`` skips the
+    argument checks: for a caller that already checked tensors of these shapes (a KV
+    cache checks the first layer of a step).
     """
-    check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
-    if num_splits is not None and not (isinstance(num_splits, int) and num_splits >= 1):
-        raise KernelArgumentError(f"num_splits must be a positive int or None, got {num_splits!r}")
+    interpreting = _interpreting()
+    if validate:
+        check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
+        if num_splits is not None and not (isinstance(num_splits, int) and num_splits >= 1):
+            raise KernelArgumentError(f"num_splits must be a positive int or None, got {num_splits!r}")
+        if not interpreting and q.device.type != "cuda":
+            raise KernelArgumentError(f"q is on {q.device}: compiled Triton kernels need CUDA tensors "
+                                      "(CPU tensors run only under TRITON_INTERPRET=1)")
     batch, num_heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = num_heads // kv_heads
@@ -230,22 +243,19 @@ def paged_decode_attention_triton(
         return out
 
     head_pad = triton.next_power_of_2(head_dim)
-    if not _interpreting():
-        if q.device.type != "cuda":
-            raise KernelArgumentError(f"q is on {q.device}: compiled Triton kernels need CUDA tensors "
-                                      "(CPU tensors run only under TRITON_INTERPRET=1)")
-        max_context = block_tables.shape[1] * block_size  # upper bound, avoids a sync
+    if not interpreting:
+        context_bound = block_tables.shape[1] * block_size  # upper bound, avoids a sync
         num_sms = _num_sms(q.device)
     else:
-        max_context = int(context_lens.max())
+        context_bound = max_context if max_context is not None else int(context_lens.max())
         num_sms = None
     if num_splits is None:
-        num_splits = choose_num_splits(batch, kv_heads, max_context, num_sms)
-    block_n = _block_n(head_pad, max_context, num_splits)
+        num_splits = choose_num_splits(batch, kv_heads, context_bound, num_sms)
+    block_n = _block_n(head_pad, context_bound, num_splits)
 
     # Interpreter only: its tl.dot multiplies bf16 as raw uint16 bits, and numpy's fp16
     # matmul has no BLAS; fp32 operands (P still rounded to the cache dtype) fix both.
-    upcast = _interpreting() and q.dtype != torch.float32
+    upcast = interpreting and q.dtype != torch.float32
     if num_splits == 1:
         m = l = acc = out  # placeholders: the kernel never touches them
     else:

@@ -46,13 +46,20 @@ def write_kv_triton(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    *,
+    validate: bool = True,
 ) -> None:
-    """Store ``key``/``value`` rows ``[tokens, kv_heads, head_dim]`` into their slots, in place."""
-    check_write_args(key, value, k_cache, v_cache, slot_mapping)
+    """Store ``key``/``value`` rows ``[tokens, kv_heads, head_dim]`` into their slots, in place.
+
+    ``validate=False`` skips the argument checks: for a caller that already checked
+    tensors of these shapes (a KV cache checks the first layer of a step).
+    """
     interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    if not interpreting and key.device.type != "cuda":
-        raise KernelArgumentError(f"key is on {key.device}: compiled Triton kernels need CUDA tensors "
-                                  "(CPU tensors run only under TRITON_INTERPRET=1)")
+    if validate:
+        check_write_args(key, value, k_cache, v_cache, slot_mapping)
+        if not interpreting and key.device.type != "cuda":
+            raise KernelArgumentError(f"key is on {key.device}: compiled Triton kernels need CUDA tensors "
+                                      "(CPU tensors run only under TRITON_INTERPRET=1)")
     num_tokens, kv_heads, head_dim = key.shape
     if num_tokens == 0:
         return

@@ -32,6 +32,7 @@ def test_one_run_writes_a_complete_run_folder(tmp_path):
     row = df.iloc[0]
     assert row.status == "ok" and row.impl == "contiguous" and row.seed == 3 and row.batch == 2
     assert row.output_tokens > 0 and row.tokens_per_s > 0 and row.step_ms_p50 > 0
+    assert 0 < row.host_ms_p50 <= row.step_ms_p50 and row.host_ms_p50 <= row.host_ms_p90  # enqueue time is part of the step
     assert pd.isna(row.nvml_used_bytes) and "NVML" in row.notes  # no driver here: empty, with the reason
     env = json.loads((out / "env.json").read_text())
     assert env["torch_version"] and env["device"] == "cpu"

@@ -119,3 +119,44 @@ def test_cuda_op_out_variant_writes_in_place():
     assert got.data_ptr() == out.data_ptr()
     want = paged_decode_attention_ref(q, k_cache, v_cache, tables, lens, 0.1)
     torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("impl", ["contiguous", "paged_torch", "paged_triton", "paged_cuda"])
+def test_a_decode_step_never_waits_for_the_gpu(impl):
+    """prepare_decode and every layer only enqueue work: a device-to-host sync (a pageable
+    copy, a boolean mask, reading a length) would stall the host's run-ahead in every step."""
+    from impls.staging import StagingBuffer
+
+    heads, kv_heads, head_dim, layers, bs, dev = 8, 2, 128, 2, 16, torch.device("cuda")
+    tensors = dict(num_layers=layers, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                   dtype=torch.bfloat16, device=dev, bytes_per_token=1)
+    if impl == "contiguous":
+        from impls.contiguous import ContiguousCache
+        from impls.slot_allocator import SlotAllocator
+
+        cache = ContiguousCache(SlotAllocator(4, 256), **tensors)
+    else:
+        from impls.block_manager import BlockManager
+        from impls.paged import PagedCache
+        from kernels.registry import get_paged_kernel
+
+        cache = PagedCache(get_paged_kernel(impl.removeprefix("paged_")), BlockManager(64, bs), **tensors)
+    cache.warmup()
+    seq_ids = [0, 1, 2, 3]
+    for sid, n in zip(seq_ids, [14, 16, 31, 40]):  # steps below cross block boundaries
+        cache.allocator.admit(sid, list(range(n)))
+    q = torch.randn(len(seq_ids), heads, head_dim, device=dev, dtype=torch.bfloat16)
+    k, v = (torch.randn(len(seq_ids), kv_heads, head_dim, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        for sid in seq_ids:
+            cache.allocator.append(sid, [1])
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            staging = StagingBuffer(dev)
+            staging.add([1] * len(seq_ids))  # the engine's token ids ride along
+            meta = cache.prepare_decode(seq_ids, staging)
+            outs = [cache.forward_layer(layer, q, k, v, meta) for layer in range(layers)]
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert all(torch.isfinite(o).all() for o in outs)

@@ -95,6 +95,8 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
         "step_ms_p50": ms(percentile(res.step_s, 50)),
         "step_ms_p90": ms(percentile(res.step_s, 90)),
         "step_ms_p99": ms(percentile(res.step_s, 99)),
+        "host_ms_p50": ms(percentile(res.host_s, 50)),
+        "host_ms_p90": ms(percentile(res.host_s, 90)),
         "ttft_ms_p50": ms(percentile(res.ttft_s, 50)),
         "ttft_ms_p99": ms(percentile(res.ttft_s, 99)),
         "decode_steps": res.decode_steps,

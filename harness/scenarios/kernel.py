@@ -89,7 +89,8 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
                     table = tables[layout]
                     if kernel:
                         out = torch.full_like(q, float("nan"))
-                        fn = lambda: kernel.decode(q, k_cache, v_cache, table, lens, scale, out)  # noqa: E731
+                        fn = lambda: kernel.decode(  # noqa: E731
+                            q, k_cache, v_cache, table, lens, scale, out, max_context=context)
                     else:
                         fn = _sdpa_call(q, k_cache, v_cache, table, context, scale)
                     result = fn()

@@ -1,0 +1,47 @@
+"""StagingBuffer: a step's integer fields, packed into one buffer and copied once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from impls.staging import StagingBuffer
+
+
+def test_fields_round_trip_in_their_dtypes():
+    staging = StagingBuffer(torch.device("cpu"))
+    fields = [([3, -1, 2**40], torch.int64), ([7, 8, 9], torch.int32), ([], torch.int64),
+              ([-5], torch.int32), (range(4), torch.int64), ([], torch.int32)]
+    handles = [staging.add(values, dtype) for values, dtype in fields]
+    staging.upload()
+    for handle, (values, dtype) in zip(handles, fields):
+        got = staging[handle]
+        assert got.dtype == dtype and got.is_contiguous() and got.tolist() == list(values)
+
+
+def test_cpu_fields_are_views_of_one_buffer():
+    staging = StagingBuffer(torch.device("cpu"))
+    a, b = staging.add([1, 2]), staging.add([3], torch.int32)
+    staging.upload()
+    assert staging[a].untyped_storage().data_ptr() == staging[b].untyped_storage().data_ptr()
+
+
+def test_misuse_is_named():
+    staging = StagingBuffer(torch.device("cpu"))
+    handle = staging.add([1])
+    with pytest.raises(RuntimeError, match="upload"):
+        staging[handle]
+    with pytest.raises(ValueError, match="int64 or int32"):
+        staging.add([1], torch.int16)
+    staging.upload()
+    with pytest.raises(RuntimeError, match="before upload"):
+        staging.add([2])
+
+
+@pytest.mark.gpu
+def test_one_non_blocking_copy_to_the_gpu():
+    staging = StagingBuffer(torch.device("cuda"))
+    a, b = staging.add(list(range(5))), staging.add([4, 5, 6], torch.int32)
+    staging.upload()
+    assert staging[a].device.type == "cuda" and staging[b].dtype == torch.int32
+    assert staging[a].tolist() == list(range(5)) and staging[b].tolist() == [4, 5, 6]
