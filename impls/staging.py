@@ -17,6 +17,9 @@ from typing import Iterable
 import torch
 
 
+_ALIGN = 16  # bytes
+
+
 class StagingBuffer:
     """Integer fields of one step; int64 and int32 fields share one int64 buffer."""
 
@@ -34,6 +37,11 @@ class StagingBuffer:
         if self._views is not None:
             raise RuntimeError("the buffer is uploaded already: add every field before upload()")
         part = self._int32 if dtype == torch.int32 else self._int64
+        # Every field starts on a 16-byte boundary: Triton specialises a pointer argument
+        # on 16-byte alignment, so a field at an odd offset would compile a second variant
+        # of a kernel in the middle of a measured run (seen on an H200), and the CUDA
+        # kernels' vector loads want it too.
+        part.extend([0] * (-len(part) % (_ALIGN // (4 if dtype == torch.int32 else 8))))
         start = len(part)
         part.extend(values)
         self._fields.append((dtype == torch.int32, start, len(part)))
@@ -41,8 +49,9 @@ class StagingBuffer:
 
     def upload(self) -> None:
         """Pack every field, copy them to the device at once, and make each field's view."""
+        # The int32 part rides at the end, on a 16-byte boundary, two values per int64 element.
+        self._int64.extend([0] * (-len(self._int64) % (_ALIGN // 8)))
         data = array("q", self._int64)
-        # The int32 part rides at the end, two values per int64 element (padded to even).
         data.frombytes(array("i", self._int32 + [0] * (len(self._int32) % 2)).tobytes())
         # array -> tensor without a per-element conversion (torch.tensor(list) is ~3x slower).
         host = torch.frombuffer(data, dtype=torch.int64) if data else torch.empty(0, dtype=torch.int64)

@@ -310,3 +310,14 @@ def test_decode_steps_match_prefill() -> None:
         full = model(seq, torch.arange(len(seq)), full_causal)
         got = torch.stack([step[i] for step in steps])
         torch.testing.assert_close(got, full[start : start + len(steps)], atol=1e-4, rtol=1e-5)
+
+
+def test_varying_shape_sdpa_drops_only_cudnn_and_respects_an_outer_choice():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels.sdpa import shape_stable_backends
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]):
+        assert shape_stable_backends() == [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        assert shape_stable_backends() == [SDPBackend.EFFICIENT_ATTENTION]

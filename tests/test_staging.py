@@ -45,3 +45,16 @@ def test_one_non_blocking_copy_to_the_gpu():
     staging.upload()
     assert staging[a].device.type == "cuda" and staging[b].dtype == torch.int32
     assert staging[a].tolist() == list(range(5)) and staging[b].tolist() == [4, 5, 6]
+
+
+def test_every_field_starts_on_a_16_byte_boundary():
+    """Triton specialises pointers on 16-byte alignment: an odd offset would recompile a kernel mid-run."""
+    staging = StagingBuffer(torch.device("cpu"))
+    values = [[1, 2, 3], [4], [5, 6, 7, 8, 9], [10]]
+    handles = [staging.add(v, dtype) for v in values for dtype in (torch.int64, torch.int32)]
+    staging.upload()
+    base = staging[handles[0]].data_ptr()
+    for handle, (v, dtype) in zip(handles, [(v, d) for v in values for d in (torch.int64, torch.int32)]):
+        field = staging[handle]
+        assert (field.data_ptr() - base) % 16 == 0
+        assert field.dtype == dtype and field.tolist() == v
