@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 
 import torch
 
 from harness.model.config import ModelConfig
+from impls import sizing
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -14,12 +14,8 @@ GB = 1e9
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str) -> int:
-    """K and V for one token across all layers: 2 * layers * kv_heads * head_dim * bytes."""
-    return 2 * model.num_layers * model.num_kv_heads * model.head_dim * DTYPE_BYTES[dtype]
-
-
-def blocks_for_tokens(num_tokens: int, block_size: int) -> int:
-    return math.ceil(num_tokens / block_size)
+    """K and V for one token across all layers (impls.sizing's formula on the model's shape)."""
+    return sizing.kv_bytes_per_token(model.num_layers, model.num_kv_heads, model.head_dim, DTYPE_BYTES[dtype])
 
 
 def parameter_count(model: ModelConfig) -> int:

@@ -53,13 +53,3 @@ def attention_bytes(batch: int, context: int, num_heads: int, kv_heads: int, hea
 
 def bandwidth_gbps(num_bytes: int, seconds: float) -> float:
     return num_bytes / seconds / 1e9
-
-
-def max_concurrency_contiguous(kv_bytes: int, max_seq_len: int, bytes_per_token: int) -> int:
-    """A contiguous cache reserves ``max_seq_len`` slots per sequence."""
-    return kv_bytes // (max_seq_len * bytes_per_token)
-
-
-def max_concurrency_paged(num_blocks: int, block_size: int, tokens_per_request: int) -> int:
-    """vLLM's start-up figure: KV capacity / tokens per request (in whole blocks)."""
-    return num_blocks // math.ceil(tokens_per_request / block_size)

@@ -12,7 +12,7 @@ from harness.scenarios.capacity import simulate
 from harness.scheduler import Scheduler
 from harness.workload import Request
 from impls.block_manager import BlockManager
-from impls.factory import build_cache
+from harness.cache_factory import build_cache
 from impls.slot_allocator import SlotAllocator
 
 GEN = torch.Generator().manual_seed(0)

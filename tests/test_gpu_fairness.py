@@ -86,7 +86,7 @@ def test_no_triton_compile_inside_a_measured_run(compose):
     from harness.model import build_model
     from harness.resolve import resolve
     from harness.workload import Request
-    from impls.factory import build_cache
+    from harness.cache_factory import build_cache
     from kernels.triton_paged import compiled_variants
 
     cfg = resolve(compose(["+impl=paged_triton", "model=tiny-llama", "dtype=bfloat16", "device=cuda",

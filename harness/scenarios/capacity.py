@@ -26,7 +26,7 @@ from harness.sequence import Sequence
 from harness.workload import Request, generate_requests
 from impls.base import CacheStats, KVAllocator
 from impls.block_manager import BlockManager
-from impls.factory import analytic_max_concurrency, build_allocator
+from harness.cache_factory import analytic_max_concurrency, build_allocator
 from impls.slot_allocator import SlotAllocator
 
 

@@ -14,7 +14,7 @@ from harness.engine import Engine, EngineResult
 from harness.measure.memory import MemoryTracker
 from harness.metrics import median_and_spread, ms, output_digest, per_second, percentile
 from harness.workload import Request
-from impls.factory import analytic_max_concurrency, build_cache
+from harness.cache_factory import analytic_max_concurrency, build_cache
 from kernels.prefill import prefill_attention
 
 

@@ -20,7 +20,7 @@ from harness.budget import kv_budget
 from harness.config import ImplConfig
 from harness.context import RunContext
 from harness.errors import ConfigError
-from impls.factory import analytic_max_concurrency, build_allocator
+from harness.cache_factory import analytic_max_concurrency, build_allocator
 
 
 def _probe_ctx(ctx: RunContext, b: int) -> RunContext:

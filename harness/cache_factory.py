@@ -1,0 +1,49 @@
+"""The glue from the config to a cache kind (impls/kinds.py): plain numbers in, allocators and caches out."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.config import Config, ImplConfig
+from harness.errors import ConfigError
+from harness.kv_math import TORCH_DTYPES, kv_bytes_per_token
+from impls.base import KVAllocator, KVCache
+from impls.kinds import PoolSpec, TensorSpec, cache_kind
+from impls.sizing import CacheSizeError
+
+
+def pool_spec(impl: ImplConfig, cfg: Config, kv_bytes: int) -> PoolSpec:
+    return PoolSpec(
+        kv_bytes=kv_bytes,
+        bytes_per_token=kv_bytes_per_token(cfg.model, cfg.dtype),
+        max_seq_len=cfg.max_seq_len,
+        block_size=cfg.block_size,
+        max_sequences=cfg.batch * cfg.workload.n,
+        min_tokens=cfg.workload.prompt_len + 1,
+        watermark=cfg.device.watermark,
+        prefix_caching=impl.prefix_caching,
+    )
+
+
+def _sized(impl: ImplConfig, cfg: Config, kv_bytes: int, make):
+    """Run ``make(kind, spec)``; a budget too small for one request is a config error naming the keys."""
+    try:
+        return make(cache_kind(impl.cache), pool_spec(impl, cfg, kv_bytes))
+    except CacheSizeError as e:
+        raise ConfigError(f"{e}; raise device.memory_gb (or device.kv_cache_gb) or lower max_seq_len") from e
+
+
+def analytic_max_concurrency(impl: ImplConfig, cfg: Config, kv_bytes: int, tokens_per_request: int) -> int:
+    """Sequences of ``tokens_per_request`` tokens the budget holds at once, not capped by batch."""
+    return cache_kind(impl.cache).max_concurrency(pool_spec(impl, cfg, kv_bytes), tokens_per_request)
+
+
+def build_allocator(impl: ImplConfig, cfg: Config, kv_bytes: int) -> KVAllocator:
+    return _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.allocator(spec))
+
+
+def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.device) -> KVCache:
+    m = cfg.model
+    tensors = TensorSpec(num_layers=m.num_layers, num_heads=m.num_heads, kv_heads=m.num_kv_heads,
+                         head_dim=m.head_dim, dtype=TORCH_DTYPES[cfg.dtype], device=torch.device(device))
+    return _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.cache(spec, tensors, impl.kernel))

@@ -1,0 +1,129 @@
+"""Cache kinds: each owns its sizing, its allocator, its tensors and its analytic concurrency.
+
+A kind is chosen by an impl's ``cache`` key; the harness hands it plain numbers
+(``PoolSpec``) and never branches on the kind's name. A new kind is one class here
+(or anywhere, registered in ``KINDS``) plus the impl YAML that names it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from impls.base import KVAllocator, KVCache
+from impls.block_manager import BlockManager
+from impls.sizing import CacheSizeError, blocks_for_tokens
+from impls.slot_allocator import SlotAllocator
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """What sizing a KV pool needs, as plain numbers."""
+
+    kv_bytes: int  # the budget for K and V
+    bytes_per_token: int  # every layer's K and V of one token
+    max_seq_len: int
+    block_size: int
+    max_sequences: int  # sequences that can run at once (batch x parallel samples)
+    min_tokens: int  # the smallest pool still holds one request of this many tokens
+    watermark: float  # paged: fraction of blocks kept back at admission
+    prefix_caching: bool
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    num_layers: int
+    num_heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+
+class CacheKind(ABC):
+    name: str
+
+    @abstractmethod
+    def pool_size(self, spec: PoolSpec) -> int:
+        """Slots or blocks the budget holds; ``CacheSizeError`` when not even one request fits."""
+
+    @abstractmethod
+    def allocator(self, spec: PoolSpec) -> KVAllocator: ...
+
+    @abstractmethod
+    def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache: ...
+
+    @abstractmethod
+    def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
+        """Sequences of ``tokens_per_request`` tokens the budget holds at once (vLLM's start-up figure)."""
+
+
+class ContiguousKind(CacheKind):
+    """A slot of ``max_seq_len`` tokens reserved per sequence."""
+
+    name = "contiguous"
+
+    def pool_size(self, spec: PoolSpec) -> int:
+        slot_bytes = spec.max_seq_len * spec.bytes_per_token
+        slots = min(spec.max_sequences, spec.kv_bytes // slot_bytes)
+        if slots < 1:
+            raise CacheSizeError(
+                f"the KV budget ({spec.kv_bytes / 1e9:.3f} GB) holds no contiguous slot of max_seq_len="
+                f"{spec.max_seq_len} tokens ({slot_bytes / 1e9:.3f} GB)"
+            )
+        return slots
+
+    def allocator(self, spec: PoolSpec) -> SlotAllocator:
+        return SlotAllocator(self.pool_size(spec), spec.max_seq_len)
+
+    def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
+        from impls.contiguous import ContiguousCache
+
+        return ContiguousCache(self.allocator(spec), bytes_per_token=spec.bytes_per_token, **vars(tensors))
+
+    def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
+        return spec.kv_bytes // (spec.max_seq_len * spec.bytes_per_token)
+
+
+class PagedKind(CacheKind):
+    """Blocks of ``block_size`` slots handed out as tokens arrive (PagedAttention)."""
+
+    name = "paged"
+
+    def num_blocks(self, spec: PoolSpec) -> int:
+        return spec.kv_bytes // (spec.block_size * spec.bytes_per_token)
+
+    def pool_size(self, spec: PoolSpec) -> int:
+        blocks = self.num_blocks(spec)
+        if blocks * spec.block_size < spec.min_tokens:
+            raise CacheSizeError(
+                f"the KV budget ({spec.kv_bytes / 1e9:.3f} GB) holds {blocks} blocks of block_size="
+                f"{spec.block_size}, too few for even one request of {spec.min_tokens} tokens"
+            )
+        return blocks
+
+    def allocator(self, spec: PoolSpec) -> BlockManager:
+        blocks = self.pool_size(spec)
+        return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching,
+                            watermark_blocks=int(spec.watermark * blocks))
+
+    def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
+        from impls.paged import PagedCache
+        from kernels.registry import get_paged_kernel
+
+        return PagedCache(get_paged_kernel(kernel), self.allocator(spec), bytes_per_token=spec.bytes_per_token,
+                          **vars(tensors))
+
+    def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
+        return self.num_blocks(spec) // blocks_for_tokens(tokens_per_request, spec.block_size)
+
+
+KINDS: dict[str, CacheKind] = {kind.name: kind for kind in (ContiguousKind(), PagedKind())}
+
+
+def cache_kind(name: str) -> CacheKind:
+    if name not in KINDS:
+        raise KeyError(f"unknown cache kind {name!r}; allowed: {', '.join(KINDS)}")
+    return KINDS[name]
