@@ -11,9 +11,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness.config import register_configs
+from harness.measure.fingerprint import register_slug_resolver
 from harness.summary import print_summary
 
 register_configs()
+register_slug_resolver()
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base=None)

@@ -100,16 +100,7 @@ class Config:
     progress: bool = True
 
 
-def _auto_device_slug() -> str:
-    from harness.measure.fingerprint import auto_device_slug
-
-    return auto_device_slug()
-
-
 def register_configs() -> None:
     # Only the root schema: the group files in conf/ are validated against the
     # typed fields of ``Config`` when Hydra merges them.
     ConfigStore.instance().store(name="schema", node=Config)
-    # ${kvbench_slug:} names this machine's results folder (results/<slug>/...).
-    if not OmegaConf.has_resolver("kvbench_slug"):
-        OmegaConf.register_new_resolver("kvbench_slug", _auto_device_slug)

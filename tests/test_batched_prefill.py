@@ -8,7 +8,7 @@ import torch
 from harness.engine import Engine
 from harness.model import build_model
 from harness.resolve import resolve
-from harness.scenarios.capacity import simulate
+from harness.simulator import simulate
 from harness.scheduler import Scheduler
 from harness.workload import Request
 from impls.block_manager import BlockManager

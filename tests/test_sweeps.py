@@ -16,6 +16,9 @@ def test_sweep_composes_and_resolves(compose, name):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from harness.measure.fingerprint import register_slug_resolver
+
+    register_slug_resolver()  # as the CLI does at start-up
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
         full = hydra_compose("config", overrides=[f"+sweep={name}"], return_hydra_config=True)
         params = OmegaConf.to_container(full.hydra.sweeper.params)

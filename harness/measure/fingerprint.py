@@ -90,6 +90,14 @@ def auto_device_slug() -> str:
     return device_slug("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def register_slug_resolver() -> None:
+    """``${kvbench_slug:}`` in configs (the sweep files' output folders) names this machine's slug."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("kvbench_slug"):
+        OmegaConf.register_new_resolver("kvbench_slug", auto_device_slug)
+
+
 def collect(device: str) -> Fingerprint:
     try:
         import triton

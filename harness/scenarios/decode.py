@@ -7,7 +7,8 @@ import statistics
 
 import torch
 
-from harness.budget import MemoryBudget, forward_tokens_bound, kv_budget, logits_rows_bound
+from harness.budget import MemoryBudget
+from harness.measured_budget import budget_for
 from harness.config import ImplConfig
 from harness.context import RunContext
 from harness.engine import Engine, EngineResult
@@ -15,35 +16,6 @@ from harness.measure.memory import MemoryTracker
 from harness.metrics import median_and_spread, ms, output_digest, per_second, percentile
 from harness.workload import Request
 from harness.cache_factory import analytic_max_concurrency, build_cache
-from kernels.prefill import prefill_attention
-
-
-def measure_activation_peak(ctx: RunContext, num_tokens: int, logits_rows: int) -> int | None:
-    """GPU: the allocator peak of one forward over ``num_tokens`` tokens keeping ``logits_rows``
-    rows of logits, the largest forward the engine runs (vLLM's profile run)."""
-    if ctx.device.type != "cuda":
-        return None
-    model, scale = ctx.model, ctx.cfg.model.head_dim**-0.5
-    ids = torch.zeros(num_tokens, dtype=torch.long, device=ctx.device)
-    pos = torch.arange(num_tokens, device=ctx.device)
-    at = torch.arange(max(0, num_tokens - logits_rows), num_tokens, device=ctx.device)
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    with torch.inference_mode():
-        model(ids, pos, lambda layer, q, k, v: prefill_attention(q, k, v, scale), at)
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
-
-
-def budget_for(ctx: RunContext) -> MemoryBudget:
-    """The KV budget, measured once per run and shared by every impl of the run."""
-    if "budget" not in ctx.memo:
-        total = torch.cuda.get_device_properties(0).total_memory if ctx.device.type == "cuda" else None
-        prompt_lens = [len(r.prompt_ids) for r in ctx.requests]
-        act = measure_activation_peak(ctx, forward_tokens_bound(ctx.cfg, prompt_lens), logits_rows_bound(ctx.cfg))
-        ctx.memo["budget"] = kv_budget(ctx.cfg, total, ctx.model.num_parameter_bytes(), act, prompt_lens)
-    return ctx.memo["budget"]
 
 
 def warmup_requests(requests: list[Request]) -> list[Request]:

@@ -39,7 +39,7 @@ def _passes(ctx: RunContext, impl: ImplConfig, b: int) -> bool:
     probe = _probe_ctx(ctx, b)
     want = b * probe.cfg.workload.n
     if ctx.cfg.scenario.probe == "capacity":
-        from harness.scenarios.capacity import simulate
+        from harness.simulator import simulate
 
         alloc = build_allocator(impl, probe.cfg, kv_budget(probe.cfg).kv_bytes)
         sim = simulate(alloc, probe.requests, want, probe.cfg.max_num_batched_tokens, probe.cfg.model.vocab_size,
@@ -83,7 +83,7 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     found, probes = search(ctx, impl, cfg.scenario.search_limit)
     budget = kv_budget(cfg) if cfg.scenario.probe == "capacity" or ctx.device.type == "cpu" else None
     if budget is None:
-        from harness.scenarios.decode import budget_for
+        from harness.measured_budget import budget_for
 
         budget = budget_for(ctx)
     tokens = round(statistics.mean(r.total_len for r in ctx.requests))
