@@ -19,8 +19,6 @@ DEVICES = ("auto", "cpu", "cuda")
 SCENARIOS = ("decode", "capacity", "kernel", "max_concurrency")
 PROBES = ("decode", "capacity")
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
-CACHE_KINDS = ("contiguous", "paged")
-KERNELS = ("sdpa", "torch", "triton", "cuda")
 MAX_BLOCK_SIZE = 128
 
 

@@ -8,23 +8,27 @@ and the allowed values.
 from __future__ import annotations
 
 import copy
+import importlib.util
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import (
-    CACHE_KINDS, DEVICES, DISTRIBUTIONS, DTYPES, KERNELS, MAX_BLOCK_SIZE, PROBES, SCENARIOS,
+    DEVICES, DISTRIBUTIONS, DTYPES, MAX_BLOCK_SIZE, PROBES, SCENARIOS,
     Config, ImplConfig,
 )
 from harness.errors import ConfigError
 from harness.model import resolve_model_config
 from harness.model.config import ModelConfig
+from impls.kinds import KINDS
+from kernels.registry import PAGED_KERNELS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CACHE_KINDS = tuple(KINDS)  # impls/kinds.py
+KERNELS = ("sdpa", *PAGED_KERNELS)  # built-in names; a kernel module's dotted path is allowed too
 CPU_MODEL, GPU_MODEL = "tiny-llama", "llama-3.1-8b"
 CPU_MEMORY_GB = 0.25
-ALL_IMPLS = ("contiguous", "paged_torch", "paged_triton", "paged_cuda")
 
 
 def _choices(group: str) -> list[str]:
@@ -107,15 +111,55 @@ def validate(cfg: Config) -> None:
 
 def validate_impl(impl: ImplConfig) -> None:
     _one_of("impl.cache", impl.cache, CACHE_KINDS)
-    _one_of("impl.kernel", impl.kernel, KERNELS)
+    if "." in impl.kernel:  # a kernel module by dotted path (kernels/registry.py)
+        _check(importlib.util.find_spec(impl.kernel.rsplit(".", 1)[0]) is not None
+               and importlib.util.find_spec(impl.kernel) is not None,
+               f"impl.kernel={impl.kernel!r}: no such module on the Python path; "
+               f"allowed: {', '.join(KERNELS)}, or a kernel module's dotted path")
+    else:
+        _one_of("impl.kernel", impl.kernel, KERNELS)
     if impl.cache == "contiguous":
         _check(impl.kernel == "sdpa", f"impl.kernel={impl.kernel!r}: the contiguous cache attends with 'sdpa'")
     else:
         _check(impl.kernel != "sdpa", "impl.kernel='sdpa' needs impl.cache=contiguous; paged caches take torch, triton or cuda")
 
 
+def impl_dirs() -> list[Path]:
+    """conf/impl/, then the impl/ folder of every other config source on Hydra's search path
+    (``hydra.searchpath=[file://DIR]``) when a Hydra app is running."""
+    dirs = [CONF_DIR / "impl"]
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        sources = HydraConfig.get().runtime.config_sources
+    except ValueError:  # not inside a Hydra app (a test calling run_job directly)
+        sources = []
+    for source in sources:
+        if source.schema == "file" and (Path(source.path) / "impl").is_dir():
+            dirs.append(Path(source.path) / "impl")
+    return list(dict.fromkeys(d.resolve() for d in dirs))
+
+
+def impl_names() -> list[str]:
+    """Every impl on the search path; an alias (a file whose ``name`` is another impl's) counts once."""
+    names = []
+    for folder in impl_dirs():
+        for path in sorted(folder.glob("*.yaml")):
+            if OmegaConf.load(path).get("name") == path.stem and path.stem not in names:
+                names.append(path.stem)
+    return names
+
+
+def load_impl(name: str) -> ImplConfig:
+    for folder in impl_dirs():
+        path = folder / f"{name}.yaml"
+        if path.exists():
+            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ImplConfig), OmegaConf.load(path)))
+    raise ConfigError(f"impl={name} is unknown; allowed: {', '.join(impl_names())}")
+
+
 def impls_to_run(cfg: Config) -> list[ImplConfig]:
-    """The chosen impl, or every impl available on this device (one row each)."""
+    """The chosen impl, or every impl on the search path (one row each)."""
     if cfg.impl is not None:
         return [cfg.impl]
-    return [load_group("impl", name, ImplConfig) for name in ALL_IMPLS]
+    return [load_impl(name) for name in impl_names()]

@@ -85,9 +85,43 @@ def _masked_store_write(write_fn: Callable[..., None]) -> Callable[..., None]:
     return write
 
 
+def _plugin(name: str) -> PagedKernel:
+    """A kernel module named by its dotted path: it defines ``decode`` and ``write`` with the
+    reference kernel's signatures and semantics (kernels/reference.py); the callers' hints
+    (``max_context``, ``may_skip``, ``validate``) are not passed to it."""
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:
+        raise ValueError(f"paged kernel module {name!r} does not import: {e}") from e
+    missing = [f for f in ("decode", "write") if not callable(getattr(module, f, None))]
+    if missing:
+        raise ValueError(f"paged kernel module {name!r} defines no {' or '.join(missing)}(...): "
+                         "see kernels/reference.py for the signatures")
+
+    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True):
+        res = module.decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=out)
+        if out is not None and res is not out:
+            out.copy_(res)
+            return out
+        return res
+
+    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
+        module.write(key, value, k_cache, v_cache, slot_mapping)
+
+    return PagedKernel(name, decode, write)
+
+
+def is_plugin(name: str) -> bool:
+    return "." in name
+
+
 def get_paged_kernel(name: str) -> PagedKernel:
+    """A built-in kernel by short name, or any module by dotted path (``_plugin``)."""
+    if is_plugin(name):
+        return _plugin(name)
     if name not in _SOURCES:
-        raise ValueError(f"unknown paged kernel {name!r}; allowed: {', '.join(PAGED_KERNELS)}")
+        raise ValueError(f"unknown paged kernel {name!r}; allowed: {', '.join(PAGED_KERNELS)}, "
+                         "or a module's dotted path")
     module_name, decode_name, write_name = _SOURCES[name]
     module = importlib.import_module(module_name)
     decode, write = getattr(module, decode_name), getattr(module, write_name)

@@ -71,7 +71,7 @@ def test_every_impl_agrees_on_the_cpu_default_workload(compose, tmp_path):
     """No impl named: one row per impl on the CPU defaults (tiny-llama, chat workload, fp32)."""
     rows, code = run_job(compose(["scenario.warmup=0"]), tmp_path)
     assert code == 0, [r.get("error") for r in rows]
-    assert [r["impl"] for r in rows] == ["contiguous", "paged_torch", "paged_triton", "paged_cuda"]
+    assert [r["impl"] for r in rows] == ["contiguous", "paged_cuda", "paged_torch", "paged_triton"]  # conf/impl/, sorted
     assert all(r["status"] == "ok" and r["dtype"] == "float32" and r["model"] == "tiny-llama" for r in rows)
     assert len({r["output_digest"] for r in rows}) == 1
     assert rows[1]["kv_bytes_reserved"] < rows[0]["kv_bytes_reserved"]  # paging reserves less

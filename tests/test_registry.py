@@ -1,0 +1,78 @@
+"""A new kernel is one module plus one impl YAML: no other edit, found by every-impl runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+PLUGIN = '''
+"""A throwaway paged kernel: the torch reference, counting its calls."""
+import os
+
+from kernels.reference import paged_decode_attention_ref, write_kv_ref
+
+
+def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None):
+    with open(os.environ["KVB_PLUGIN_LOG"], "a") as log:
+        log.write("decode\\n")
+    res = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale)
+    return res if out is None else out.copy_(res)
+
+
+def write(key, value, k_cache, v_cache, slot_mapping):
+    write_kv_ref(key, value, k_cache, v_cache, slot_mapping)
+'''
+IMPL = "name: paged_plugin\ncache: paged\nkernel: kvb_plugin.decode_kernel\nprefix_caching: true\n"
+SMALL = ["model=tiny-llama", "dtype=float32", "device=cpu", "max_seq_len=64", "batch=3", "workload=fixed",
+         "workload.num_requests=3", "workload.prompt_len=20", "workload.output_len=5", "scenario.warmup=0",
+         "hydra/job_logging=disabled"]
+
+
+@pytest.fixture
+def plugin(tmp_path) -> tuple[Path, dict]:
+    (tmp_path / "kvb_plugin").mkdir()
+    (tmp_path / "kvb_plugin" / "__init__.py").write_text("")
+    (tmp_path / "kvb_plugin" / "decode_kernel.py").write_text(PLUGIN)
+    (tmp_path / "conf" / "impl").mkdir(parents=True)
+    (tmp_path / "conf" / "impl" / "paged_plugin.yaml").write_text(IMPL)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}", "KVBENCH_NO_PROGRESS": "1",
+           "KVB_PLUGIN_LOG": str(tmp_path / "calls.log")}
+    return tmp_path, env
+
+
+def harness(env: dict, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *overrides], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_kernel_module_and_a_yaml_join_every_impl_run(plugin):
+    tmp, env = plugin
+    out = tmp / "run"
+    proc = harness(env, f"hydra.searchpath=[file://{tmp / 'conf'}]", *SMALL, f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = pd.read_csv(out / "rows.csv").set_index("impl")
+    assert {"contiguous", "paged_torch", "paged_cuda", "paged_triton", "paged_plugin"} <= set(rows.index)
+    assert (rows.status == "ok").all(), rows.error.to_dict()
+    assert rows.at["paged_plugin", "kernel_backend"] == "kvb_plugin.decode_kernel"
+    assert rows.at["paged_plugin", "output_digest"] == rows.at["contiguous", "output_digest"]
+    assert (tmp / "calls.log").read_text().count("decode") > 0  # the module's kernel really ran
+    tokens = [json.loads(line) for line in (out / "tokens.jsonl").read_text().splitlines()]
+    by_impl = {impl: [t["output_ids"] for t in tokens if t["impl"] == impl] for impl in ("contiguous", "paged_plugin")}
+    assert by_impl["paged_plugin"] == by_impl["contiguous"]
+
+
+def test_an_unimportable_kernel_module_is_a_one_line_error(plugin):
+    tmp, env = plugin
+    (tmp / "conf" / "impl" / "paged_plugin.yaml").write_text(IMPL.replace("decode_kernel", "no_such_kernel"))
+    out = tmp / "bad"
+    proc = harness(env, f"hydra.searchpath=[file://{tmp / 'conf'}]", "+impl=paged_plugin", *SMALL, f"hydra.run.dir={out}")
+    assert proc.returncode == 2
+    assert "kvb_plugin.no_such_kernel" in proc.stderr + proc.stdout and "dotted path" in proc.stderr + proc.stdout
