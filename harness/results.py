@@ -47,7 +47,6 @@ METRICS = [
 ]
 TEXT_METRICS = ("budget_source", "output_digest", "layout")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
-STATUSES = ("ok", "oom", "error", "skipped")
 
 
 def tidy(rows: Iterable[dict]) -> pd.DataFrame:

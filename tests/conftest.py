@@ -17,6 +17,7 @@ os.environ.setdefault("KVBENCH_NO_PROGRESS", "1")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped without one")
     config.addinivalue_line("markers", "slow: takes more than a few seconds on CPU")
+    config.addinivalue_line("markers", "nvcc: needs nvcc (no GPU); the GPU check runs them with the gpu tests")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

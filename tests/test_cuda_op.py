@@ -28,7 +28,10 @@ from kernels.validate import KernelArgumentError
 ATOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 MIXED_LENS = [1, 17, 54, 97, 300]
 LONG_LENS = [1, 17, 511, 512, 513, 1500, 4097, 5000]  # split-K: several partitions, ragged ends
-needs_nvcc = pytest.mark.skipif(not cuda_op.nvcc_available(), reason="nvcc not found (PATH or CUDA_HOME)")
+def needs_nvcc(test):
+    """Marked ``nvcc`` (the GPU check selects them) and skipped where no nvcc is found."""
+    skip = pytest.mark.skipif(not cuda_op.nvcc_available(), reason="nvcc not found (PATH or CUDA_HOME)")
+    return pytest.mark.nvcc(skip(test))
 
 
 @pytest.fixture(scope="module")
