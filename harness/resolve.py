@@ -40,8 +40,12 @@ def load_group(group: str, name: str, schema: type):
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"{group}={name} is unknown; allowed: {', '.join(_choices(group))}")
-    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
-    return OmegaConf.to_object(merged)
+    return _load(path, schema)
+
+
+def _load(path: Path, schema: type):
+    """A config file merged over its dataclass (type-checked), as a dataclass instance."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path)))
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -154,7 +158,7 @@ def load_impl(name: str) -> ImplConfig:
     for folder in impl_dirs():
         path = folder / f"{name}.yaml"
         if path.exists():
-            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ImplConfig), OmegaConf.load(path)))
+            return _load(path, ImplConfig)
     raise ConfigError(f"impl={name} is unknown; allowed: {', '.join(impl_names())}")
 
 

@@ -52,15 +52,18 @@ def kernel_backend(kernel: str, device_type: str) -> str:
     return kernel
 
 
+def _into(out: torch.Tensor | None, res: torch.Tensor) -> torch.Tensor:
+    """A kernel's result in the caller's ``out`` when one was given (kernels without an out-variant)."""
+    if out is None or res is out:
+        return res
+    return out.copy_(res)
+
+
 def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[..., None]) -> PagedKernel:
     # The oracle checks nothing (it takes any shape, e.g. the HF tests' head_dim 32), so
     # ``validate`` has nothing to skip; it has no ``out`` either, so the result is copied.
     def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True):
-        res = decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale, max_context)
-        if out is None:
-            return res
-        out.copy_(res)
-        return out
+        return _into(out, decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale, max_context))
 
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
         write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip)
@@ -99,11 +102,7 @@ def _plugin(name: str) -> PagedKernel:
                          "see kernels/reference.py for the signatures")
 
     def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True):
-        res = module.decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=out)
-        if out is not None and res is not out:
-            out.copy_(res)
-            return out
-        return res
+        return _into(out, module.decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=out))
 
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
         module.write(key, value, k_cache, v_cache, slot_mapping)
