@@ -16,7 +16,7 @@ from harness.model.config import ModelConfig
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
-SCENARIOS = ("decode", "capacity", "kernel", "max_concurrency")
+SCENARIOS = ("decode", "capacity", "kernel", "max_concurrency", "max_rate")
 PROBES = ("decode", "capacity")
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 MAX_BLOCK_SIZE = 128
@@ -50,6 +50,27 @@ class WorkloadConfig:
 
 
 @dataclass
+class ArrivalConfig:
+    name: str = "burst"  # burst | poisson | gamma | constant | trace
+    rate: Optional[float] = None  # offered requests per second (poisson, gamma, constant)
+    burstiness: float = 1.0  # gamma shape; 1 is Poisson, smaller is burstier
+    time_scale: float = 1.0  # trace: multiply the file's arrival times
+
+
+@dataclass
+class SloConfig:
+    """Service-level objectives; each limit is optional (None: not checked)."""
+
+    name: str = "none"
+    ttft_ms: Optional[float] = None
+    tpot_ms: Optional[float] = None
+    e2el_ms: Optional[float] = None
+    percentile: float = 99  # the percentile of TTFT, TPOT and E2EL held to the limits
+    # A bound on the mean normalized latency (E2E latency / output tokens): the paper's criterion.
+    normalized_latency_s: Optional[float] = None
+
+
+@dataclass
 class DeviceConfig:
     name: str = "auto"  # auto | cpu | cuda
     # A memory budget in GB (1e9 bytes): the simulated device on CPU, an optional cap on GPU.
@@ -77,7 +98,10 @@ class ScenarioConfig:
     iters: int = 20
     # max_concurrency: how each probe runs (decode: the model; capacity: bookkeeping only)
     probe: str = "decode"
-    search_limit: int = 4096  # stop growing the batch here
+    search_limit: float = 4096  # max_concurrency: stop growing the batch here; max_rate: the rate (req/s)
+    # max_rate: the first rate probed (then doubled until the SLO fails, then bisected)
+    start_rps: float = 1.0
+    tolerance_rps: float = 0.25  # max_rate: stop bisecting when the bracket is this narrow
 
 
 @dataclass
@@ -86,6 +110,8 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
     impl: Optional[ImplConfig] = None  # absent: every impl available on the device
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)
     # Most prompt tokens one prefill forward computes (vLLM's name); a longer prompt runs alone.

@@ -35,6 +35,14 @@ class RunContext:
     tables: dict = field(default_factory=dict)  # side tables: name -> DataFrame
     memo: dict = field(default_factory=dict)  # values measured once per run (e.g. copy bandwidth)
 
+    def derive(self, cfg: Config) -> "RunContext":
+        """A context for a probe run with ``cfg`` (same folder and fingerprint; the built model shared,
+        its own tables and tokens)."""
+        probe = RunContext(cfg, self.run_dir, self.fingerprint)
+        if "model" in self.__dict__:
+            probe.__dict__["model"] = self.__dict__["model"]
+        return probe
+
     @property
     def device(self) -> torch.device:
         return torch.device(self.cfg.device.name)

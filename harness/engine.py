@@ -16,6 +16,7 @@ cache's ``prepare_*`` adds its own and uploads it.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,6 +25,7 @@ import torch
 from harness.model import LlamaModel
 from harness.scheduler import Admission, Scheduler
 from harness.sequence import Sequence
+from harness.timeline import StepRecord
 from harness.workload import Request
 from harness.measure.kv_peaks import KVPeaks
 from impls.base import KVCache, PrefillSpan
@@ -39,11 +41,13 @@ class EngineResult:
     decode_steps: int
     step_s: list[float]  # wall time of every decode step
     host_s: list[float]  # host time of every decode step: from its start until the forward is enqueued
-    ttft_s: list[float]  # first token time of each sequence, from the start
     peak_running: int
     peak_running_before_preemption: int
     preemptions: int
     peaks: KVPeaks
+    steps: list[StepRecord]
+    idle_s: float = 0.0  # time with nothing arrived and nothing running
+    memory_bound_steps: int = 0  # decode steps with room in the batch while an arrived request waited for KV
     cache_hit_tokens: int = 0
     counters: dict[str, int] | None = None  # KVCache.counters() at the end of the run
 
@@ -97,28 +101,42 @@ class Engine:
 
     @torch.inference_mode()
     def run(self, requests: list[Request]) -> EngineResult:
+        """Serve ``requests`` on the wall clock: each is admitted only once it has arrived."""
         sched, cache = self.scheduler, self.cache
-        for r in requests:
-            sched.add_request(r)
+        pending = deque(sorted(requests, key=lambda r: r.arrival_s))  # stable: burst keeps request order
         t0 = time.perf_counter()
-        prefill_tokens = 0
+        clock = lambda: time.perf_counter() - t0  # noqa: E731
+        prefill_tokens, idle_s, memory_bound_steps = 0, 0.0, 0
         step_s: list[float] = []
         host_s: list[float] = []
+        steps: list[StepRecord] = []
         peaks = KVPeaks()
-        while not sched.done:
+        while pending or not sched.done:
+            now = clock()
+            while pending and pending[0].arrival_s <= now:
+                sched.add_request(pending.popleft())
+            if sched.done:  # nothing has arrived and nothing runs: wait for the next arrival
+                time.sleep(max(0.0, pending[0].arrival_s - now))
+                idle_s += clock() - now
+                continue
             ts = time.perf_counter()
+            preempted_before = sched.num_preemptions
             plan = sched.schedule()
             touched: list[Sequence] = []
             if plan.is_prefill:
-                prefill_tokens += self._prefill(plan.admitted)
+                computed = self._prefill(plan.admitted)
+                prefill_tokens += computed
                 # The forks' rows are copied from their parents, so only once the parents are written.
                 cache.copy_rows([c for adm in plan.admitted for c in adm.fork_copies])
-                now = time.perf_counter() - t0
+                self.sync()
+                now = clock()
                 for adm in plan.admitted:
                     for s in (adm.seq, *adm.forks):
-                        if s.first_token_time is None:
-                            s.first_token_time = now
+                        if s.admitted_s is None:
+                            s.admitted_s = now
+                        s.token_s.append(now)
                     touched += [adm.seq, *adm.forks]
+                kind = "prefill"
             elif plan.decodes:
                 cache.copy_rows(plan.copies)
                 seqs = plan.decodes
@@ -133,9 +151,23 @@ class Engine:
                 touched = seqs
                 self.sync()
                 step_s.append(time.perf_counter() - ts)
+                now = clock()
+                for s in seqs:
+                    s.token_s.append(now)
+                computed = len(seqs)
+                kind = "decode"
                 if self.progress:
                     self.progress(len(seqs))
-            peaks.update(cache.stats())  # before finished sequences are released
+                if sched.waiting and len(sched.running) + sched.waiting[0][1] <= self.max_num_seqs:
+                    memory_bound_steps += 1  # batch had room, yet nothing was admitted: the KV budget
+            else:  # every running sequence was preempted: nothing to compute this step
+                sched.finish(touched)
+                continue
+            stats = cache.stats()
+            peaks.update(stats)  # before finished sequences are released
+            steps.append(StepRecord(now, kind, len(touched), computed, len(sched.running), len(sched.waiting),
+                                    stats.token_bytes, stats.reserved_bytes,
+                                    sched.num_preemptions - preempted_before))
             sched.finish(touched)
         self.sync()
         wall = time.perf_counter() - t0
@@ -148,11 +180,13 @@ class Engine:
             decode_steps=len(step_s),
             step_s=step_s,
             host_s=host_s,
-            ttft_s=[s.first_token_time for s in done if s.first_token_time is not None],
             peak_running=sched.peak_running,
             peak_running_before_preemption=sched.peak_running_before_preemption,
             preemptions=sched.num_preemptions,
             peaks=peaks,
+            steps=steps,
+            idle_s=idle_s,
+            memory_bound_steps=memory_bound_steps,
             cache_hit_tokens=cache.allocator.cache_hit_tokens,
             counters=cache.counters(),
         )

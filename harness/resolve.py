@@ -109,8 +109,31 @@ def validate(cfg: Config) -> None:
         total = w.prompt_len + w.output_len
         _check(total <= cfg.max_seq_len,
                f"a request of workload.prompt_len + workload.output_len = {total} tokens is longer than max_seq_len={cfg.max_seq_len}")
+    validate_slo(cfg)
     if cfg.impl is not None:
         validate_impl(cfg.impl)
+
+
+RATE_ARRIVALS = ("poisson", "gamma", "constant")  # the processes that take arrival.rate
+
+
+def validate_slo(cfg: Config) -> None:
+    slo = cfg.slo
+    _check(0 < slo.percentile <= 100, f"slo.percentile={slo.percentile} must be in (0, 100]")
+    for key in ("ttft_ms", "tpot_ms", "e2el_ms", "normalized_latency_s"):
+        value = getattr(slo, key)
+        _check(value is None or value > 0, f"slo.{key}={value} must be > 0 (or null: not checked)")
+    if cfg.scenario.name != "max_rate":
+        return
+    _check(any(getattr(slo, k) is not None for k in ("ttft_ms", "tpot_ms", "e2el_ms", "normalized_latency_s")),
+           "scenario=max_rate needs an SLO with a limit: slo=NAME (" + ", ".join(_choices("slo")) +
+           ") or slo.ttft_ms / slo.tpot_ms / slo.e2el_ms / slo.normalized_latency_s")
+    _one_of("arrival.name (scenario=max_rate searches over arrival.rate)", cfg.arrival.name, RATE_ARRIVALS)
+    sc = cfg.scenario
+    _check(sc.start_rps > 0, f"scenario.start_rps={sc.start_rps} must be > 0")
+    _check(sc.tolerance_rps > 0, f"scenario.tolerance_rps={sc.tolerance_rps} must be > 0")
+    _check(sc.search_limit >= sc.start_rps,
+           f"scenario.search_limit={sc.search_limit} must be >= scenario.start_rps={sc.start_rps}")
 
 
 def validate_impl(impl: ImplConfig) -> None:

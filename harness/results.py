@@ -27,7 +27,6 @@ METRICS = [
     "wall_s", "tokens_per_s", "tokens_per_s_spread", "output_tokens_per_s", "requests_per_s",
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
     "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
-    "ttft_ms_p50", "ttft_ms_p99",
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
     "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
     "kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",
@@ -38,6 +37,12 @@ METRICS = [
     "energy_j", "avg_power_w", "energy_per_output_token_j",  # NVML's board energy counter over the run
     "output_digest",
     "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent slots
+    # service (harness/service_metrics.py): arrivals, per-request latency, SLO and goodput
+    "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "slo",
+    *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],
+    "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
+    # scenario=max_rate
+    "max_rate_rps",
     # scenario=max_concurrency
     "probes",
     # scenario=kernel
@@ -45,16 +50,16 @@ METRICS = [
     "latency_us_p50", "latency_us_p10", "latency_us_p90", "bytes_moved", "bandwidth_gbps",
     "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
 ]
-TEXT_METRICS = ("budget_source", "output_digest", "layout")  # the metric columns that are not numbers
+TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "slo")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 
 
 def tidy(rows: Iterable[dict]) -> pd.DataFrame:
     """Rows as a frame with the schema's columns first (missing ones empty), extras after."""
     df = pd.DataFrame(list(rows))
-    for col in COLUMNS:
-        if col not in df.columns:
-            df[col] = None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:  # added at once (one column at a time fragments the frame)
+        df = pd.concat([df, pd.DataFrame({c: [None] * len(df) for c in missing}, index=df.index, dtype=object)], axis=1)
     extras = [c for c in df.columns if c not in COLUMNS]
     return df[COLUMNS + extras]
 

@@ -71,13 +71,13 @@ class Scheduler:
         self.peak_running_before_preemption = 0
         self._next_id = 0
 
-    def _new_seq(self, request_id: int, sample: int, prompt: list[int], max_new: int) -> Sequence:
-        seq = Sequence(self._next_id, request_id, sample, prompt, max_new)
+    def _new_seq(self, request_id: int, sample: int, prompt: list[int], max_new: int, arrival_s: float) -> Sequence:
+        seq = Sequence(self._next_id, request_id, sample, prompt, max_new, arrival_s=arrival_s)
         self._next_id += 1
         return seq
 
     def add_request(self, req: Request) -> None:
-        seq = self._new_seq(req.request_id, 0, list(req.prompt_ids), req.output_len)
+        seq = self._new_seq(req.request_id, 0, list(req.prompt_ids), req.output_len, req.arrival_s)
         self.waiting.append((seq, req.n))
 
     @property
@@ -132,7 +132,7 @@ class Scheduler:
             batched += seq.num_tokens - seq.num_cached
             admission = Admission(seq)
             for k in range(1, samples):
-                child = self._new_seq(seq.request_id, k, list(seq.prompt_ids), seq.max_new_tokens)
+                child = self._new_seq(seq.request_id, k, list(seq.prompt_ids), seq.max_new_tokens, seq.arrival_s)
                 admission.fork_copies += alloc.fork(seq.seq_id, child.seq_id)
                 admission.forks.append(child)
             self.running += [seq, *admission.forks]

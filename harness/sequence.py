@@ -16,7 +16,18 @@ class Sequence:
     # Tokens whose K/V live in the cache (set by the cache on admission / append).
     num_cached: int = 0
     preempted: int = 0  # times preempted (recomputed)
-    first_token_time: float | None = None
+    # Service timeline, in seconds on the run's clock (wall or simulated), from its start.
+    arrival_s: float = 0.0
+    admitted_s: float | None = None  # first admission (a recompute after preemption keeps it)
+    token_s: list[float] = field(default_factory=list)  # when each output token was produced
+
+    @property
+    def first_token_s(self) -> float | None:
+        return self.token_s[0] if self.token_s else None
+
+    @property
+    def finish_s(self) -> float | None:
+        return self.token_s[-1] if self.finished and self.token_s else None
 
     @property
     def token_ids(self) -> list[int]:

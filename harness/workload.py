@@ -18,6 +18,7 @@ class Request:
     prompt_ids: tuple[int, ...]
     output_len: int  # fixed: generation ignores EOS, as vLLM's benchmarks do
     n: int = 1  # parallel samples
+    arrival_s: float = 0.0  # when the request reaches the server, from the run's start
 
     @property
     def total_len(self) -> int:

@@ -10,10 +10,12 @@ import torch
 from harness.budget import MemoryBudget
 from harness.measured_budget import budget_for
 from harness.config import ImplConfig
-from harness.context import RunContext
+from harness.context import RunContext, run_id
 from harness.engine import Engine, EngineResult
 from harness.measure.memory import MemoryTracker
 from harness.metrics import median_and_spread, ms, output_digest, per_second, percentile
+from harness.service_metrics import service_columns
+from harness.timeline import append_table, requests_table, steps_table
 from harness.workload import Request
 from harness.cache_factory import analytic_max_concurrency, build_cache
 
@@ -56,6 +58,10 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
         notes.append(f"repeats generated different tokens ({len(digests)} digests)")
     if res.rejected:
         notes.append("rejected: " + "; ".join(f"request {s.request_id}: {why}" for s, why in res.rejected[:5]))
+    if res.memory_bound_steps:
+        notes.append(f"the KV budget, not batch={ctx.cfg.batch}, limited concurrency: in {res.memory_bound_steps} "
+                     f"of {res.decode_steps} decode steps a request waited while the batch had room "
+                     f"(peak {res.peak_running} running)")
     return {
         "status": "ok",
         "notes": " | ".join(notes) or None,
@@ -69,8 +75,7 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
         "step_ms_p99": ms(percentile(res.step_s, 99)),
         "host_ms_p50": ms(percentile(res.host_s, 50)),
         "host_ms_p90": ms(percentile(res.host_s, 90)),
-        "ttft_ms_p50": ms(percentile(res.ttft_s, 50)),
-        "ttft_ms_p99": ms(percentile(res.ttft_s, 99)),
+        **service_columns(ctx.cfg.arrival, ctx.cfg.slo, requests, res.sequences, res.wall_s, res.idle_s, "wall"),
         "decode_steps": res.decode_steps,
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
@@ -102,6 +107,9 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
         res, mem, max_conc = _run_once(ctx, impl, budget, ctx.requests, track=True)
         results.append(res)
     final = results[len(results) // 2]
+    rid = run_id(ctx.run_dir)
+    append_table(ctx.tables, "requests", requests_table(final.sequences, impl.name, rid))
+    append_table(ctx.tables, "steps", steps_table(final.steps, impl.name, rid))
     ctx.tokens += [
         {"impl": impl.name, "request_id": s.request_id, "sample": s.sample,
          "prompt_ids": s.prompt_ids, "output_ids": s.output_ids}

@@ -29,10 +29,7 @@ def _probe_ctx(ctx: RunContext, b: int) -> RunContext:
     cfg.workload.num_requests = b
     cfg.scenario.warmup = 0
     cfg.repeat = 1
-    probe = RunContext(cfg, ctx.run_dir, ctx.fingerprint)
-    if "model" in ctx.__dict__:  # share the built model between probes
-        probe.__dict__["model"] = ctx.__dict__["model"]
-    return probe
+    return ctx.derive(cfg)
 
 
 def _passes(ctx: RunContext, impl: ImplConfig, b: int) -> bool:
@@ -80,7 +77,8 @@ def search(ctx: RunContext, impl: ImplConfig, limit: int) -> tuple[int, int]:
 
 def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     cfg = ctx.cfg
-    found, probes = search(ctx, impl, cfg.scenario.search_limit)
+    limit = int(cfg.scenario.search_limit)
+    found, probes = search(ctx, impl, limit)
     budget = kv_budget(cfg) if cfg.scenario.probe == "capacity" or ctx.device.type == "cpu" else None
     if budget is None:
         from harness.measured_budget import budget_for
@@ -90,7 +88,7 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     return [{
         "status": "ok",
         "notes": f"probe={cfg.scenario.probe}" + (
-            f"; reached scenario.search_limit={cfg.scenario.search_limit}" if found >= cfg.scenario.search_limit else ""),
+            f"; reached scenario.search_limit={limit}" if found >= limit else ""),
         "max_concurrency": found,
         "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, tokens),
         "probes": probes,

@@ -1,0 +1,98 @@
+"""scenario=max_rate: the largest arrival.rate at which an impl passes the SLO.
+
+The benchmark's answer to "how much more traffic does paging serve on this GPU"
+(the PagedAttention paper's Figure 12 headline). Each probe serves the workload
+with arrivals at one rate and checks the SLO (``slo``: percentiles of TTFT, TPOT,
+E2EL and the mean normalized latency); the search doubles the rate from
+``scenario.start_rps`` until a probe fails (or ``scenario.search_limit``), then
+bisects until the bracket is narrower than ``scenario.tolerance_rps``. Every
+probe is listed in the run's ``rate_probes`` table.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import pandas as pd
+
+from harness.config import ImplConfig
+from harness.context import RunContext, run_id
+from harness.errors import ConfigError
+from harness.timeline import append_table
+
+# The probe's columns kept in the rate_probes table (and, for the best passing probe, in the row).
+PROBE_COLUMNS = ("request_rate", "achieved_rps", "normalized_latency_s", "goodput_rps", "slo_attainment",
+                 "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99", "preemptions", "peak_concurrency")
+
+
+def search_rate(passes: Callable[[float], bool], start: float, limit: float, tolerance: float) -> tuple[float, int]:
+    """(largest passing rate found, probes run): double from ``start``, then bisect to ``tolerance``.
+
+    0.0 when no rate down to ``tolerance`` passes; ``limit`` caps the doubling and is probed itself.
+    """
+    good, bad, probes = 0.0, None, 0
+    rate = min(start, limit)
+    while True:
+        probes += 1
+        if not passes(rate):
+            bad = rate
+            break
+        good = rate
+        if rate >= limit:
+            return good, probes  # the limit itself passes
+        rate = min(rate * 2, limit)
+    while bad - good > tolerance:
+        mid = (good + bad) / 2
+        probes += 1
+        if passes(mid):
+            good = mid
+        else:
+            bad = mid
+    return good, probes
+
+
+def _probe(ctx: RunContext, impl: ImplConfig, rate: float, first: bool) -> dict:
+    cfg = copy.deepcopy(ctx.cfg)
+    cfg.arrival.rate = rate
+    cfg.repeat = 1
+    if not first:  # kernels and caches are warm after the first probe
+        cfg.scenario.warmup = 0
+    probe = ctx.derive(cfg)
+    from harness.scenarios import decode
+
+    (row,) = decode.run(probe, impl)
+    return row
+
+
+def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+    sc = ctx.cfg.scenario
+    if sc.probe != "decode":
+        raise ConfigError(f"scenario.probe={sc.probe!r} is not available for scenario=max_rate; allowed: decode")
+    listed: list[dict] = []
+
+    def passes(rate: float) -> bool:
+        row = _probe(ctx, impl, rate, first=not listed)
+        listed.append({"impl": impl.name, "run_id": run_id(ctx.run_dir), "rate_rps": rate,
+                       "slo_pass": bool(row.get("slo_pass")), **{k: row.get(k) for k in PROBE_COLUMNS}})
+        return bool(row.get("slo_pass"))
+
+    found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
+    append_table(ctx.tables, "rate_probes", pd.DataFrame(listed))
+    best = next((p for p in listed if p["rate_rps"] == found and p["slo_pass"]), {})
+    notes = [f"probe={sc.probe}; {probes} probes"]
+    if found >= sc.search_limit:
+        notes.append(f"reached scenario.search_limit={sc.search_limit}")
+    if not found:
+        notes.append(f"no rate down to scenario.tolerance_rps={sc.tolerance_rps} passed the SLO")
+    return [{
+        "status": "ok",
+        "notes": "; ".join(notes),
+        "arrival": ctx.cfg.arrival.name,
+        "slo": ctx.cfg.slo.name,
+        "clock": "wall",
+        "max_rate_rps": found,
+        "probes": probes,
+        **{k: best.get(k) for k in PROBE_COLUMNS if k != "request_rate"},
+        "request_rate": found or None,
+    }]

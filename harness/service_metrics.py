@@ -1,0 +1,182 @@
+"""Service metrics of one run: per-request latency, SLO attainment and goodput (vLLM's definitions).
+
+Works on plain timelines, whatever produced them: the decode engine on the wall
+clock, or the capacity simulator on its simulated clock. All times are seconds
+from the run's start.
+
+Per request (a request with ``n`` parallel samples is one request):
+- TTFT  = first token - arrival            (the earliest of its samples)
+- E2EL  = finish - arrival                 (the latest of its samples)
+- TPOT  = (E2EL - TTFT) / (output tokens - 1)   (undefined for one output token)
+- queue = admitted - arrival               (first admission)
+- normalized latency = E2EL / output tokens     (the PagedAttention paper's s/token;
+  the row's figure is its mean over requests)
+Per sequence: ITL = every gap between consecutive tokens (a preemption's stall included).
+
+Goodput (DistServe's definition, as in vLLM): requests meeting every set SLO, per
+second of the run. ``slo_pass``: the chosen percentile of TTFT, TPOT and E2EL is
+within each set limit, and the mean normalized latency within its bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Sequence as Seq
+
+from harness.config import ArrivalConfig, SloConfig
+from harness.metrics import percentile
+from harness.sequence import Sequence
+from harness.workload import Request
+
+STATS = ("mean", "p50", "p90", "p99")
+LATENCIES = ("ttft", "tpot", "itl", "e2el", "queue")  # each gives <name>_ms_{mean,p50,p90,p99}
+
+
+@dataclass(frozen=True)
+class RequestTiming:
+    request_id: int
+    samples: int
+    prompt_len: int
+    output_len: int  # tokens per sample
+    arrival_s: float
+    admitted_s: float
+    first_token_s: float  # earliest over samples
+    finish_s: float  # latest over samples
+    preemptions: int
+    itl_s: tuple[float, ...]  # gaps between consecutive tokens, every sample
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def e2el_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def queue_s(self) -> float:
+        return self.admitted_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        return (self.e2el_s - self.ttft_s) / (self.output_len - 1) if self.output_len > 1 else None
+
+    @property
+    def normalized_latency_s(self) -> float:
+        return self.e2el_s / self.output_len
+
+
+def request_timings(finished: Iterable[Sequence]) -> list[RequestTiming]:
+    """One timing per request from its finished sequences (samples grouped by request id)."""
+    by_request: dict[int, list[Sequence]] = {}
+    for s in finished:
+        by_request.setdefault(s.request_id, []).append(s)
+    out = []
+    for rid in sorted(by_request):
+        seqs = by_request[rid]
+        first = seqs[0]
+        out.append(RequestTiming(
+            request_id=rid,
+            samples=len(seqs),
+            prompt_len=len(first.prompt_ids),
+            output_len=first.max_new_tokens,
+            arrival_s=first.arrival_s,
+            admitted_s=min(s.admitted_s for s in seqs),
+            first_token_s=min(s.first_token_s for s in seqs),
+            finish_s=max(s.finish_s for s in seqs),
+            preemptions=sum(s.preempted for s in seqs),
+            itl_s=tuple(b - a for s in seqs for a, b in zip(s.token_s, s.token_s[1:])),
+        ))
+    return out
+
+
+def _stats(name: str, seconds: Seq[float]) -> dict:
+    vals = [v * 1e3 for v in seconds]
+    if not vals:
+        return {f"{name}_ms_{k}": None for k in STATS}
+    return {f"{name}_ms_mean": statistics.fmean(vals), f"{name}_ms_p50": percentile(vals, 50),
+            f"{name}_ms_p90": percentile(vals, 90), f"{name}_ms_p99": percentile(vals, 99)}
+
+
+def meets_slo(t: RequestTiming, slo: SloConfig) -> bool:
+    """Whether one request met every set limit (its own normalized latency against the bound)."""
+    checks = [
+        (slo.ttft_ms, t.ttft_s),
+        (slo.tpot_ms, t.tpot_s),
+        (slo.e2el_ms, t.e2el_s),
+    ]
+    ok = all(v is None or limit is None or v * 1e3 <= limit for limit, v in checks)
+    if slo.normalized_latency_s is not None:
+        ok = ok and t.normalized_latency_s <= slo.normalized_latency_s
+    return ok
+
+
+def slo_set(slo: SloConfig) -> bool:
+    return any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2el_ms, slo.normalized_latency_s))
+
+
+def slo_passes(row: dict, slo: SloConfig) -> bool:
+    """The run passes when the chosen percentile of each latency is within its limit
+    and the mean normalized latency within its bound (the paper's criterion)."""
+    q = slo.percentile
+    for name, limit in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2el", slo.e2el_ms)):
+        if limit is None:
+            continue
+        value = row.get(f"{name}_q_ms")  # None: no request defines it (e.g. TPOT of 1-token outputs)
+        if value is not None and value > limit:
+            return False
+    bound = slo.normalized_latency_s
+    return bound is None or (row.get("normalized_latency_s") is not None and row["normalized_latency_s"] <= bound)
+
+
+def summarize(timings: list[RequestTiming], offered: int, duration_s: float, slo: SloConfig) -> dict:
+    """The row's service columns (the percentile columns, goodput and SLO verdict).
+
+    ``offered`` counts every request of the workload: one that never finished
+    (rejected) misses the SLO, and a run with such a request does not pass.
+    """
+    row: dict = {}
+    for name in LATENCIES:
+        if name == "itl":
+            values = [g for t in timings for g in t.itl_s]
+        else:
+            values = [v for t in timings if (v := getattr(t, f"{name}_s")) is not None]
+        row.update(_stats(name, values))
+        if name != "itl":
+            q = percentile([v * 1e3 for v in values], slo.percentile)
+            row[f"{name}_q_ms"] = q  # internal: the SLO's percentile, dropped before the row is written
+    row["normalized_latency_s"] = statistics.fmean(t.normalized_latency_s for t in timings) if timings else None
+    row["duration_s"] = duration_s
+    row["achieved_rps"] = len(timings) / duration_s if duration_s > 0 else None
+    if slo_set(slo):
+        met = sum(meets_slo(t, slo) for t in timings)
+        row["slo_attainment"] = met / offered if offered else None
+        row["goodput_rps"] = met / duration_s if duration_s > 0 else None
+        row["slo_pass"] = slo_passes(row, slo) and len(timings) == offered > 0
+    for name in LATENCIES:
+        row.pop(f"{name}_q_ms", None)
+    return row
+
+
+def offered_rate(arrival: ArrivalConfig, requests: Seq[Request]) -> float | None:
+    """The request rate offered: the configured rate, a trace's own (requests over its span), none for a burst."""
+    if arrival.name == "burst":
+        return None
+    if arrival.rate is not None and arrival.name != "trace":
+        return arrival.rate
+    span = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
+    return (len(requests) - 1) / span if span > 0 else None
+
+
+def service_columns(cfg_arrival: ArrivalConfig, slo: SloConfig, requests: Seq[Request],
+                    finished: Iterable[Sequence], duration_s: float, idle_s: float, clock: str) -> dict:
+    """Every service column of a row: arrival, rates, latency percentiles, goodput, SLO verdict."""
+    return {
+        "arrival": cfg_arrival.name,
+        "request_rate": offered_rate(cfg_arrival, requests),
+        "clock": clock,
+        "slo": None if slo.name == "none" else slo.name,
+        "idle_s": idle_s,
+        **summarize(request_timings(finished), len(requests), duration_s, slo),
+    }
