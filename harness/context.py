@@ -62,7 +62,7 @@ class RunContext:
 
     @cached_property
     def model(self):
-        from harness.model import build_model
+        from harness.model.weights import build_model
 
         return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed)
 

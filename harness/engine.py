@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from harness.model import LlamaModel
+from harness.model.llama import LlamaModel
 from harness.scheduler import Admission, Scheduler
 from harness.sequence import Sequence
 from harness.timeline import StepRecord

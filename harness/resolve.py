@@ -19,7 +19,7 @@ from harness.config import (
     Config, ImplConfig,
 )
 from harness.errors import ConfigError
-from harness.model import resolve_model_config
+from harness.model.hf_config import resolve_model_config
 from harness.model.config import ModelConfig
 from impls.kinds import KINDS
 from kernels.registry import PAGED_KERNELS

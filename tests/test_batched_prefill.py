@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.engine import Engine
-from harness.model import build_model
+from harness.model.weights import build_model
 from harness.resolve import resolve
 from harness.simulator import simulate
 from harness.scheduler import Scheduler

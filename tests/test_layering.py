@@ -31,3 +31,12 @@ def test_no_lower_layer_imports_a_higher_one(layer):
         if imported_packages(path) & higher
     }
     assert not offenders, f"{layer}/ imports a higher layer: {offenders}"
+
+
+def test_the_cli_entry_point_does_not_load_torch():
+    """`python -m harness --help` and `--cfg job` only read configs: torch (about 1-2 s) is not imported."""
+    import subprocess
+    import sys
+
+    code = "import sys, harness.__main__; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT).returncode == 0

@@ -12,7 +12,10 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from harness.errors import ConfigError
-from harness.model import LlamaModel, ModelConfig, build_model, resolve_model_config
+from harness.model.config import ModelConfig
+from harness.model.hf_config import resolve_model_config
+from harness.model.llama import LlamaModel
+from harness.model.weights import build_model
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.model import LlamaModel, resolve_model_config
+from harness.model.hf_config import resolve_model_config
+from harness.model.llama import LlamaModel
 from tests.test_model import MODEL_YAMLS, load_named
 
 # ---------------------------------------------------------------- named configs

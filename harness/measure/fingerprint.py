@@ -11,8 +11,6 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
 from harness.measure.nvml import driver_version
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -80,6 +78,8 @@ def _cpu_name() -> str:
 
 def device_slug(device: str) -> str:
     """Folder name for published results: the GPU's name, or the CPU core count."""
+    import torch  # lazily: reading a config must not load torch
+
     if device == "cuda":
         return slugify(torch.cuda.get_device_properties(0).name)
     return f"cpu-{os.cpu_count() or 1}core"
@@ -87,6 +87,8 @@ def device_slug(device: str) -> str:
 
 def auto_device_slug() -> str:
     """This machine's results folder name: the GPU's when torch sees one, else the CPU's."""
+    import torch  # lazily: reading a config must not load torch
+
     return device_slug("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -99,6 +101,8 @@ def register_slug_resolver() -> None:
 
 
 def collect(device: str) -> Fingerprint:
+    import torch  # lazily: reading a config must not load torch
+
     try:
         import triton
 

@@ -10,7 +10,6 @@ import os
 from types import ModuleType
 from typing import Any
 
-import torch
 
 
 def init() -> tuple[ModuleType | None, str | None]:
@@ -51,6 +50,8 @@ def device_handle(nv: ModuleType, cuda_index: int) -> tuple[Any | None, str | No
     ones, NVML all of them), so an index is used only where UUID lookup is unavailable, and
     the note says so. No handle (None) when NVML does not know torch's UUID.
     """
+    import torch  # lazily: the fingerprint's import must not load torch
+
     uuid = getattr(torch.cuda.get_device_properties(cuda_index), "uuid", None)
     by_uuid = getattr(nv, "nvmlDeviceGetHandleByUUID", None)
     if uuid is None:

@@ -24,7 +24,9 @@ import kernels  # noqa: F401  (Triton interpreter switch, before any kernel impo
 import torch
 
 from harness.engine import Engine, EngineResult
-from harness.model import ModelConfig, build_model, resolve_model_config
+from harness.model.config import ModelConfig
+from harness.model.hf_config import resolve_model_config
+from harness.model.weights import build_model
 from harness.workload import Request
 from impls.base import KVCache
 from impls.block_manager import BlockManager
