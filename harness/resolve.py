@@ -168,7 +168,8 @@ def impl_dirs() -> list[Path]:
 
 
 def impl_names() -> list[str]:
-    """Every impl on the search path; an alias (a file whose ``name`` is another impl's) counts once."""
+    """Every impl on the search path, each once: an alias (conf/impl/paged.yaml, a file that
+    composes another impl through its defaults list) has no ``name`` of its own and is skipped."""
     names = []
     for folder in impl_dirs():
         for path in sorted(folder.glob("*.yaml")):

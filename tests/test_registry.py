@@ -76,3 +76,20 @@ def test_an_unimportable_kernel_module_is_a_one_line_error(plugin):
     proc = harness(env, f"hydra.searchpath=[file://{tmp / 'conf'}]", "+impl=paged_plugin", *SMALL, f"hydra.run.dir={out}")
     assert proc.returncode == 2
     assert "kvb_plugin.no_such_kernel" in proc.stderr + proc.stdout and "dotted path" in proc.stderr + proc.stdout
+
+
+def test_alias_composes_its_target_and_is_not_an_impl_of_its_own(compose):
+    from harness.resolve import impl_names, resolve
+
+    assert "paged" not in impl_names() and "paged_triton" in impl_names()
+    cfg = resolve(compose(["+impl=paged", "device=cpu"]))
+    assert (cfg.impl.name, cfg.impl.cache, cfg.impl.kernel) == ("paged_triton", "paged", "triton")
+
+
+def test_cpu_and_auto_simulate_the_same_device(compose):
+    from harness.resolve import CPU_MEMORY_GB, resolve
+
+    assert resolve(compose(["device=cpu"])).device.memory_gb == CPU_MEMORY_GB
+    auto = resolve(compose(["device=auto"]))
+    if auto.device.name == "cpu":  # on a GPU machine auto picks the GPU
+        assert auto.device.memory_gb == CPU_MEMORY_GB
