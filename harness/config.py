@@ -1,7 +1,8 @@
-"""The structured config schema (one dataclass per config group) and its validation.
+"""The structured config schema: one dataclass per config group.
 
-Hydra merges conf/*.yaml over these dataclasses; ``validate`` runs once at the
-entry point and raises ``ConfigError`` naming the bad key and the allowed values.
+Hydra merges conf/*.yaml over these dataclasses (type-checking every key);
+``harness.resolve`` then fills the ``auto`` choices and validates the values once,
+at the entry point, raising ``ConfigError`` naming the bad key and the allowed values.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class DeviceConfig:
 
 @dataclass
 class ScenarioConfig:
-    name: str = "decode"  # decode | capacity | kernel
+    name: str = "decode"  # decode | capacity | kernel | max_concurrency | max_rate
     warmup: int = 1  # decode: warm-up passes; kernel: warm-up calls
     # capacity: numbers of concurrent requests for the memory-vs-concurrency table
     concurrency_points: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 100, 128, 256])
@@ -112,7 +113,7 @@ class Config:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     slo: SloConfig = field(default_factory=SloConfig)
-    impl: Optional[ImplConfig] = None  # absent: every impl available on the device
+    impl: Optional[ImplConfig] = None  # absent: every impl in conf/impl/ (and on Hydra's search path)
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)
     # Most prompt tokens one prefill forward computes (vLLM's name); a longer prompt runs alone.
     max_num_batched_tokens: int = 8192

@@ -13,7 +13,8 @@ class Sequence:
     prompt_ids: list[int]
     max_new_tokens: int
     output_ids: list[int] = field(default_factory=list)
-    # Tokens whose K/V live in the cache (set by the cache on admission / append).
+    # Prompt tokens whose K/V were already in the cache at admission (prefix-cache hits): the
+    # prefill computes from here. Set by the scheduler from the allocator's ``admit``; 0 after a preemption.
     num_cached: int = 0
     preempted: int = 0  # times preempted (recomputed)
     # Service timeline, in seconds on the run's clock (wall or simulated), from its start.
