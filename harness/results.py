@@ -38,6 +38,16 @@ METRICS = [
     "energy_j", "avg_power_w", "energy_per_output_token_j",  # NVML's board energy counter over the run
     "output_digest",
     "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent slots
+    # decode under load (arrival != burst): vLLM's per-request latencies, the paper's normalized latency, SLO goodput
+    "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "slo",
+    "ttft_ms_mean", "ttft_ms_p90",  # ttft_ms_p50 and ttft_ms_p99 are above
+    "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99",
+    "itl_ms_mean", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99",
+    "e2el_ms_mean", "e2el_ms_p50", "e2el_ms_p90", "e2el_ms_p99",
+    "queue_ms_mean", "queue_ms_p50", "queue_ms_p90", "queue_ms_p99",
+    "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
+    # scenario=max_rate (its probe count goes in "probes", below)
+    "max_rate_rps",
     # scenario=max_concurrency
     "probes",
     # scenario=kernel
@@ -45,16 +55,18 @@ METRICS = [
     "latency_us_p50", "latency_us_p10", "latency_us_p90", "bytes_moved", "bandwidth_gbps",
     "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
 ]
-TEXT_METRICS = ("budget_source", "output_digest", "layout")  # the metric columns that are not numbers
+# the metric columns that are not numbers
+TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "slo")
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 
 
 def tidy(rows: Iterable[dict]) -> pd.DataFrame:
     """Rows as a frame with the schema's columns first (missing ones empty), extras after."""
     df = pd.DataFrame(list(rows))
-    for col in COLUMNS:
-        if col not in df.columns:
-            df[col] = None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:  # added at once (one by one fragments the frame): empty, as None
+        empty = pd.DataFrame({c: pd.Series([None] * len(df), index=df.index, dtype=object) for c in missing})
+        df = pd.concat([df, empty], axis=1)
     extras = [c for c in df.columns if c not in COLUMNS]
     return df[COLUMNS + extras]
 
