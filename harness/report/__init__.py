@@ -1,6 +1,6 @@
-"""``python -m harness.report [DIRS...] [--out DIR]``: every run found, one table, the plots, REPORT.md.
+"""``python -m harness.report [DIRS...] [--out DIR] [--max-spread F]``: every run found, one table, the plots, REPORT.md.
 
-Reads only the run folders' tables (rows, points) and Hydra's record of their overrides.
+Reads only the run folders' tables (rows, points, rate_probes, steps) and Hydra's record of their overrides.
 """
 
 from __future__ import annotations
@@ -15,10 +15,20 @@ from harness.report.collect import Collection, collect
 from harness.report.figures import impl_palette, save, theme
 from harness.report.markdown import SECTIONS, render
 from harness.report.memory_plots import kv_breakdown, max_concurrency, memory_vs_concurrency
+from harness.report.service_plots import goodput, kv_over_time, normalized_latency
 from harness.report.speed_plots import decode_throughput, gpu_comparison, kernel_latency_bandwidth
+from harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread
 from harness.results import write_table
 
-__all__ = ["Report", "build_report", "regenerate_command"]
+__all__ = ["NoRows", "Report", "build_report", "regenerate_command"]
+
+
+class NoRows(FileNotFoundError):
+    """No run folder had rows; ``collection`` still names the folders and tables that could not be read."""
+
+    def __init__(self, message: str, collection: Collection):
+        super().__init__(message)
+        self.collection = collection
 
 
 @dataclass
@@ -33,17 +43,24 @@ def regenerate_command(argv: list[str]) -> str:
     return " ".join(["python -m harness.report", *(shlex.quote(a) for a in argv)])
 
 
-def build_report(dirs: list[Path], out: Path, command: str) -> Report:
+def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = DEFAULT_MAX_SPREAD) -> Report:
+    """Everything the run folders under ``dirs`` hold, into ``out``. A metric whose repeats spread
+    more than ``max_spread`` ((max - min) / median) is marked in the tables, not quoted clean."""
+    max_spread = check_max_spread(max_spread)
     col = collect(dirs)
     if col.rows.empty:
-        raise FileNotFoundError(f"no run folders (rows.parquet or rows.csv) under {', '.join(map(str, dirs))}")
+        unread = (f" ({len(col.problems)} unreadable tables, {len(col.incomplete)} incomplete folders)"
+                  if col.warnings() else "")
+        raise NoRows(f"no run folders with rows (rows.parquet or rows.csv) under {', '.join(map(str, dirs))}{unread}",
+                     col)
     out.mkdir(parents=True, exist_ok=True)
     report = Report(col, out)
     write_table(col.rows, out / "all_runs")
     report.files += [out / "all_runs.parquet", out / "all_runs.csv"]
-    if not col.points.empty:
-        write_table(col.points, out / "all_points")
-        report.files += [out / "all_points.parquet", out / "all_points.csv"]
+    for name, table in (("all_points", col.points), ("all_rate_probes", col.rate_probes)):
+        if not table.empty:
+            write_table(table, out / name)
+            report.files += [out / f"{name}.parquet", out / f"{name}.csv"]
 
     plots = out / "plots"
     for name, _ in SECTIONS:  # a figure whose data is gone must not linger from an earlier report
@@ -58,6 +75,9 @@ def build_report(dirs: list[Path], out: Path, command: str) -> Report:
             "kv_breakdown": kv_breakdown(col.rows),
             "max_concurrency": max_concurrency(col.rows),
             "decode_throughput": decode_throughput(col.rows, palette),
+            "normalized_latency": normalized_latency(col.rows, palette),
+            "goodput": goodput(col.rows, palette),
+            "kv_over_time": kv_over_time(col.steps, col.rows, palette),
             "kernel_latency_bandwidth": kernel_latency_bandwidth(col.rows, palette),
             "gpu_comparison": gpu_comparison(col.rows, palette),
         }
@@ -65,6 +85,6 @@ def build_report(dirs: list[Path], out: Path, command: str) -> Report:
             if fig is not None:
                 report.files += save(fig, plots, name)
                 report.figures[name] = fig
-    (out / "REPORT.md").write_text(render(col, list(report.figures), command, notes))
+    (out / "REPORT.md").write_text(render(col, list(report.figures), command, notes, max_spread))
     report.files.append(out / "REPORT.md")
     return report

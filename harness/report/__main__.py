@@ -1,4 +1,7 @@
-"""CLI: ``python -m harness.report [DIRS...] [--out DIR]`` (no DIRS: results/)."""
+"""CLI: ``python -m harness.report [DIRS...] [--out DIR] [--max-spread F]`` (no DIRS: results/).
+
+Exit 0 when a report was written, even if some folders could not be read (each is named in a
+warning line and in REPORT.md); 1 when no run folder had rows."""
 
 from __future__ import annotations
 
@@ -6,7 +9,23 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.report import build_report, regenerate_command
+from harness.report import NoRows, build_report, regenerate_command
+from harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread
+
+
+def _spread(text: str) -> float:
+    """``0.05`` or ``5%``."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        return check_max_spread(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--max-spread must be a fraction >= 0 or a percentage (0.05 or 5%), got {text!r}") from None
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        print(f"kvbench report: warning: {line}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__)
     parser.add_argument("dirs", nargs="*", type=Path, help="folders searched recursively for run folders (default: results/)")
     parser.add_argument("--out", type=Path, help="where tables, plots/ and REPORT.md go (default: the first DIR)")
+    parser.add_argument("--max-spread", type=_spread, default=DEFAULT_MAX_SPREAD, metavar="F",
+                        help="mark a metric whose spread over a run's repeats ((max - min) / median) exceeds F, "
+                             f"as a fraction or a percentage (default: {DEFAULT_MAX_SPREAD:g} = "
+                             f"{100 * DEFAULT_MAX_SPREAD:g}%%)")
     args = parser.parse_args(argv)
     dirs = args.dirs or [Path("results")]
     out = args.out or dirs[0]
@@ -21,10 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"not a folder: {', '.join(map(str, missing))}")
     try:
-        report = build_report(dirs, out, regenerate_command(argv))
-    except FileNotFoundError as e:
+        report = build_report(dirs, out, regenerate_command(argv), args.max_spread)
+    except NoRows as e:
+        _warn(e.collection.warnings())
         print(f"kvbench report: {e}", file=sys.stderr)
         return 1
+    _warn(report.collection.warnings())
     rows = report.collection.rows
     print(f"{len(rows)} rows from {rows['run_dir'].nunique()} run folders; "
           f"{len(report.figures)} plots: {', '.join(report.figures) or 'none'}")

@@ -1,4 +1,7 @@
-"""Find run folders, concatenate their rows and points tables, and read the commands that made them."""
+"""Find run folders, concatenate their rows and side tables, and read the commands that made them.
+
+One bad file never sinks the report: an unreadable Parquet table is read from its CSV twin, and
+what cannot be read at all, or a folder that holds a config but no rows, is listed instead."""
 
 from __future__ import annotations
 
@@ -10,15 +13,23 @@ import pandas as pd
 
 from harness.results import COLUMNS, METRICS, TEXT_METRICS
 
+# Columns that hold true/false; a CSV gives them back as the text "True"/"False".
+BOOLEAN = ["slo_pass"]
 # Columns that hold numbers; a run folder's CSV or an all-None Parquet column may have typed
 # them as text or object, and concatenation must not turn a missing value into anything but NaN.
 NUMERIC = [
     "block_size", "batch", "max_seq_len", "num_requests", "prompt_len", "output_len",
     "shared_prefix_len", "n", "seed", "repeat", "gpu_count", "gpu_memory_bytes", "cpu_count",
-    *[m for m in METRICS if m not in TEXT_METRICS],  # kernel and max_concurrency columns included
+    # kernel, max_concurrency, service (arrival, latency, SLO) and max_rate columns included
+    *[m for m in METRICS if m not in TEXT_METRICS and m not in BOOLEAN],
     # capacity points
     "concurrency", "kv_bytes_reserved", "kv_bytes_used", "budget_kv_bytes",
+    # rate_probes and steps side tables
+    "rate_rps", "t_s", "running", "waiting", "tokens", "kv_used_bytes", "kv_reserved_bytes",
 ]
+# The side tables the report draws from (a run's requests table is for the user; no plot reads it).
+SIDE_TABLES = ("points", "rate_probes", "steps")
+_TRUE, _FALSE = {True, 1, "true", "1", "yes"}, {False, 0, "false", "0", "no"}
 
 
 @dataclass
@@ -29,30 +40,96 @@ class RunCommand:
 
 
 @dataclass
+class ReadProblem:
+    """A table file that could not be read: what was read instead (its CSV twin), or nothing."""
+    label: str  # <run folder label>/<file name>, as REPORT.md names it
+    path: Path
+    reason: str
+    used: str | None = None  # the twin's file name when it was read instead
+
+    def line(self) -> str:
+        then = f"read {self.used} instead" if self.used else "left out"
+        return f"{self.path}: unreadable ({self.reason}); {then}"
+
+
+@dataclass
 class Collection:
     rows: pd.DataFrame
     points: pd.DataFrame
     commands: list[RunCommand] = field(default_factory=list)
     run_dirs: list[str] = field(default_factory=list)
+    rate_probes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    problems: list[ReadProblem] = field(default_factory=list)
+    incomplete: list[tuple[str, Path]] = field(default_factory=list)  # (label, folder): config.yaml or an empty rows table
+
+    def warnings(self) -> list[str]:
+        """One line per folder or file the report could not use in full."""
+        return ([p.line() for p in self.problems]
+                + [f"{path}: incomplete (a run folder without rows)" for _, path in self.incomplete])
+
+
+def _visible(root: Path, d: Path) -> bool:
+    return not any(part.startswith(".") for part in d.relative_to(root).parts)  # not .hydra/ and the like
 
 
 def find_run_dirs(root: Path) -> list[Path]:
     """Folders holding rows.parquet or rows.csv, sorted (the all_runs tables are not run folders)."""
     found = {p.parent for pattern in ("rows.parquet", "rows.csv") for p in root.rglob(pattern)}
-    return sorted(d for d in found if not any(part.startswith(".") for part in d.relative_to(root).parts))
+    return sorted(d for d in found if _visible(root, d))
 
 
-def read_table(run_dir: Path, stem: str) -> pd.DataFrame | None:
-    """``<stem>.parquet``, falling back to ``<stem>.csv``; None when neither exists."""
+def find_config_dirs(root: Path) -> list[Path]:
+    """Folders a run started in: the harness writes config.yaml first and the rows last."""
+    return sorted(p.parent for p in root.rglob("config.yaml") if _visible(root, p.parent))
+
+
+def _reason(e: Exception, path: Path) -> str:
+    """The error's first line, naming the file by its name only (REPORT.md must not hold this machine's paths)."""
+    lines = str(e).replace(str(path), path.name).strip().splitlines()
+    text = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def read_table(run_dir: Path, stem: str, problems: list[ReadProblem] | None = None,
+               label: str | None = None) -> pd.DataFrame | None:
+    """``<stem>.parquet``, else ``<stem>.csv``; None when neither exists or neither can be read.
+
+    A file that exists but cannot be read is added to ``problems``; an empty CSV is a table
+    without rows (a job killed before it wrote one), not a problem."""
+    problems = [] if problems is None else problems
+    label = label or run_dir.as_posix()
     pq, csv = run_dir / f"{stem}.parquet", run_dir / f"{stem}.csv"
+    failed: list[ReadProblem] = []
     if pq.exists():
-        return pd.read_parquet(pq)
+        try:
+            return pd.read_parquet(pq)
+        except Exception as e:  # noqa: BLE001 - pyarrow's errors for a truncated or foreign file have no common base
+            failed.append(ReadProblem(f"{label}/{pq.name}", pq, _reason(e, pq)))
     if csv.exists():
         try:
-            return pd.read_csv(csv)
-        except pd.errors.EmptyDataError:  # a job killed before it wrote a row
-            return pd.DataFrame()
+            df = pd.read_csv(csv)
+        except pd.errors.EmptyDataError:
+            df = pd.DataFrame()
+        except (pd.errors.ParserError, UnicodeDecodeError, OSError) as e:
+            failed.append(ReadProblem(f"{label}/{csv.name}", csv, _reason(e, csv)))
+            df = None
+        if df is not None:
+            for p in failed:
+                p.used = csv.name
+            problems += failed
+            return df
+    problems += failed
     return None
+
+
+def _as_bool(v):
+    key = v.strip().lower() if isinstance(v, str) else v
+    if key in _TRUE:
+        return True
+    if key in _FALSE:
+        return False
+    return pd.NA
 
 
 def _label(root: Path, run_dir: Path) -> str:
@@ -66,6 +143,9 @@ def numeric(df: pd.DataFrame) -> pd.DataFrame:
     for col in NUMERIC:
         if col in df.columns:
             df[col] = pd.to_numeric(df[col], errors="coerce")
+    for col in BOOLEAN:
+        if col in df.columns:
+            df[col] = df[col].map(_as_bool, na_action="ignore").astype("boolean")
     return df
 
 
@@ -141,25 +221,38 @@ def _commands(root: Path, run_dirs: list[Path], rows: dict[Path, pd.DataFrame]) 
 
 
 def collect(roots: list[Path]) -> Collection:
-    rows_frames, point_frames, commands, labels = [], [], [], []
+    rows_frames, commands, labels = [], [], []
+    side: dict[str, list[pd.DataFrame]] = {name: [] for name in SIDE_TABLES}
+    problems: list[ReadProblem] = []
+    incomplete: list[tuple[str, Path]] = []
     for root in roots:
         dirs = find_run_dirs(root)
         per_dir = {}
         for d in dirs:
             label = _label(root, d)
-            rows = read_table(d, "rows")
+            rows = read_table(d, "rows", problems, label)
+            if rows is None:  # listed among the problems
+                continue
+            if rows.empty:
+                incomplete.append((label, d))
+                continue
+            rows = rows.copy()  # consolidated: Parquet gives one block per column, and one more would warn
             rows["run_dir"] = label
             per_dir[d] = rows
             rows_frames.append(rows)
             labels.append(label)
-            points = read_table(d, "points")
-            if points is not None:
-                points["run_dir"] = label
-                point_frames.append(points)
-        commands += _commands(root, dirs, per_dir)
+            for name in SIDE_TABLES:
+                table = read_table(d, name, problems, label)
+                if table is not None and not table.empty:
+                    table["run_dir"] = label
+                    side[name].append(table)
+        seen = set(dirs)
+        incomplete += [(_label(root, d), d) for d in find_config_dirs(root) if d not in seen]
+        commands += _commands(root, list(per_dir), per_dir)
     rows = concat(rows_frames, ["run_dir", *COLUMNS])
-    points = concat(point_frames, ["run_dir"])
-    return Collection(rows, points, commands, labels)
+    tables = {name: concat(frames, ["run_dir"]) for name, frames in side.items()}
+    return Collection(rows, tables["points"], commands, labels, rate_probes=tables["rate_probes"],
+                      steps=tables["steps"], problems=problems, incomplete=sorted(incomplete))
 
 
 def ok_rows(df: pd.DataFrame, scenario: str | None = None) -> pd.DataFrame:
@@ -168,6 +261,14 @@ def ok_rows(df: pd.DataFrame, scenario: str | None = None) -> pd.DataFrame:
     if scenario is not None:
         sel &= df["scenario"] == scenario
     return df[sel].copy()
+
+
+def burst(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose requests all arrived at once (rows from before arrivals existed have no arrival):
+    throughput figures compare these; a run under an arrival process is limited by its offered rate."""
+    if "arrival" not in df:
+        return df
+    return df[df["arrival"].isna() | (df["arrival"].astype(str) == "burst")]
 
 
 def unique_points(points: pd.DataFrame) -> pd.DataFrame:

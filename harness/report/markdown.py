@@ -6,10 +6,12 @@ import math
 
 import pandas as pd
 
-from harness.report.collect import Collection, ok_rows, unique_points
+from harness.report.collect import Collection, burst, ok_rows, unique_points
 from harness.report.figures import GB, devices
 from harness.report.hardware import with_peak
 from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
+from harness.report.service_plots import max_rate_table, service_table
+from harness.report.variance import DEFAULT_MAX_SPREAD, footnote, mark_spread
 
 
 def cell(v) -> str:
@@ -33,6 +35,12 @@ def md_table(df: pd.DataFrame) -> str:
 def _pick(df: pd.DataFrame, cols: dict[str, str]) -> pd.DataFrame:
     """The columns present, renamed for display."""
     return df[[c for c in cols if c in df.columns]].rename(columns=cols)
+
+
+def _marked(df: pd.DataFrame, cols: dict[str, str], max_spread: float) -> tuple[pd.DataFrame, str]:
+    """Like ``_pick``, with metrics whose repeats spread beyond ``max_spread`` marked; and the footnote."""
+    shown, count = mark_spread(df, [c for c in cols if c in df.columns], max_spread, cell)
+    return shown.rename(columns=cols), footnote(max_spread, count)
 
 
 def environment_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -75,14 +83,14 @@ def memory_points_table(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).rename(columns={"budget_kv_bytes": "KV budget GB"})
 
 
-def decode_table(rows: pd.DataFrame) -> pd.DataFrame:
-    df = ok_rows(rows, "decode")
+def decode_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> tuple[pd.DataFrame, str]:
+    df = burst(ok_rows(rows, "decode"))  # rows under an arrival process are in the service table
     df = df.assign(used_pct=100 * df["kv_used_fraction"])
     cols = {"device_slug": "device", "model": "model", "workload": "workload", "impl": "impl", "batch": "batch",
             "output_tokens_per_s": "output tok/s", "tokens_per_s": "tok/s", "tokens_per_s_spread": "tok/s spread",
             "step_ms_p50": "step p50 ms", "ttft_ms_p50": "TTFT p50 ms", "preemptions": "preemptions",
             "used_pct": "KV used %", "run_dir": "run"}
-    return _pick(df.sort_values(["device_slug", "model", "workload", "impl", "batch", "run_dir"]), cols)
+    return _marked(df.sort_values(["device_slug", "model", "workload", "impl", "batch", "run_dir"]), cols, max_spread)
 
 
 def parity_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -108,12 +116,36 @@ def kernel_table(rows: pd.DataFrame) -> pd.DataFrame:
     return _pick(df.sort_values(keys), cols)
 
 
-def gpu_table(rows: pd.DataFrame) -> pd.DataFrame:
-    df = with_peak(ok_rows(rows, "decode").dropna(subset=["output_tokens_per_s"]))
+def gpu_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> tuple[pd.DataFrame, str]:
+    df = with_peak(burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s"]))
     df["per_tbps"] = df["output_tokens_per_s"] / df["peak_tbps"]
     cols = {"device_slug": "device", "gpu_name": "GPU", "peak_tbps": "peak TB/s", "model": "model", "impl": "impl",
             "batch": "batch", "output_tokens_per_s": "output tok/s", "per_tbps": "tok/s per TB/s"}
-    return _pick(df.sort_values(["model", "impl", "batch", "device_slug"]), cols)
+    return _marked(df.sort_values(["model", "impl", "batch", "device_slug"]), cols, max_spread)
+
+
+SERVICE_COLUMNS = {
+    "device_slug": "device", "model": "model", "workload": "workload", "arrival": "arrival", "impl": "impl",
+    "batch": "batch", "request_rate": "offered req/s", "achieved_rps": "achieved req/s",
+    "ttft_ms_p99": "TTFT p99 ms", "tpot_ms_p99": "TPOT p99 ms", "e2el_ms_p99": "E2E p99 ms",
+    "queue_ms_p99": "queue p99 ms", "normalized_latency_s": "normalized latency s/token",
+    "goodput_rps": "goodput req/s", "slo": "SLO", "slo_attainment": "SLO attainment", "slo_pass": "SLO pass",
+    "run_dir": "run",
+}
+
+
+def max_rate_markdown(rows: pd.DataFrame) -> str:
+    """The max-rate table with each impl's rate as a multiple of contiguous's (empty without max_rate rows)."""
+    t = max_rate_table(rows)
+    if t.empty:
+        return ""
+    t = t.assign(ratio=t["ratio"].map(lambda r: "–" if pd.isna(r) else f"{r:.2f}×"))
+    return ("The largest offered rate at which each impl passed the SLO (median over runs), and its ratio to "
+            "contiguous at the same setting; the paper's headline is 2-4× for paging.\n\n"
+            + md_table(_pick(t, {"device_slug": "device", "model": "model", "workload": "workload",
+                                 "batch": "batch", "arrival": "arrival", "slo": "SLO", "impl": "impl",
+                                 "max_rate_rps": "max rate req/s", "ratio": "vs contiguous",
+                                 "probes": "probes", "runs": "runs"})))
 
 
 def _figure(name: str, title: str) -> str:
@@ -125,12 +157,15 @@ SECTIONS = [
     ("kv_breakdown", "KV memory breakdown per impl"),
     ("max_concurrency", "Max concurrency: measured vs predicted"),
     ("decode_throughput", "Decode throughput vs batch"),
+    ("normalized_latency", "Normalized latency vs request rate"),
+    ("goodput", "Goodput vs request rate"),
+    ("kv_over_time", "KV memory over time"),
     ("kernel_latency_bandwidth", "Kernel latency and bandwidth vs context length"),
     ("gpu_comparison", "Across GPUs"),
 ]
 
 
-def _section_table(name: str, col: Collection) -> str:
+def _section_table(name: str, col: Collection, max_spread: float) -> str:
     if name == "memory_vs_concurrency":
         return ("Memory at the largest concurrency whose contiguous cache fits the KV budget:\n\n"
                 + md_table(memory_points_table(col.points)))
@@ -150,16 +185,40 @@ def _section_table(name: str, col: Collection) -> str:
                                   "max_concurrency": "measured", "max_concurrency_analytic": "predicted",
                                   "capped": "hit batch limit"}))
     if name == "decode_throughput":
-        return md_table(decode_table(col.rows))
+        table, note = decode_table(col.rows, max_spread)
+        return md_table(table) + note
+    if name == "normalized_latency":
+        table, note = _marked(service_table(col.rows), SERVICE_COLUMNS, max_spread)
+        return ("Offered and achieved rates, latency percentiles over requests (vLLM's definitions), "
+                "the paper's normalized latency, and the SLO's goodput:\n\n" + md_table(table) + note)
+    if name == "kv_over_time":
+        return ("From the run folder's `steps` table: dashed, the KV memory the cache held; solid, the part "
+                "holding token states.\n")
     if name == "kernel_latency_bandwidth":
         return md_table(kernel_table(col.rows))
     if name == "gpu_comparison":
+        table, note = gpu_table(col.rows, max_spread)
         return ("Peak bandwidth from the datasheet table in harness/report/hardware.py, else the row's "
-                "peak_bw_gbps.\n\n" + md_table(gpu_table(col.rows)))
+                "peak_bw_gbps.\n\n" + md_table(table) + note)
     return ""
 
 
-def render(col: Collection, drawn: list[str], command: str, notes: dict[str, list[str]]) -> str:
+def unread_section(col: Collection) -> list[str]:
+    """What the report could not use: incomplete run folders and unreadable tables (nothing when all was read)."""
+    parts = []
+    if col.incomplete:
+        parts += ["Incomplete run folders (a config.yaml or an empty rows table, but no rows: the job stopped, "
+                  "or is still running, before its first row):\n",
+                  "\n".join(f"- `{label}`" for label, _ in col.incomplete) + "\n"]
+    if col.problems:
+        parts += ["Unreadable tables:\n",
+                  "\n".join(f"- `{p.label}`: {cell(p.reason)}; "
+                            + (f"read `{p.used}` instead" if p.used else "left out") for p in col.problems) + "\n"]
+    return ["## Run folders not fully read\n", *parts] if parts else []
+
+
+def render(col: Collection, drawn: list[str], command: str, notes: dict[str, list[str]],
+           max_spread: float = DEFAULT_MAX_SPREAD) -> str:
     rows = col.rows
     parts = [
         "# kvbench report\n",
@@ -180,6 +239,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
         parts += ["Rows not ok:\n", md_table(_pick(failed, {"run_dir": "run", "scenario": "scenario", "impl": "impl",
                                                             "batch": "batch", "device_slug": "device",
                                                             "status": "status", "error": "error"}))]
+    parts += unread_section(col)
     parity = parity_table(rows)
     if len(parity):
         parts += ["## Output parity across impls\n",
@@ -192,7 +252,10 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
         parts += [f"## {i}. {title}\n", _figure(name, title)]
         if notes.get(name):
             parts.append("Not shown (too many panels): " + "; ".join(notes[name]) + "\n")
-        parts.append(_section_table(name, col))
+        parts.append(_section_table(name, col, max_spread))
+    max_rate = max_rate_markdown(rows)
+    if max_rate:
+        parts += ["## Max request rate under the SLO\n", max_rate]
     parts.append("## Commands that produced the runs\n")
     if not col.commands:
         parts.append("_No run folder recorded its overrides (.hydra/overrides.yaml)._\n")

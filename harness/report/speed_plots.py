@@ -6,7 +6,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from harness.report.collect import ok_rows
+from harness.report.collect import burst, ok_rows
 from harness.report.figures import (
     MAX_FACETS, count_axis, drop_legend, facet_labels, grid, legend_outside, wrap,
 )
@@ -19,7 +19,7 @@ BARS = {"errorbar": SPREAD, "err_style": "bars", "err_kws": {"capsize": 3}}
 
 def decode_throughput(rows: pd.DataFrame, palette: dict) -> Figure | None:
     """Plot 4: output tokens/s vs batch, one line per impl."""
-    df = ok_rows(rows, "decode").dropna(subset=["output_tokens_per_s", "batch"])
+    df = burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s", "batch"])
     if df.empty:
         return None
     df["facet"] = facet_labels(df, ["model", "workload", "dtype", "device_slug"],
@@ -108,7 +108,7 @@ def kernel_latency_bandwidth(rows: pd.DataFrame, palette: dict) -> Figure | None
 
 def gpu_comparison(rows: pd.DataFrame, palette: dict) -> Figure | None:
     """Plot 6 (2+ devices): key metrics with one column per device, raw and normalised by peak bandwidth."""
-    decode = with_peak(ok_rows(rows, "decode").dropna(subset=["output_tokens_per_s", "batch"]))
+    decode = with_peak(burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s", "batch"]))
     kernel = ok_rows(rows, "kernel")
     if "bandwidth_gbps" in kernel:
         kernel = with_peak(kernel.dropna(subset=["bandwidth_gbps", "context_len"]))

@@ -1,0 +1,153 @@
+"""harness.report on hand-built service runs: latency and goodput vs rate, KV over time, the max-rate table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.report import build_report
+from harness.report.collect import numeric
+from harness.report.service_plots import max_rate_table
+from harness.results import write_run
+
+ENV = {"device": "cpu", "device_slug": "cpu-test", "cpu_name": "Test CPU", "torch_version": "2.11.0",
+       "git_sha": "abc123", "status": "ok", "model": "tiny-llama", "workload": "chat", "dtype": "float32",
+       "batch": 8}
+RATES = (1.0, 2.0, 4.0)
+# seconds per token: paged stays flat where contiguous saturates (the paper's Figure 12 shape)
+NORM = {"contiguous": {1.0: 0.05, 2.0: 0.08, 4.0: 0.40}, "paged_torch": {1.0: 0.05, 2.0: 0.06, 4.0: 0.09}}
+RESERVED = {"contiguous": 8_000_000, "paged_torch": 2_000_000}  # bytes held at rate 4, distinct per impl
+
+
+def service_row(impl: str, rate: float, run: str) -> dict:
+    return {**ENV, "run_id": run, "scenario": "decode", "impl": impl, "arrival": "poisson", "request_rate": rate,
+            "achieved_rps": 0.97 * rate, "duration_s": 8 / rate, "idle_s": 0.1, "clock": "wall", "slo": "cpu-test",
+            "ttft_ms_p99": 100 * rate, "tpot_ms_p99": 20.0, "normalized_latency_s": NORM[impl][rate],
+            "goodput_rps": rate if NORM[impl][rate] < 0.2 else 0.2 * rate, "slo_attainment": 0.9,
+            "slo_pass": NORM[impl][rate] < 0.2, "tokens_per_s_spread": 0.0, "output_tokens_per_s": 50.0 * rate}
+
+
+def steps_table(impl: str, rate: float, run: str) -> pd.DataFrame:
+    t = np.linspace(0, 8 / rate, 20)
+    scale = rate / max(RATES)  # the busiest run holds the most memory
+    used = (np.sin(t) ** 2 + 0.1) * 1_000_000 * scale
+    return pd.DataFrame({"impl": impl, "run_id": run, "t_s": t, "kind": ["prefill"] + ["decode"] * 19,
+                         "batch": 4, "tokens": 4, "running": 4, "waiting": 0, "kv_used_bytes": used,
+                         "kv_reserved_bytes": RESERVED[impl] * scale, "preemptions": 0})
+
+
+def make_service_runs(root: Path) -> None:
+    for i, rate in enumerate(RATES):
+        run = f"rate{i}"
+        impls = list(NORM)
+        steps = pd.concat([steps_table(impl, rate, run) for impl in impls], ignore_index=True)
+        write_run(root / "decode" / str(i), [service_row(impl, rate, run) for impl in impls], {"steps": steps})
+    # A burst run that (against the contract) records a rate: still left out of the rate plots.
+    burst = {**service_row("contiguous", 1.0, "burst"), "arrival": "burst", "request_rate": 100.0,
+             "normalized_latency_s": 9.0, "goodput_rps": 50.0}
+    write_run(root / "decode" / "burst", [burst])
+    probes = pd.DataFrame([{"impl": impl, "rate_rps": r, "slo_pass": ok, "normalized_latency_s": 0.1,
+                            "goodput_rps": r, "ttft_ms_p99": 10.0, "tpot_ms_p99": 5.0, "run_id": "mr"}
+                           for impl, rates in (("contiguous", ((1, True), (2, True), (4, False))),
+                                               ("paged_torch", ((4, True), (8, False), (5, True))))
+                           for r, ok in rates])
+    write_run(root / "max_rate", [{**ENV, "run_id": "mr", "scenario": "max_rate", "impl": impl, "slo": "cpu-test",
+                                   "arrival": "poisson", "max_rate_rps": rate, "probes": 3}
+                                  for impl, rate in (("contiguous", 2.0), ("paged_torch", 5.0))],
+              {"rate_probes": probes})
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("service")
+    make_service_runs(root)
+    out = tmp_path_factory.mktemp("out")
+    return build_report([root], out, "python -m harness.report service")
+
+
+def test_service_plots_written(report):
+    for name in ("normalized_latency", "goodput", "kv_over_time"):
+        assert name in report.figures
+        for ext in ("png", "svg"):
+            path = report.out / "plots" / f"{name}.{ext}"
+            assert path.exists() and path.stat().st_size > 1000, path
+    assert (report.out / "all_rate_probes.parquet").exists()
+
+
+def _lines(fig) -> dict[str, tuple[list, list]]:
+    """Each impl's line in the (single) panel, x and y, matched to the legend's entry by colour."""
+    ax = fig.axes[0]
+    colours = {ln.get_label(): ln.get_color() for ln in ax.lines if ln.get_label() in NORM}
+    data = [ln for ln in ax.lines if ln.get_label().startswith("_child")]
+    return {impl: next((list(ln.get_xdata()), list(ln.get_ydata())) for ln in data if ln.get_color() == c)
+            for impl, c in colours.items()}
+
+
+def test_normalized_latency_vs_rate_skips_burst(report):
+    lines = _lines(report.figures["normalized_latency"])
+    assert set(lines) == set(NORM)
+    for impl, (x, y) in lines.items():
+        assert x == list(RATES)  # the burst row's rate of 100 is not drawn
+        assert y == pytest.approx([NORM[impl][r] for r in RATES])
+
+
+def test_goodput_vs_rate(report):
+    lines = _lines(report.figures["goodput"])
+    assert lines["contiguous"][1] == pytest.approx([1.0, 2.0, 0.8])
+    assert lines["paged_torch"][1] == pytest.approx(list(RATES))
+
+
+def test_kv_over_time_draws_the_busiest_run_per_impl(report):
+    ax = report.figures["kv_over_time"].axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "contiguous (4 req/s)" in labels and "paged_torch (4 req/s)" in labels
+    reserved_mb = sorted(round(max(ln.get_ydata()), 3) for ln in ax.lines if ln.get_linestyle() == "--"
+                         and len(ln.get_xdata()) > 1)
+    assert reserved_mb == [2.0, 8.0]  # MB held by paged_torch and contiguous at 4 req/s, not at a lower rate
+
+
+def test_max_rate_table_ratio_to_contiguous(report):
+    md = (report.out / "REPORT.md").read_text()
+    assert "## Max request rate under the SLO" in md
+    rows = {ln.split("|")[7].strip(): ln for ln in md.splitlines() if ln.startswith("| cpu-test | tiny-llama | chat")
+            and "×" in ln}
+    assert set(rows) == {"contiguous", "paged_torch"}
+    assert "| 2.50× |" in rows["paged_torch"] and "| 5 |" in rows["paged_torch"]
+    assert "| 1.00× |" in rows["contiguous"]
+    for name in ("normalized_latency", "goodput", "kv_over_time"):
+        assert f"](plots/{name}.png)" in md
+
+
+def test_max_rate_ratio_needs_contiguous_in_the_same_setting():
+    base = {**ENV, "scenario": "max_rate", "arrival": "poisson", "slo": "s", "run_dir": "r"}
+    rows = pd.DataFrame([{**base, "impl": "contiguous", "max_rate_rps": 2.0},
+                         {**base, "impl": "paged_torch", "max_rate_rps": 6.0},
+                         {**base, "model": "other", "impl": "paged_torch", "max_rate_rps": 3.0}])
+    t = max_rate_table(rows).set_index(["model", "impl"])["ratio"]
+    assert t[("tiny-llama", "paged_torch")] == pytest.approx(3.0)
+    assert pd.isna(t[("other", "paged_torch")])  # no contiguous run of that model: no ratio
+
+
+def test_slo_pass_read_back_from_csv_as_bool():
+    df = numeric(pd.DataFrame({"slo_pass": ["True", "False", None], "request_rate": ["2.5", "", "x"]}))
+    assert df["slo_pass"].tolist()[:2] == [True, False] and pd.isna(df["slo_pass"].iloc[2])
+    assert df["request_rate"].iloc[0] == 2.5 and df["request_rate"].iloc[1:].isna().all()
+
+
+def test_no_service_sections_without_service_data(tmp_path):
+    write_run(tmp_path / "runs" / "d", [{**ENV, "scenario": "decode", "impl": "contiguous",
+                                          "output_tokens_per_s": 10.0, "tokens_per_s": 20.0}])
+    report = build_report([tmp_path / "runs"], tmp_path / "out", "cmd")
+    assert not {"normalized_latency", "goodput", "kv_over_time"} & set(report.figures)
+    md = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "Max request rate" not in md and "Normalized latency" not in md
+    assert not (tmp_path / "out" / "all_rate_probes.csv").exists()
+
+
+def test_throughput_figure_uses_only_burst_rows(report):
+    ax = report.figures["decode_throughput"].axes[0]
+    drawn = [list(ln.get_ydata()) for ln in ax.lines if ln.get_label().startswith("_child")]
+    assert drawn == [[50.0]]  # the burst run alone; rows under Poisson arrivals are limited by their rate
