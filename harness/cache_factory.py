@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from harness.config import Config, ImplConfig
@@ -19,7 +21,7 @@ def pool_spec(impl: ImplConfig, cfg: Config, kv_bytes: int) -> PoolSpec:
         max_seq_len=cfg.max_seq_len,
         block_size=cfg.block_size,
         max_sequences=cfg.batch * cfg.workload.n,
-        min_tokens=cfg.workload.prompt_len + 1,
+        min_tokens=math.ceil(cfg.workload.prompt_len) + 1,  # prompt_len is a mean, maybe fractional
         watermark=cfg.device.watermark,
         prefix_caching=impl.prefix_caching,
     )

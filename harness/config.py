@@ -19,7 +19,10 @@ DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 SCENARIOS = ("decode", "capacity", "kernel", "max_concurrency", "max_rate")
 PROBES = ("decode", "capacity")
-DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
+DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "trace")
+ARRIVALS = ("burst", "poisson", "gamma", "constant", "trace")
+RATE_ARRIVALS = ("poisson", "gamma", "constant")  # the processes that need arrival.rate
+TRACE_SAMPLES = ("head", "random")
 MAX_BLOCK_SIZE = 128
 
 
@@ -35,12 +38,23 @@ class ImplConfig:
 
 
 @dataclass
+class TraceColumns:
+    """The columns of a trace file that hold each request's lengths and arrival time."""
+
+    prompt_len: str = "prompt_len"
+    output_len: str = "output_len"
+    arrival_s: str = "arrival_s"  # optional in the file; needed by arrival=trace
+
+
+@dataclass
 class WorkloadConfig:
     name: str = "chat"
-    distribution: str = "lognormal"  # fixed | uniform | lognormal
+    distribution: str = "lognormal"  # fixed | uniform | lognormal | trace (lengths from workload.path)
     num_requests: Optional[int] = None  # None: equal to the top-level batch
-    prompt_len: int = 96  # mean
-    output_len: int = 64  # mean
+    # Means, in tokens. Floats so a dataset's measured mean (sharegpt: 161.31) is written as is;
+    # whole numbers draw exactly the requests they drew when these were ints.
+    prompt_len: float = 96
+    output_len: float = 64
     # uniform: lengths in [mean * (1 - spread), mean * (1 + spread)]
     spread: float = 0.5
     # lognormal: sigma of log(length); the mean of the distribution stays `*_len`
@@ -48,10 +62,16 @@ class WorkloadConfig:
     shared_prefix_len: int = 0  # tokens common to every prompt (a system prompt)
     n: int = 1  # parallel samples per prompt
     vocab_limit: Optional[int] = None  # draw ids below this (default: model vocab)
+    # distribution=trace: a CSV, JSONL or parquet file, one request per row (harness/trace.py)
+    path: Optional[str] = None
+    columns: TraceColumns = field(default_factory=TraceColumns)
+    sample: str = "head"  # head (the first rows) | random (seeded, without replacement)
 
 
 @dataclass
 class ArrivalConfig:
+    """When each request arrives (harness/arrivals.py); burst is every request at t=0."""
+
     name: str = "burst"  # burst | poisson | gamma | constant | trace
     rate: Optional[float] = None  # offered requests per second (poisson, gamma, constant)
     burstiness: float = 1.0  # gamma shape; 1 is Poisson, smaller is burstier
@@ -110,8 +130,8 @@ class Config:
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
-    device: DeviceConfig = field(default_factory=DeviceConfig)
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     impl: Optional[ImplConfig] = None  # absent: every impl in conf/impl/ (and on Hydra's search path)
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)

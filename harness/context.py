@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from harness.arrivals import arrival_times
 from harness.config import Config, ImplConfig
 from harness.kv_math import TORCH_DTYPES, kv_bytes_per_token
 from harness.measure.fingerprint import Fingerprint
-from harness.workload import Request, generate_requests, workload_digest
+from harness.workload import Request, Workload, draw_workload, workload_digest
 
 
 def run_id(run_dir: Path) -> str:
@@ -56,9 +57,21 @@ class RunContext:
         return kv_bytes_per_token(self.cfg.model, self.cfg.dtype)
 
     @cached_property
-    def requests(self) -> list[Request]:
+    def workload(self) -> Workload:
         w = self.cfg.workload
-        return generate_requests(w, w.num_requests, self.cfg.model.vocab_size, self.cfg.max_seq_len, self.cfg.seed)
+        return draw_workload(w, w.num_requests, self.cfg.model.vocab_size, self.cfg.max_seq_len, self.cfg.seed)
+
+    @cached_property
+    def requests(self) -> list[Request]:
+        """The workload's requests, each with its arrival time (``cfg.arrival``)."""
+        wl = self.workload
+        times = arrival_times(self.cfg.arrival, len(wl.requests), self.cfg.seed, wl.trace_arrivals)
+        return [replace(r, arrival_s=t) for r, t in zip(wl.requests, times)]
+
+    @property
+    def workload_notes(self) -> list[str]:
+        """What drawing the requests changed (clipped lengths), for the rows' ``notes``."""
+        return list(self.workload.notes)
 
     @cached_property
     def model(self):
@@ -112,6 +125,7 @@ class RunContext:
             "seed": cfg.seed,
             "repeat": cfg.repeat,
             "workload_digest": workload_digest(self.requests) if cfg.scenario.name != "kernel" else None,
+            "trace_sha256": self.workload.trace_sha256 if cfg.scenario.name != "kernel" else None,
             **self.fingerprint.as_dict(),
             "kv_bytes_per_token": self.bytes_per_token,
         }

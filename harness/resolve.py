@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import (
-    DEVICES, DISTRIBUTIONS, DTYPES, MAX_BLOCK_SIZE, PROBES, SCENARIOS,
-    Config, ImplConfig,
+    ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, SCENARIOS,
+    TRACE_SAMPLES, Config, ImplConfig,
 )
 from harness.errors import ConfigError
 from harness.model.hf_config import resolve_model_config
@@ -75,10 +76,28 @@ def resolve(raw: DictConfig | Config) -> Config:
     cfg.model = resolve_model_config(cfg.model)
     if cfg.device.name == "cpu" and cfg.device.memory_gb is None:
         cfg.device.memory_gb = CPU_MEMORY_GB
+    if cfg.scenario.name == "max_rate" and cfg.arrival.rate is None:
+        cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
     if cfg.workload.num_requests is None:
         cfg.workload.num_requests = cfg.batch
     validate(cfg)
+    if cfg.workload.distribution == "trace":
+        describe_trace(cfg)
     return cfg
+
+
+def describe_trace(cfg: Config) -> None:
+    """Read the trace once here, so a bad file is a config error before the run starts, and
+    record the selected requests' mean lengths as ``workload.prompt_len``/``output_len``."""
+    from harness.trace import read_trace
+
+    w = cfg.workload
+    trace = read_trace(w, w.num_requests, cfg.seed)
+    _check(cfg.arrival.name != "trace" or trace.arrival_s is not None,
+           f"arrival=trace needs arrival times, but workload.path={w.path!r} has no "
+           f"workload.columns.arrival_s={w.columns.arrival_s!r} column")
+    w.prompt_len = round(float(trace.prompt_lens.mean()), 2)
+    w.output_len = round(float(trace.output_lens.mean()), 2)
 
 
 def validate(cfg: Config) -> None:
@@ -106,15 +125,18 @@ def validate(cfg: Config) -> None:
            f"workload.shared_prefix_len={w.shared_prefix_len} must be in [0, max_seq_len={cfg.max_seq_len})")
     _check(w.sigma > 0 and 0 <= w.spread < 1, "workload.sigma must be > 0 and workload.spread in [0, 1)")
     if w.distribution == "fixed":
+        _check(float(w.prompt_len).is_integer() and float(w.output_len).is_integer(),
+               f"workload.prompt_len={w.prompt_len:g} and workload.output_len={w.output_len:g} "
+               "must be whole numbers for workload.distribution=fixed")
         total = w.prompt_len + w.output_len
         _check(total <= cfg.max_seq_len,
-               f"a request of workload.prompt_len + workload.output_len = {total} tokens is longer than max_seq_len={cfg.max_seq_len}")
+               f"a request of workload.prompt_len + workload.output_len = {total:g} tokens "
+               f"is longer than max_seq_len={cfg.max_seq_len}")
+    validate_trace_keys(cfg)
+    validate_arrival(cfg)
     validate_slo(cfg)
     if cfg.impl is not None:
         validate_impl(cfg.impl)
-
-
-RATE_ARRIVALS = ("poisson", "gamma", "constant")  # the processes that take arrival.rate
 
 
 def validate_slo(cfg: Config) -> None:
@@ -134,6 +156,33 @@ def validate_slo(cfg: Config) -> None:
     _check(sc.tolerance_rps > 0, f"scenario.tolerance_rps={sc.tolerance_rps} must be > 0")
     _check(sc.search_limit >= sc.start_rps,
            f"scenario.search_limit={sc.search_limit} must be >= scenario.start_rps={sc.start_rps}")
+
+
+def validate_trace_keys(cfg: Config) -> None:
+    """The workload=trace keys that need no file; harness/trace.py checks the file itself."""
+    w = cfg.workload
+    _one_of("workload.sample", w.sample, TRACE_SAMPLES)
+    if w.distribution == "trace":
+        _check(bool(w.path), "workload.path must name a CSV, JSONL or parquet file for workload=trace "
+                             "(workload.distribution=trace)")
+    else:
+        _check(w.path is None, f"workload.path={w.path!r} is read only by workload=trace "
+                               f"(workload.distribution=trace), not workload.distribution={w.distribution}")
+
+
+def validate_arrival(cfg: Config) -> None:
+    a = cfg.arrival
+    _one_of("arrival.name", a.name, ARRIVALS)
+    _check(a.rate is None or (math.isfinite(a.rate) and a.rate > 0),
+           f"arrival.rate={a.rate} must be > 0 requests per second")
+    _check(a.name not in RATE_ARRIVALS or a.rate is not None,
+           f"arrival={a.name} needs arrival.rate (requests per second, > 0)")
+    _check(math.isfinite(a.burstiness) and a.burstiness > 0,
+           f"arrival.burstiness={a.burstiness} must be > 0 (1 is Poisson, smaller is burstier)")
+    _check(math.isfinite(a.time_scale) and a.time_scale > 0, f"arrival.time_scale={a.time_scale} must be > 0")
+    _check(a.name != "trace" or cfg.workload.distribution == "trace",
+           f"arrival=trace needs arrival times from a file (workload=trace with a workload.columns.arrival_s "
+           f"column); workload={cfg.workload.name} has none")
 
 
 def validate_impl(impl: ImplConfig) -> None:

@@ -15,7 +15,7 @@ import pandas as pd
 IDENTIFIERS = [
     "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "model", "dtype", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
-    "n", "seed", "repeat", "workload_digest",
+    "n", "seed", "repeat", "workload_digest", "trace_sha256",
 ]
 FINGERPRINT = [
     "device", "device_slug", "gpu_name", "gpu_count", "gpu_memory_bytes", "driver_version",

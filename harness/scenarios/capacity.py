@@ -75,7 +75,8 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     if "points" not in ctx.tables:
         ctx.tables["points"] = concurrency_points(ctx, budget.kv_bytes)
     mean_len = round(statistics.mean(r.total_len for r in requests))
-    notes = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5]) or None
+    rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
+    notes = " | ".join(ctx.workload_notes + ([rejected] if rejected else [])) or None
     return [{
         "status": "ok",
         "notes": notes,

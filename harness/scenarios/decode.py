@@ -53,7 +53,7 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
     tps, spread = median_and_spread([per_second(prompt_tokens + output_tokens, w) for w in walls])
     wall = statistics.median(walls)
     digests = {output_digest((s.request_id, s.sample, s.output_ids) for s in r.sequences) for r in results}
-    notes = [mem.notes] if mem.notes else []
+    notes = ctx.workload_notes + ([mem.notes] if mem.notes else [])
     if len(digests) > 1:
         notes.append(f"repeats generated different tokens ({len(digests)} digests)")
     if res.rejected:
