@@ -26,6 +26,8 @@ from kernels.validate import check_decode_args, check_write_args
 CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = (CSRC / "ops.cpp", CSRC / "paged_attention_cpu.cpp")
 CUDA_SOURCE = CSRC / "paged_attention.cu"
+# Headers the sources include: never compiled alone, yet a change to one must rebuild.
+HEADERS = (CSRC / "paged_attention.h",)
 CXX_CANDIDATES = ("c++", "g++")
 
 

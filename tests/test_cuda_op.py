@@ -22,12 +22,19 @@ from kernels.cuda_op import (
     paged_decode_attention_cuda,
     write_kv_cuda,
 )
-from kernels.reference import paged_decode_attention_ref, write_kv_ref
 from kernels.validate import KernelArgumentError
+from tests.kernel_cases import (
+    MIXED_LENS,
+    assert_close_for_dtype,
+    check_decode,
+    check_write,
+    make_decode_inputs,
+    reference_decode,
+)
 
-ATOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-MIXED_LENS = [1, 17, 54, 97, 300]
 LONG_LENS = [1, 17, 511, 512, 513, 1500, 4097, 5000]  # split-K: several partitions, ragged ends
+
+
 def needs_nvcc(test):
     """Marked ``nvcc`` (the GPU check selects them) and skipped where no nvcc is found."""
     skip = pytest.mark.skipif(not cuda_op.nvcc_available(), reason="nvcc not found (PATH or CUDA_HOME)")
@@ -40,56 +47,6 @@ def op() -> Path:
     return cuda_op.load_op()
 
 
-def make_decode_inputs(lens, kv_heads, group, head_dim, block_size, dtype, device="cpu", seed=0, spare_blocks=7):
-    """Random q and cache; each sequence's blocks are shuffled across a pool with unused blocks."""
-    gen = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [(n + block_size - 1) // block_size for n in lens]
-    pool = sum(blocks_per_seq) + spare_blocks
-    physical = torch.randperm(pool, generator=gen).to(torch.int32)
-    # Entries past a sequence's last block must be ignored: fill them with junk ids.
-    tables = torch.randint(-(10**6), 10**6, (len(lens), max(blocks_per_seq) + 2), generator=gen, dtype=torch.int32)
-    used = 0
-    for row, n in enumerate(blocks_per_seq):
-        tables[row, :n] = physical[used:used + n]
-        used += n
-    shape = (pool, block_size, kv_heads, head_dim)
-    k_cache = torch.randn(shape, generator=gen).to(dtype)
-    v_cache = torch.randn(shape, generator=gen).to(dtype)
-    q = torch.randn(len(lens), kv_heads * group, head_dim, generator=gen).to(dtype)
-    lens_t = torch.tensor(lens, dtype=torch.int32)
-    return tuple(t.to(device) for t in (q, k_cache, v_cache, tables, lens_t))
-
-
-def check_decode(lens, kv_heads, group, head_dim, block_size, dtype, device="cpu"):
-    q, k_cache, v_cache, tables, lens_t = make_decode_inputs(lens, kv_heads, group, head_dim, block_size, dtype, device)
-    scale = head_dim ** -0.5
-    out = torch.full_like(q, float("nan"))
-    got = paged_decode_attention_cuda(q, k_cache, v_cache, tables, lens_t, scale, out=out)
-    assert got is out
-    assert not torch.isnan(out).any(), "output rows left unwritten"
-    # The reference on the same (possibly half) inputs, computed in fp32.
-    want = paged_decode_attention_ref(q.float(), k_cache.float(), v_cache.float(), tables, lens_t, scale)
-    torch.testing.assert_close(out.float(), want, atol=ATOL[dtype], rtol=ATOL[dtype])
-
-
-def check_write(tokens, kv_heads, head_dim, block_size, dtype, device="cpu", misaligned=False):
-    gen = torch.Generator().manual_seed(1)
-    num_blocks = tokens // block_size + 3
-    k_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen).to(dtype).to(device)
-    v_cache = torch.randn_like(k_cache)
-    # key/value as strided views of one fused buffer, as a qkv projection gives them.
-    fused = torch.randn(tokens, 3 * kv_heads * head_dim + int(misaligned), generator=gen).to(dtype).to(device)
-    key = fused[:, int(misaligned):][:, : kv_heads * head_dim].view(tokens, kv_heads, head_dim)
-    value = fused[:, -kv_heads * head_dim:].view(tokens, kv_heads, head_dim)
-    slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
-    slots[::5] = -1  # padding tokens: skipped
-    slots = slots.to(device)
-    want_k, want_v = k_cache.clone(), v_cache.clone()
-    write_kv_ref(key, value, want_k, want_v, slots)
-    write_kv_cuda(key, value, k_cache, v_cache, slots)
-    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
-
-
 # --- CPU kernels ---------------------------------------------------------------------------
 
 
@@ -98,12 +55,12 @@ def check_write(tokens, kv_heads, head_dim, block_size, dtype, device="cpu", mis
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_decode_matches_reference(op, dtype, block_size, group, head_dim):
-    check_decode(MIXED_LENS, 2, group, head_dim, block_size, dtype)
+    check_decode(paged_decode_attention_cuda, MIXED_LENS, 2, group, head_dim, block_size, dtype)
 
 
 @pytest.mark.parametrize("head_dim", [96, 256])
 def test_decode_other_head_dims_and_long_context(op, head_dim):
-    check_decode([3, 700, 1300], 2, 4, head_dim, 16, torch.float32)
+    check_decode(paged_decode_attention_cuda, [3, 700, 1300], 2, 4, head_dim, 16, torch.float32)
 
 
 def test_decode_strided_q_and_small_batch(op):
@@ -114,14 +71,13 @@ def test_decode_strided_q_and_small_batch(op):
     strided_q = qkv[:, : q.shape[1]]
     assert not strided_q.is_contiguous()
     got = paged_decode_attention_cuda(strided_q, k_cache, v_cache, tables, lens, 0.125)
-    want = paged_decode_attention_ref(q, k_cache, v_cache, tables, lens, 0.125)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert_close_for_dtype(got, reference_decode(q, k_cache, v_cache, tables, lens, 0.125), torch.float32)
 
 
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_write_kv_matches_reference(op, dtype, block_size):
-    check_write(37, 2, 64, block_size, dtype)
+    check_write(write_kv_cuda, 37, 2, 64, block_size, dtype)
 
 
 def test_opcheck_cpu(op):
@@ -142,8 +98,7 @@ def test_out_variant_fills_a_strided_out_in_place(op):
     got = paged_decode_attention_cuda(q, k_cache, v_cache, tables, lens, 0.125, out=out)
     assert got is out and got.data_ptr() == big.data_ptr()
     assert torch.isnan(big[:, 1::2]).all(), "wrote outside out"
-    want = paged_decode_attention_ref(q.float(), k_cache.float(), v_cache.float(), tables, lens, 0.125)
-    torch.testing.assert_close(out.float(), want, atol=1e-2, rtol=1e-2)
+    assert_close_for_dtype(out, reference_decode(q, k_cache, v_cache, tables, lens, 0.125), torch.bfloat16)
     with pytest.raises(RuntimeError, match="out must have q's shape"):
         torch.ops.kvbench.paged_decode_attention_out(q, k_cache, v_cache, tables, lens, 0.125, out[:2])
 
@@ -232,6 +187,12 @@ def test_build_dir_follows_env_and_torch_version(monkeypatch, tmp_path):
     assert torch.__version__.split("+")[0] in cuda_op.build_dir().name
 
 
+def test_every_csrc_file_is_a_listed_build_input():
+    """A build (and its cache key) covers the sources and the headers they include."""
+    listed = {*cuda_op.CPU_SOURCES, cuda_op.CUDA_SOURCE, *cuda_op.HEADERS}
+    assert set(cuda_op.CSRC.iterdir()) == listed
+
+
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_cuda_source_compiles(arch, tmp_path):
@@ -243,23 +204,6 @@ def test_cuda_source_compiles(arch, tmp_path):
 def test_nvcc_errors_are_reported(tmp_path):
     with pytest.raises(KernelBuildError, match="nvcc"):
         cuda_op.compile_cuda_source("sm_1", tmp_path)
-
-
-@needs_nvcc
-def test_launcher_declarations_match_definitions(tmp_path):
-    """extern "C" names carry no types, so a drifted prototype would link and crash.
-
-    Compiling ops.cpp's declarations after the definitions in one unit turns any
-    mismatch into a compile error.
-    """
-    ops = (cuda_op.CSRC / "ops.cpp").read_text()
-    decls = ops[ops.index("// BEGIN launcher declarations"):ops.index("// END launcher declarations")]
-    assert decls.count("kvbench_") >= 4
-    unit = tmp_path / "check_launchers.cu"
-    unit.write_text(f'#include "{cuda_op.CUDA_SOURCE}"\n{decls}\n')
-    cmd = [cuda_op.find_nvcc(), "-arch=sm_90", "-std=c++17", "-cuda", str(unit), "-o", str(tmp_path / "x.ii")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
 
 
 @needs_nvcc
@@ -296,8 +240,8 @@ GPU_DECODE_CASES = list(itertools.product(
 @pytest.mark.parametrize("dtype,block_size,heads,head_dim", GPU_DECODE_CASES, ids=str)
 def test_cuda_decode_matches_reference(op, dtype, block_size, heads, head_dim):
     kv_heads, group = heads
-    check_decode(MIXED_LENS, kv_heads, group, head_dim, block_size, dtype, device="cuda")  # one partition
-    check_decode(LONG_LENS, kv_heads, group, head_dim, block_size, dtype, device="cuda")   # split-K
+    for lens in (MIXED_LENS, LONG_LENS):  # one partition, then split-K
+        check_decode(paged_decode_attention_cuda, lens, kv_heads, group, head_dim, block_size, dtype, device="cuda")
 
 
 @pytest.mark.gpu
@@ -306,7 +250,7 @@ def test_cuda_matches_cpu_kernel(op, dtype):
     inputs = make_decode_inputs(LONG_LENS, 2, 4, 128, 16, dtype)
     cpu = paged_decode_attention_cuda(*inputs, 0.1)
     gpu = paged_decode_attention_cuda(*(t.cuda() for t in inputs), 0.1)
-    torch.testing.assert_close(gpu.cpu().float(), cpu.float(), atol=ATOL[dtype], rtol=ATOL[dtype])
+    assert_close_for_dtype(gpu.cpu(), cpu, dtype)
 
 
 @pytest.mark.gpu
@@ -314,7 +258,7 @@ def test_cuda_matches_cpu_kernel(op, dtype):
 @pytest.mark.parametrize("block_size", [1, 16, 128])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_cuda_write_kv_matches_reference(op, dtype, block_size, misaligned):
-    check_write(300, 2, 128, block_size, dtype, device="cuda", misaligned=misaligned)
+    check_write(write_kv_cuda, 300, 2, 128, block_size, dtype, device="cuda", misaligned=misaligned)
 
 
 @pytest.mark.gpu

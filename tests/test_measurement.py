@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -10,9 +11,11 @@ import types
 import pytest
 import torch
 
+from harness.engine import Engine
 from harness.measure import memory, nvml
 from harness.measure.memory import MemoryTracker
 from harness.run import run_job
+from harness.scenarios import decode
 
 WAIT_S = 30  # bounds a wait for the sampler thread; reached only if the code under test is broken
 
@@ -275,28 +278,43 @@ def test_max_concurrency_search_matches_the_analytic_figure(compose, tmp_path):
 
 
 def test_kernel_scenario_rows(compose, tmp_path):
-    rows, code = run_job(compose(["scenario=kernel", "scenario.batches=[2]", "scenario.contexts=[40]",
-                                  "scenario.block_sizes=[8]", "scenario.num_heads=4", "scenario.num_kv_heads=2",
-                                  "scenario.head_dim=64", "scenario.iters=2", "scenario.warmup=1"]), tmp_path)
+    rows, code = run_job(compose(["scenario=kernel", "dtype=float32", "scenario.batches=[2]",
+                                  "scenario.contexts=[40]", "scenario.block_sizes=[8]", "scenario.num_heads=4",
+                                  "scenario.num_kv_heads=2", "scenario.head_dim=64", "scenario.iters=2",
+                                  "scenario.warmup=1"]), tmp_path)
     assert code == 0
     by = {(r["impl"], r["layout"]): r for r in rows}
     assert set(by) == {("contiguous", "contiguous"), ("paged_torch", "paged"), ("paged_torch", "contiguous"),
                        ("paged_triton", "paged"), ("paged_triton", "contiguous"), ("paged_cuda", "paged"),
                        ("paged_cuda", "contiguous")}
+    # K and V of 2 sequences x 40 tokens x 2 kv heads x 64 dims, then q and out of 2 x 4 heads x 64; fp32.
+    want_bytes = (2 * (2 * 40 * 2 * 64) + 2 * (2 * 4 * 64)) * 4
     for r in rows:
         assert r["status"] == "ok", r
         assert r["max_abs_err"] < 1e-4 and r["latency_us_p50"] > 0
-        assert r["bandwidth_gbps"] == pytest.approx(r["bytes_moved"] / (r["latency_us_p50"] * 1e-6) / 1e9)
+        assert r["bytes_moved"] == want_bytes
+        assert r["bandwidth_gbps"] == pytest.approx(want_bytes / (r["latency_us_p50"] * 1e-6) / 1e9)
         assert r["copy_bw_gbps"] > 0 and r["peak_bw_gbps"] is None
 
 
-def test_repeat_reports_median_and_spread(compose, tmp_path):
-    rows, code = run_job(compose(["+impl=paged_torch", "repeat=3", "model=tiny-llama", "max_seq_len=64",
-                                  "workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=4"]),
-                         tmp_path)
+def test_repeat_reports_median_and_spread(compose, tmp_path, monkeypatch):
+    walls = iter([2.0, 1.0, 4.0])  # the three repeats' wall times, in order
+
+    class FixedWallEngine(Engine):
+        def run(self, requests):
+            return dataclasses.replace(super().run(requests), wall_s=next(walls))
+
+    monkeypatch.setattr(decode, "Engine", FixedWallEngine)
+    rows, code = run_job(compose(["+impl=paged_torch", "repeat=3", "scenario.warmup=0", "model=tiny-llama",
+                                  "max_seq_len=64", "workload.num_requests=2", "workload.prompt_len=8",
+                                  "workload.output_len=4"]), tmp_path)
     assert code == 0
     row = rows[0]
-    assert row["tokens_per_s"] > 0 and row["tokens_per_s_spread"] is not None and row["tokens_per_s_spread"] >= 0
+    tokens = row["prompt_tokens"] + row["output_tokens"]
+    # tokens/s of the repeats: tokens/2, tokens/1, tokens/4; median tokens/2, spread (1 - 1/4) / (1/2).
+    assert row["wall_s"] == 2.0
+    assert row["tokens_per_s"] == pytest.approx(tokens / 2)
+    assert row["tokens_per_s_spread"] == pytest.approx(1.5)
     assert "different tokens" not in (row["notes"] or "")  # the repeats generated the same tokens
 
 

@@ -13,48 +13,19 @@ import pytest
 import torch
 
 import kernels  # noqa: F401  (turns on the Triton interpreter without CUDA; before the kernels)
-from kernels.reference import paged_decode_attention_ref, write_kv_ref
 from kernels.triton_paged import choose_num_splits, paged_decode_attention_triton, write_kv_triton
 from kernels.validate import KernelArgumentError
+from tests.kernel_cases import (
+    MIXED_LENS,
+    assert_close_for_dtype,
+    check_decode,
+    check_write,
+    make_decode_inputs,
+    reference_decode,
+)
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
-ATOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
-MIXED_LENS = [1, 17, 54, 97, 300]
-
-
-def make_decode_inputs(lens, kv_heads, group, head_dim, block_size, dtype, seed=0, spare_blocks=7):
-    """Random q and a cache whose blocks are shuffled across a pool with unused blocks."""
-    gen = torch.Generator(DEVICE).manual_seed(seed)
-    blocks_per_seq = [(n + block_size - 1) // block_size for n in lens]
-    pool = sum(blocks_per_seq) + spare_blocks
-    physical = torch.randperm(pool, generator=gen, device=DEVICE).to(torch.int32)
-    # Entries past a sequence's last block must be ignored: fill them with -1.
-    tables = torch.full((len(lens), max(blocks_per_seq) + 2), -1, dtype=torch.int32, device=DEVICE)
-    used = 0
-    for row, n in enumerate(blocks_per_seq):
-        tables[row, :n] = physical[used:used + n]
-        used += n
-    shape = (pool, block_size, kv_heads, head_dim)
-    k_cache = torch.randn(shape, generator=gen, device=DEVICE).to(dtype)
-    v_cache = torch.randn(shape, generator=gen, device=DEVICE).to(dtype)
-    q = torch.randn(len(lens), kv_heads * group, head_dim, generator=gen, device=DEVICE).to(dtype)
-    lens_t = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
-    return q, k_cache, v_cache, tables, lens_t
-
-
-def check_decode(lens, kv_heads, group, head_dim, block_size, dtype, num_splits, seed=0):
-    q, k_cache, v_cache, tables, lens_t = make_decode_inputs(
-        lens, kv_heads, group, head_dim, block_size, dtype, seed)
-    scale = head_dim ** -0.5
-    out = torch.full_like(q, float("nan"))
-    got = paged_decode_attention_triton(q, k_cache, v_cache, tables, lens_t, scale, out=out,
-                                        num_splits=num_splits)
-    assert got is out
-    # Reference on the same (possibly half) inputs, computed in fp32.
-    want = paged_decode_attention_ref(q.float(), k_cache.float(), v_cache.float(), tables, lens_t, scale)
-    assert not torch.isnan(out).any(), "kernel left output rows unwritten"
-    torch.testing.assert_close(out.float(), want, atol=ATOL[dtype], rtol=0)
 
 
 # One case per row: every dtype meets every CPU block size once; GQA ratios, head dims
@@ -83,35 +54,35 @@ CPU_CASES = [
 @pytest.mark.parametrize("dtype,block_size,kv_heads,group,head_dim,num_splits", CPU_CASES,
                          ids=lambda v: str(v).replace("torch.", ""))
 def test_decode_matches_reference_mixed_lengths(dtype, block_size, kv_heads, group, head_dim, num_splits):
-    check_decode(MIXED_LENS, kv_heads, group, head_dim, block_size, dtype, num_splits)
+    check_decode(paged_decode_attention_triton, MIXED_LENS, kv_heads, group, head_dim, block_size, dtype, DEVICE,
+                 num_splits=num_splits)
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 5])
 def test_decode_long_context_several_tiles_per_split(num_splits):
     # > 256 tokens per split even in the interpreter: the online-softmax rescale runs
     # inside a split, and with 5 splits the 700-token sequence has empty ones.
-    check_decode([1100, 700], 1, 4, 64, 16, torch.float32, num_splits, seed=1)
+    check_decode(paged_decode_attention_triton, [1100, 700], 1, 4, 64, 16, torch.float32, DEVICE, seed=1,
+                 num_splits=num_splits)
 
 
 def test_decode_honours_q_and_out_strides():
-    q_full, k_cache, v_cache, tables, lens = make_decode_inputs(MIXED_LENS[:3], 2, 2, 64, 8, torch.float32)
+    q_full, k_cache, v_cache, tables, lens = make_decode_inputs(MIXED_LENS[:3], 2, 2, 64, 8, torch.float32, DEVICE)
     q_big = torch.randn(3, 8, 2 * 64, device=DEVICE)  # q is every other head, first half of a row
     q_big[:, ::2, :64] = q_full
     q = q_big[:, ::2, :64]
     out_big = torch.full((3, 4, 3 * 64), float("nan"), device=DEVICE)
     out = out_big[:, :, 64:128]
     paged_decode_attention_triton(q, k_cache, v_cache, tables, lens, 0.125, out=out)
-    want = paged_decode_attention_ref(q_full, k_cache, v_cache, tables, lens, 0.125)
-    torch.testing.assert_close(out, want, atol=1e-5, rtol=0)
+    assert_close_for_dtype(out, reference_decode(q_full, k_cache, v_cache, tables, lens, 0.125), torch.float32)
     assert torch.isnan(out_big[:, :, :64]).all() and torch.isnan(out_big[:, :, 128:]).all()
 
 
 def test_decode_allocates_out_in_q_dtype():
-    q, k_cache, v_cache, tables, lens = make_decode_inputs([5, 40], 1, 2, 64, 16, torch.float16)
+    q, k_cache, v_cache, tables, lens = make_decode_inputs([5, 40], 1, 2, 64, 16, torch.float16, DEVICE)
     got = paged_decode_attention_triton(q, k_cache, v_cache, tables, lens, 0.125)
     assert got.dtype == torch.float16 and got.shape == q.shape
-    want = paged_decode_attention_ref(q.float(), k_cache.float(), v_cache.float(), tables, lens, 0.125)
-    torch.testing.assert_close(got.float(), want, atol=1e-2, rtol=0)
+    assert_close_for_dtype(got, reference_decode(q, k_cache, v_cache, tables, lens, 0.125), torch.float16)
 
 
 def test_split_rule():
@@ -131,20 +102,7 @@ def test_split_rule():
                          ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("tokens,kv_heads,head_dim,block_size", [(1, 2, 64, 16), (13, 2, 80, 8), (37, 3, 96, 1)])
 def test_write_kv_matches_reference(dtype, tokens, kv_heads, head_dim, block_size):
-    gen = torch.Generator().manual_seed(tokens)
-    num_blocks = (2 * tokens + block_size - 1) // block_size + 3
-    k_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen).to(dtype).to(DEVICE)
-    v_cache = torch.randn(k_cache.shape, generator=gen).to(dtype).to(DEVICE)
-    # Keys strided between heads (a slice of a fused projection); values contiguous.
-    key = torch.randn(tokens, kv_heads, 2 * head_dim, generator=gen).to(dtype).to(DEVICE)[..., :head_dim]
-    value = torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype).to(DEVICE)
-    slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
-    slots[1::3] = -1  # skipped
-    slots = slots.to(DEVICE)
-    k_want, v_want = k_cache.clone(), v_cache.clone()
-    write_kv_ref(key, value, k_want, v_want, slots)
-    write_kv_triton(key, value, k_cache, v_cache, slots)
-    assert torch.equal(k_cache, k_want) and torch.equal(v_cache, v_want)
+    check_write(write_kv_triton, tokens, kv_heads, head_dim, block_size, dtype, DEVICE, seed=tokens)
 
 
 def test_write_kv_all_skipped_leaves_cache_alone():
@@ -159,7 +117,7 @@ def test_write_kv_all_skipped_leaves_cache_alone():
 # ---- Argument errors ----
 
 def _good_args():
-    q, k_cache, v_cache, tables, lens = make_decode_inputs([3, 9], 2, 2, 64, 8, torch.float32)
+    q, k_cache, v_cache, tables, lens = make_decode_inputs([3, 9], 2, 2, 64, 8, torch.float32, DEVICE)
     return dict(q=q, k_cache=k_cache, v_cache=v_cache, block_tables=tables, context_lens=lens, scale=0.125)
 
 
@@ -207,27 +165,19 @@ def test_decode_gpu_grid(dtype, group, num_splits, block_size, head_dim):
     gen = torch.Generator().manual_seed(block_size * 1000 + head_dim)
     lens = MIXED_LENS + [4097, 5000, 8191] + torch.randint(1, 6000, (56,), generator=gen).tolist()
     kv_heads = 8 if group <= 4 else 4  # 8, 32 or 32 query heads
-    check_decode(lens, kv_heads, group, head_dim, block_size, dtype, num_splits)
+    check_decode(paged_decode_attention_triton, lens, kv_heads, group, head_dim, block_size, dtype, DEVICE,
+                 num_splits=num_splits)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_decode_gpu_default_split_rule_small_batch():
     # batch 2 x 2 kv heads cannot fill the SMs: the default rule splits a long context.
-    check_decode([6000, 333], 2, 4, 128, 16, torch.bfloat16, None)
+    check_decode(paged_decode_attention_triton, [6000, 333], 2, 4, 128, 16, torch.bfloat16, DEVICE)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: str(d).replace("torch.", ""))
 def test_write_kv_gpu_large(dtype):
-    tokens, kv_heads, head_dim, block_size = 4099, 8, 128, 128
-    k_cache = torch.randn(64, block_size, kv_heads, head_dim, device=DEVICE).to(dtype)
-    v_cache = torch.randn_like(k_cache)
-    key, value = (torch.randn(tokens, kv_heads, head_dim, device=DEVICE).to(dtype) for _ in range(2))
-    slots = torch.randperm(64 * block_size, device=DEVICE)[:tokens]
-    slots[::5] = -1
-    k_want, v_want = k_cache.clone(), v_cache.clone()
-    write_kv_ref(key, value, k_want, v_want, slots)
-    write_kv_triton(key, value, k_cache, v_cache, slots)
-    assert torch.equal(k_cache, k_want) and torch.equal(v_cache, v_want)
+    check_write(write_kv_triton, 4099, 8, 128, 128, dtype, DEVICE)

@@ -2,7 +2,8 @@
 //
 // The CUDA kernels are linked in only when the build defines KVBENCH_WITH_CUDA
 // (kernels/cuda_op.py does so when torch has CUDA); they live in
-// paged_attention.cu behind extern "C" launchers that take raw pointers.
+// paged_attention.cu behind extern "C" launchers that take raw pointers
+// (declared in paged_attention.h).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -14,27 +15,8 @@
 #ifdef KVBENCH_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
 
-// BEGIN launcher declarations (must match paged_attention.cu; tests/test_cuda_op.py compiles them together)
-extern "C" {
-size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int head_dim, int block_size,
-                                            int max_blocks_per_seq);
-int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache, const void* v_cache,
-                                   const int32_t* block_tables, const int32_t* context_lens, void* workspace,
-                                   int dtype, int batch, int num_heads, int kv_heads, int head_dim, int block_size,
-                                   int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
-                                   int64_t out_stride_b, int64_t out_stride_h, int64_t cache_stride_block,
-                                   int64_t cache_stride_token, int64_t cache_stride_head, int64_t block_table_stride,
-                                   float scale, cudaStream_t stream);
-int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_cache, const int64_t* slot_mapping,
-                     int dtype, int num_tokens, int kv_heads, int head_dim, int block_size, int64_t num_slots,
-                     int64_t key_stride_t, int64_t key_stride_h, int64_t value_stride_t, int64_t value_stride_h,
-                     int64_t cache_stride_block, int64_t cache_stride_token, int64_t cache_stride_head,
-                     cudaStream_t stream);
-const char* kvbench_cuda_status_string(int status);
-}
-// END launcher declarations
+#include "paged_attention.h"
 #endif
 
 namespace kvbench {

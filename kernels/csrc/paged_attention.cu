@@ -7,9 +7,12 @@
 // fp32 partial result plus its softmax max and sum, and a second kernel merges
 // them. Scores, softmax and accumulation are fp32 whatever the cache dtype.
 //
-// Launchers are extern "C", take raw pointers, sizes, strides and a stream, and
-// return 0 or a status for kvbench_cuda_status_string(); they never throw, so
-// they can be linked into a torch op built with or without torch's CUDA support.
+// Launchers are extern "C" (declared in paged_attention.h), take raw pointers,
+// sizes, strides and a stream, and return 0 or a status for
+// kvbench_cuda_status_string(); they never throw, so they can be linked into a
+// torch op built with or without torch's CUDA support.
+
+#include "paged_attention.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -496,7 +499,6 @@ int dispatch_head_dim(int head_dim, const DecodeParams& p, int batch, int kv_hea
 
 extern "C" {
 
-// Bytes of fp32 scratch the split-K path needs (0: one partition, no scratch).
 size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int head_dim, int block_size,
                                             int max_blocks_per_seq) {
   const int parts = max_partitions_for(block_size, max_blocks_per_seq);

@@ -1,0 +1,38 @@
+// The extern "C" launchers of paged_attention.cu, declared once.
+//
+// paged_attention.cu includes this header, so the compiler checks every definition
+// against its prototype; ops.cpp includes it to call them. extern "C" names carry no
+// types, so two hand-kept copies could drift apart and still link.
+
+#pragma once
+
+#include <cuda_runtime_api.h>  // cudaStream_t
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+
+// Bytes of fp32 scratch the split-K path needs (0: one partition, no scratch).
+size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int head_dim, int block_size,
+                                            int max_blocks_per_seq);
+
+// dtype: 0 float32, 1 float16, 2 bfloat16. Returns 0 or a status for kvbench_cuda_status_string.
+int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache, const void* v_cache,
+                                   const int32_t* block_tables, const int32_t* context_lens, void* workspace,
+                                   int dtype, int batch, int num_heads, int kv_heads, int head_dim, int block_size,
+                                   int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
+                                   int64_t out_stride_b, int64_t out_stride_h, int64_t cache_stride_block,
+                                   int64_t cache_stride_token, int64_t cache_stride_head, int64_t block_table_stride,
+                                   float scale, cudaStream_t stream);
+
+// Stores key/value rows [num_tokens, kv_heads, head_dim] into their slots; slot < 0 is skipped.
+int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_cache, const int64_t* slot_mapping,
+                     int dtype, int num_tokens, int kv_heads, int head_dim, int block_size, int64_t num_slots,
+                     int64_t key_stride_t, int64_t key_stride_h, int64_t value_stride_t, int64_t value_stride_h,
+                     int64_t cache_stride_block, int64_t cache_stride_token, int64_t cache_stride_head,
+                     cudaStream_t stream);
+
+const char* kvbench_cuda_status_string(int status);
+
+}  // extern "C"

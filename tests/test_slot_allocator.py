@@ -1,0 +1,115 @@
+"""SlotAllocator (the contiguous cache's bookkeeping): random operation sequences checked against a model."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from impls.slot_allocator import SlotAllocator
+
+
+def check_against_model(alloc: SlotAllocator, lengths: dict[int, int]) -> None:
+    """Everything the allocator reports follows from the live sequences and their lengths."""
+    slots, seq_len = alloc.num_slots, alloc.max_seq_len
+    held = {sid: alloc.slot(sid) for sid in lengths}
+    assert len(set(held.values())) == len(held), "two sequences share a slot"
+    assert set(held.values()).isdisjoint(alloc.free) and len(alloc.free) == len(set(alloc.free))
+    assert set(held.values()) | set(alloc.free) == set(range(slots))
+    rows_seen: set[int] = set()
+    for sid, n in lengths.items():
+        assert alloc.num_tokens(sid) == n <= seq_len
+        rows = alloc.rows(sid, 0, n)
+        # A sequence's tokens are consecutive rows inside its own slot.
+        assert rows == list(range(held[sid] * seq_len, held[sid] * seq_len + n))
+        assert rows_seen.isdisjoint(rows)
+        rows_seen.update(rows)
+        assert alloc.can_append(sid, seq_len - n) and not alloc.can_append(sid, seq_len - n + 1)
+        assert alloc.tokens_until_alloc(sid) == max(1, seq_len - n)
+    written = sum(lengths.values())
+    u = alloc.usage()
+    assert u.capacity_tokens == slots * seq_len
+    assert u.reserved_tokens == len(lengths) * seq_len  # a whole slot from admission on
+    assert u.token_states == u.logical_tokens == written  # no sharing: every token has its own row
+    assert u.reservation_waste_tokens == u.reserved_tokens - written
+    assert u.fragmentation_tokens == 0
+    assert u.num_sequences == len(lengths)
+    assert u.free_tokens == (slots - len(lengths)) * seq_len
+
+
+def _run_ops(seed: int, num_slots: int, max_seq_len: int, steps: int) -> None:
+    rng = random.Random(seed)
+    alloc = SlotAllocator(num_slots, max_seq_len)
+    lengths: dict[int, int] = {}  # the model: live sequence -> tokens
+    next_id = 0
+    for _ in range(steps):
+        op = rng.choice(["admit", "admit", "append", "append", "append", "fork", "release"])
+        if op == "admit":
+            prompt = [rng.randrange(50) for _ in range(rng.randint(1, max_seq_len + 2))]
+            samples = rng.randint(1, 3)
+            fits = len(prompt) <= max_seq_len and num_slots - len(lengths) >= samples
+            assert alloc.can_admit(prompt, samples) == fits
+            if alloc.can_admit(prompt):
+                assert alloc.cached_prefix_len(prompt) == 0  # no prefix cache
+                assert alloc.admit(next_id, prompt) == 0
+                lengths[next_id] = len(prompt)
+                next_id += 1
+        elif op == "append" and lengths:
+            sid = rng.choice(list(lengths))
+            k = rng.randint(1, 4)
+            assert alloc.can_append(sid, k) == (lengths[sid] + k <= max_seq_len)
+            if alloc.can_append(sid, k):
+                assert alloc.append(sid, [rng.randrange(50) for _ in range(k)]) == []  # never a copy
+                lengths[sid] += k
+        elif op == "fork" and lengths and len(lengths) < num_slots:
+            parent = rng.choice(list(lengths))
+            n = lengths[parent]
+            copies = alloc.fork(parent, next_id)
+            lengths[next_id] = n
+            # The child's slot starts as a copy of the parent's rows.
+            assert [(c.src, c.dst, c.num_rows) for c in copies] == [
+                (alloc.rows(parent, 0, 1)[0], alloc.rows(next_id, 0, 1)[0], n)]
+            next_id += 1
+        elif op == "release" and lengths:
+            sid = rng.choice(list(lengths))
+            slot = alloc.slot(sid)
+            alloc.release(sid)
+            del lengths[sid]
+            assert slot in alloc.free
+        check_against_model(alloc, lengths)
+    for sid in list(lengths):
+        alloc.release(sid)
+    check_against_model(alloc, {})
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), num_slots=st.integers(1, 8), max_seq_len=st.integers(1, 24))
+def test_random_operations_match_the_model(seed, num_slots, max_seq_len):
+    _run_ops(seed, num_slots, max_seq_len, steps=80)
+
+
+def test_fresh_slots_are_handed_out_in_order():
+    """Slot 0 first, then 1, ...: sequences admitted together hold one dense range of the slab."""
+    alloc = SlotAllocator(4, 8)
+    for sid in range(3):
+        alloc.admit(sid, [1, 2])
+    assert [alloc.slot(sid) for sid in range(3)] == [0, 1, 2]
+
+
+def test_a_released_slot_is_reused_whole():
+    alloc = SlotAllocator(2, 8)
+    alloc.admit(0, [1] * 8)
+    alloc.admit(1, [2, 3])
+    assert not alloc.can_admit([4])  # both slots held, whatever their lengths
+    alloc.release(0)
+    assert alloc.can_admit([4] * 8) and not alloc.can_admit([4] * 9)  # the whole slot, not its leftover
+    alloc.admit(2, [4] * 8)
+    assert alloc.rows(2, 0, 8) == list(range(0, 8))
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_rejects_an_empty_pool(bad):
+    with pytest.raises(ValueError, match="num_slots"):
+        SlotAllocator(bad, 8)
