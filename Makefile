@@ -35,16 +35,19 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 # The default sweep for this device (conf/sweep/<device>_*.yaml) into
-# results/<device-slug>/<sweep>/, replacing that device's previous set, then the report.
+# results/<device-slug>/<sweep>/, then the report. It resumes: a job whose folder already
+# holds its finished rows is skipped, and only missing, failed or interrupted ones run.
+# FRESH=1 deletes that device's previous set first and runs every job.
 DEVICE_KIND := $(if $(HAS_CUDA_TORCH),gpu,cpu)
 SWEEPS ?= $(sort $(basename $(notdir $(wildcard conf/sweep/$(DEVICE_KIND)_*.yaml))))
+FRESH ?=
 
 sweep: setup
 	@slug=$$($(PY) -c "from harness.measure.fingerprint import auto_device_slug as s; print(s())"); \
 	for s in $(SWEEPS); do \
-	  rm -rf "results/$$slug/$${s#$(DEVICE_KIND)_}"; \
+	  if [ "$(FRESH)" = 1 ]; then rm -rf "results/$$slug/$${s#$(DEVICE_KIND)_}"; fi; \
 	  echo "== sweep $$s -> results/$$slug/$${s#$(DEVICE_KIND)_}"; \
-	  $(PY) -m harness -m +sweep=$$s hydra/job_logging=disabled || exit 1; \
+	  $(PY) -m harness -m +sweep=$$s resume=true hydra/job_logging=disabled || exit 1; \
 	done
 	$(PY) -m harness.report
 

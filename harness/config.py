@@ -24,6 +24,7 @@ ARRIVALS = ("burst", "poisson", "gamma", "constant", "trace")
 RATE_ARRIVALS = ("poisson", "gamma", "constant")  # the processes that need arrival.rate
 TRACE_SAMPLES = ("head", "random")
 MAX_BLOCK_SIZE = 128
+ISOLATIONS = ("auto", "none", "process")
 
 
 @dataclass
@@ -143,6 +144,12 @@ class Config:
     block_size: int = 16
     repeat: int = 1  # run the measured job this many times; rows report the median
     progress: bool = True
+    # Skip the job when its folder already holds its complete rows (same job_id, final
+    # statuses); re-run only the impls whose rows are missing, error or interrupted.
+    resume: bool = False
+    # process: each impl runs in a spawned process of its own, so its memory peaks, NVML
+    # baseline and any crash are its alone; auto: process on CUDA, none (in-process) on CPU.
+    isolation: str = "auto"
 
 
 def register_configs() -> None:

@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import (
-    ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, SCENARIOS,
+    ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, SCENARIOS,
     TRACE_SAMPLES, Config, ImplConfig,
 )
 from harness.errors import ConfigError
@@ -71,6 +71,9 @@ def resolve(raw: DictConfig | Config) -> Config:
     if cfg.dtype == "auto":
         cfg.dtype = "bfloat16" if cfg.device.name == "cuda" else "float32"
     _one_of("dtype", cfg.dtype, DTYPES)
+    _one_of("isolation", cfg.isolation, ISOLATIONS)
+    if cfg.isolation == "auto":
+        cfg.isolation = "process" if cfg.device.name == "cuda" else "none"
     if cfg.model.name == "auto" and not cfg.model.path:
         cfg.model = load_group("model", GPU_MODEL if cfg.device.name == "cuda" else CPU_MODEL, ModelConfig)
     cfg.model = resolve_model_config(cfg.model)

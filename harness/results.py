@@ -7,8 +7,9 @@ status, and metrics. Columns that do not apply stay empty (never invented).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pandas as pd
 
@@ -16,11 +17,14 @@ IDENTIFIERS = [
     "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "model", "dtype", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "workload_digest", "trace_sha256",
+    "job_id",  # harness/job_identity.py: what `resume=true` matches a folder's rows by
+    "replay_of",  # harness/replay.py: the run folder this row re-ran
 ]
 FINGERPRINT = [
     "device", "device_slug", "gpu_name", "gpu_count", "gpu_memory_bytes", "driver_version",
     "cuda_version", "cpu_name", "cpu_count", "torch_version", "triton_version", "python_version",
     "git_sha", "git_dirty", "hostname_hash",
+    "fingerprint_diff",  # a replay: the fields above that differ from the original run's
 ]
 STATUS = ["status", "error", "notes"]
 METRICS = [
@@ -64,33 +68,50 @@ def tidy(rows: Iterable[dict]) -> pd.DataFrame:
     return df[COLUMNS + extras]
 
 
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` a temporary file beside ``path``, then rename it over ``path``.
+
+    A reader, or a run killed mid-write, sees the old file or the new one, never half of
+    one. The temporary name is a dot file (the report skips those), unique per process
+    (a run folder has one writer at a time: harness/run_folder.py holds its lock).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_table(df: pd.DataFrame, path_stem: Path) -> None:
-    """``<stem>.csv`` and ``<stem>.parquet`` (object columns of mixed types kept as strings)."""
-    df.to_csv(path_stem.with_suffix(".csv"), index=False)
+    """``<stem>.csv`` and ``<stem>.parquet`` (object columns of mixed types kept as strings), each atomically."""
+    atomic_write(path_stem.with_suffix(".csv"), lambda tmp: df.to_csv(tmp, index=False))
     pq = df.copy()
     for col in pq.columns:
         if pq[col].dtype == object:
             kinds = {type(v) for v in pq[col].dropna()}
             if len(kinds) > 1 or kinds & {dict, list, tuple}:
                 pq[col] = pq[col].map(lambda v: None if v is None else str(v))
-    pq.to_parquet(path_stem.with_suffix(".parquet"), index=False)
+    atomic_write(path_stem.with_suffix(".parquet"), lambda tmp: pq.to_parquet(tmp, index=False))
 
 
 def write_run(run_dir: Path, rows: list[dict], tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     run_dir.mkdir(parents=True, exist_ok=True)
     df = tidy(rows)
-    write_table(df, run_dir / "rows")
+    # Side tables first: a row is the mark of a finished impl (resume trusts it), so it goes last.
     for name, table in (tables or {}).items():
         write_table(table, run_dir / name)
+    write_table(df, run_dir / "rows")
     return df
 
 
 def write_json(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    text = json.dumps(obj, indent=2, default=str) + "\n"
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def write_tokens(path: Path, records: list[dict]) -> None:
     """One JSON object per line: impl, request_id, sample, prompt_ids, output_ids."""
-    with path.open("w") as f:
-        for rec in records:
-            f.write(json.dumps(rec) + "\n")
+    text = "".join(json.dumps(rec) + "\n" for rec in records)
+    atomic_write(path, lambda tmp: tmp.write_text(text))

@@ -1,0 +1,43 @@
+"""One impl of a job: run its scenario and turn any failure into its row (never a traceback wall)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from harness.config import ImplConfig
+from harness.context import RunContext
+from harness.errors import ConfigError
+
+log = logging.getLogger("kvbench")
+
+
+@dataclass
+class ImplResult:
+    rows: list[dict]
+    code: int  # 0 ok, 1 failed, 2 bad config
+
+
+def failure_row(exc: BaseException) -> dict:
+    status = "oom" if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower() else "error"
+    return {"status": status, "error": f"{type(exc).__name__}: {exc}".strip()}
+
+
+def run_impl(ctx: RunContext, impl: ImplConfig) -> ImplResult:
+    """The scenario's rows for ``impl``, or one failure row. ``JobInterrupted`` (a SystemExit) passes."""
+    base = ctx.identifiers(impl)
+    try:
+        scenario = importlib.import_module(f"harness.scenarios.{ctx.cfg.scenario.name}")
+        return ImplResult([{**base, **metrics} for metrics in scenario.run(ctx, impl)], 0)
+    except ConfigError as e:
+        return ImplResult([{**base, "status": "error", "error": f"ConfigError: {e}"}], 2)
+    except Exception as e:  # noqa: BLE001 - any failure becomes a row, the sweep goes on
+        log.debug("impl failed", exc_info=True)
+        return ImplResult([{**base, **failure_row(e), "traceback": traceback.format_exc(limit=8)}], 1)
+    finally:
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
