@@ -20,9 +20,14 @@ def replay(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_a_replay_reproduces_the_digests_and_names_what_changed(compose, tmp_path):
+def test_a_replay_reproduces_the_digests_and_names_what_changed(compose, tmp_path, monkeypatch):
     original, replayed = tmp_path / "run", tmp_path / "replay"
+    # The original ran from a dirty checkout of another commit (whatever state this checkout is in).
+    monkeypatch.setenv("KVBENCH_GIT_SHA", "fedc9876")
+    monkeypatch.setenv("KVBENCH_GIT_DIRTY", "1")
     rows, code = run_job(compose(SMALL), original)
+    monkeypatch.delenv("KVBENCH_GIT_SHA")
+    monkeypatch.delenv("KVBENCH_GIT_DIRTY")
     assert code == 0
     # Another commit of the code: the one fingerprint field that differs.
     p = replay(str(original), "--out", str(replayed), KVBENCH_GIT_SHA="0123abcd", KVBENCH_GIT_DIRTY="0")
