@@ -30,14 +30,15 @@ def pool_spec(impl: ImplConfig, cfg: Config, kv_bytes: int) -> PoolSpec:
 def _sized(impl: ImplConfig, cfg: Config, kv_bytes: int, make):
     """Run ``make(kind, spec)``; a budget too small for one request is a config error naming the keys."""
     try:
-        return make(cache_kind(impl.cache), pool_spec(impl, cfg, kv_bytes))
+        return make(cache_kind(impl.cache, impl.reservation), pool_spec(impl, cfg, kv_bytes))
     except CacheSizeError as e:
         raise ConfigError(f"{e}; raise device.memory_gb (or device.kv_cache_gb) or lower max_seq_len") from e
 
 
 def analytic_max_concurrency(impl: ImplConfig, cfg: Config, kv_bytes: int, tokens_per_request: int) -> int:
     """Sequences of ``tokens_per_request`` tokens the budget holds at once, not capped by batch."""
-    return cache_kind(impl.cache).max_concurrency(pool_spec(impl, cfg, kv_bytes), tokens_per_request)
+    kind = cache_kind(impl.cache, impl.reservation)
+    return kind.max_concurrency(pool_spec(impl, cfg, kv_bytes), tokens_per_request)
 
 
 def build_allocator(impl: ImplConfig, cfg: Config, kv_bytes: int) -> KVAllocator:

@@ -98,9 +98,10 @@ class RunContext:
             return None
         if self.cfg.scenario.name == "max_concurrency" and self.cfg.scenario.probe == "capacity":
             return None
+        from impls.kinds import cache_kind
         from kernels.registry import kernel_backend
 
-        return kernel_backend(impl.kernel, self.device.type)
+        return kernel_backend(impl.kernel, self.device.type, gather=cache_kind(impl.cache, impl.reservation).gathers)
 
     def identifiers(self, impl: ImplConfig | None) -> dict:
         cfg, w = self.cfg, self.cfg.workload

@@ -22,11 +22,12 @@ from harness.config import (
 from harness.errors import ConfigError
 from harness.model.hf_config import resolve_model_config
 from harness.model.config import ModelConfig
-from impls.kinds import KINDS
+from impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS
 from kernels.registry import PAGED_KERNELS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CACHE_KINDS = tuple(KINDS)  # impls/kinds.py
+RESERVATIONS = tuple(CONTIGUOUS_RESERVATIONS)  # impls/kinds.py: max | pow2 | oracle
 KERNELS = ("sdpa", *PAGED_KERNELS)  # built-in names; a kernel module's dotted path is allowed too
 CPU_MODEL, GPU_MODEL = "tiny-llama", "llama-3.1-8b"
 CPU_MEMORY_GB = 0.25
@@ -201,6 +202,10 @@ def validate_impl(impl: ImplConfig) -> None:
         _check(impl.kernel == "sdpa", f"impl.kernel={impl.kernel!r}: the contiguous cache attends with 'sdpa'")
     else:
         _check(impl.kernel != "sdpa", "impl.kernel='sdpa' needs impl.cache=contiguous; paged caches take torch, triton or cuda")
+    _one_of("impl.reservation", impl.reservation, RESERVATIONS)
+    _check(impl.cache == "contiguous" or impl.reservation == "max",
+           f"impl.reservation={impl.reservation!r} needs impl.cache=contiguous; "
+           f"a {impl.cache} cache allocates as tokens arrive (allowed: max)")
 
 
 def impl_dirs() -> list[Path]:

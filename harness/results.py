@@ -34,7 +34,9 @@ METRICS = [
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
     "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
     "kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",
-    "kv_fragmentation_bytes", "kv_reservation_waste_bytes", "kv_used_fraction", "sharing_savings",
+    "kv_fragmentation_bytes", "kv_reservation_waste_bytes",
+    "kv_external_fragmentation_bytes",  # free KV memory in holes too small for the first waiting request
+    "kv_used_fraction", "sharing_savings",
     "weight_bytes", "budget_kv_bytes", "budget_device_bytes", "budget_source",
     "nvml_used_bytes", "nvml_process_bytes", "nvml_baseline_bytes", "torch_allocated_bytes",
     "torch_reserved_bytes", "rss_bytes",

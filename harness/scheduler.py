@@ -90,6 +90,8 @@ class Scheduler:
         self._admit(plan)
         if not plan.admitted:
             self._schedule_decode(plan, num_tokens)
+        # The allocator measures external fragmentation against the request that waits first.
+        self.allocator.note_waiting(self.waiting[0][0].final_len if self.waiting else None)
         if not (plan.admitted or plan.decodes or plan.preempted or self.done):
             # Nothing can move: a bug, not a workload property. Fail loudly, never spin.
             raise RuntimeError(f"scheduler stalled: {len(self.waiting)} waiting, {len(self.running)} running")
@@ -114,13 +116,17 @@ class Scheduler:
             # A request that can never run is recorded as rejected, not dropped (and
             # must not block the queue forever).
             reason = self._never_fits(seq, samples)
-            if reason is None and not (self.running or plan.admitted) and not alloc.can_admit(seq.token_ids, samples):
+            if reason is None and not (self.running or plan.admitted) and not alloc.can_admit(
+                seq.token_ids, samples, seq.final_len
+            ):
                 reason = "does not fit in an empty cache"
             if reason:
                 self.waiting.popleft()
                 self.rejected.append((seq, reason))
                 continue
-            if len(self.running) + samples > self.max_num_seqs or not alloc.can_admit(seq.token_ids, samples):
+            if len(self.running) + samples > self.max_num_seqs or not alloc.can_admit(
+                seq.token_ids, samples, seq.final_len
+            ):
                 break
             # The first admission of a step ignores the budget: a prompt longer than it then
             # runs alone instead of waiting forever (there is no chunked prefill).
@@ -128,7 +134,7 @@ class Scheduler:
             if plan.admitted and batched + new_tokens > self.max_num_batched_tokens:
                 break
             self.waiting.popleft()
-            seq.num_cached = alloc.admit(seq.seq_id, seq.token_ids)
+            seq.num_cached = alloc.admit(seq.seq_id, seq.token_ids, seq.final_len)
             batched += seq.num_tokens - seq.num_cached
             admission = Admission(seq)
             for k in range(1, samples):

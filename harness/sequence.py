@@ -47,5 +47,10 @@ class Sequence:
         return len(self.output_ids) >= self.max_new_tokens
 
     @property
+    def final_len(self) -> int:
+        """Tokens once finished: prompt plus every output token (output lengths are fixed)."""
+        return len(self.prompt_ids) + self.max_new_tokens
+
+    @property
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.output_ids)

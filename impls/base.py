@@ -68,6 +68,9 @@ class CacheUsage:
     reservation_waste_tokens: int  # contiguous: reserved slots not (yet) written
     num_sequences: int
     free_tokens: int  # slots that could still be handed out
+    # Variable-size regions: free slots in holes too small for the first waiting request's
+    # reservation (impls/region_allocator.py). Fixed-size slots and blocks have none.
+    external_fragmentation_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class CacheStats:
     fragmentation_bytes: int
     reservation_waste_bytes: int
     num_sequences: int
+    external_fragmentation_bytes: int = 0
 
     @classmethod
     def from_usage(cls, usage: CacheUsage, bytes_per_token: int) -> "CacheStats":
@@ -92,6 +96,7 @@ class CacheStats:
             fragmentation_bytes=usage.fragmentation_tokens * bytes_per_token,
             reservation_waste_bytes=usage.reservation_waste_tokens * bytes_per_token,
             num_sequences=usage.num_sequences,
+            external_fragmentation_bytes=usage.external_fragmentation_tokens * bytes_per_token,
         )
 
 
@@ -100,13 +105,24 @@ class KVAllocator(ABC):
 
     cache_hit_tokens: int = 0  # prompt tokens served from a prefix cache over the run
 
+    # ``final_len`` is the sequence's length once it finishes (prompt + every output token),
+    # which the scheduler knows (output lengths are fixed). Only allocators that reserve a
+    # sequence's whole region at admission use it; the others ignore it.
+
     @abstractmethod
-    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1) -> bool:
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
         """Whether a new sequence (and its ``num_samples - 1`` forks) fits now."""
 
     @abstractmethod
-    def admit(self, seq_id: int, token_ids: Sequence[int]) -> int:
+    def admit(self, seq_id: int, token_ids: Sequence[int], final_len: int | None = None) -> int:
         """Reserve slots for ``token_ids``; return how many leading tokens are already cached."""
+
+    def note_waiting(self, final_len: int | None) -> None:
+        """The ``final_len`` of the request first in the waiting queue (None: none waits).
+
+        The scheduler notes it after every step. External fragmentation is measured
+        against it; allocators without variable-size regions have none and ignore it.
+        """
 
     def cached_prefix_len(self, token_ids: Sequence[int]) -> int:
         """Leading tokens ``admit(token_ids)`` would find cached now (no state change).

@@ -151,11 +151,11 @@ class BlockManager(KVAllocator):
         revived = sum(1 for b in hits if self.ref[b] == 0)
         return hits, total - len(hits) + revived
 
-    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1) -> bool:
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
         _, cost = self._plan(token_ids)
         return cost + self.watermark_blocks <= self.num_free_blocks
 
-    def admit(self, seq_id: int, token_ids: Sequence[int]) -> int:
+    def admit(self, seq_id: int, token_ids: Sequence[int], final_len: int | None = None) -> int:
         assert seq_id not in self.tables, f"sequence {seq_id} admitted twice"
         hits, cost = self._plan(token_ids)
         assert cost <= self.num_free_blocks, "admit() without can_admit()"

@@ -1,6 +1,7 @@
 """Cache kinds: each owns its sizing, its allocator, its tensors and its analytic concurrency.
 
-A kind is chosen by an impl's ``cache`` key; the harness hands it plain numbers
+A kind is chosen by an impl's ``cache`` key (and, for a contiguous cache, its
+``reservation`` policy: impls/reservation.py); the harness hands it plain numbers
 (``PoolSpec``) and never branches on the kind's name. A new kind is one class here
 (or anywhere, registered in ``KINDS``) plus the impl YAML that names it.
 """
@@ -14,6 +15,8 @@ import torch
 
 from impls.base import KVAllocator, KVCache
 from impls.block_manager import BlockManager
+from impls.region_allocator import RegionAllocator
+from impls.reservation import RESERVATIONS
 from impls.sizing import CacheSizeError, blocks_for_tokens
 from impls.slot_allocator import SlotAllocator
 
@@ -44,6 +47,7 @@ class TensorSpec:
 
 class CacheKind(ABC):
     name: str
+    gathers = False  # decode copies each sequence's K/V out before attending (named in kernel_backend)
 
     @abstractmethod
     def pool_size(self, spec: PoolSpec) -> int:
@@ -120,10 +124,53 @@ class PagedKind(CacheKind):
         return self.num_blocks(spec) // blocks_for_tokens(tokens_per_request, spec.block_size)
 
 
+class RegionKind(CacheKind):
+    """One buffer of token slots; a contiguous region per sequence, sized by a reservation
+    policy from its final length and placed first-fit (Orca (Pow2) and Orca (Oracle))."""
+
+    name = "contiguous"
+    gathers = True
+
+    def __init__(self, reservation: str) -> None:
+        self.reservation = reservation
+
+    def pool_size(self, spec: PoolSpec) -> int:
+        tokens = spec.kv_bytes // spec.bytes_per_token
+        if tokens < spec.min_tokens:
+            raise CacheSizeError(
+                f"the KV budget ({spec.kv_bytes / 1e9:.3f} GB) holds {tokens} token slots, too few for even "
+                f"one request of {spec.min_tokens} tokens"
+            )
+        return tokens
+
+    def allocator(self, spec: PoolSpec) -> RegionAllocator:
+        return RegionAllocator(self.pool_size(spec), spec.max_seq_len, RESERVATIONS[self.reservation])
+
+    def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
+        from impls.region_cache import RegionCache
+
+        return RegionCache(self.allocator(spec), bytes_per_token=spec.bytes_per_token, **vars(tensors))
+
+    def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
+        # Token slots over the region a request of ``tokens_per_request`` reserves (holes ignored).
+        reserved = RESERVATIONS[self.reservation](tokens_per_request, spec.max_seq_len)
+        return spec.kv_bytes // spec.bytes_per_token // reserved
+
+
 KINDS: dict[str, CacheKind] = {kind.name: kind for kind in (ContiguousKind(), PagedKind())}
+# impl.reservation of a contiguous cache: ``max`` is the slot of max_seq_len per sequence.
+CONTIGUOUS_RESERVATIONS: dict[str, CacheKind] = {
+    "max": KINDS["contiguous"], "pow2": RegionKind("pow2"), "oracle": RegionKind("oracle"),
+}
 
 
-def cache_kind(name: str) -> CacheKind:
+def cache_kind(name: str, reservation: str = "max") -> CacheKind:
+    """The kind an impl's ``cache`` and ``reservation`` name; only a contiguous cache reserves other than max."""
     if name not in KINDS:
         raise KeyError(f"unknown cache kind {name!r}; allowed: {', '.join(KINDS)}")
-    return KINDS[name]
+    if reservation == "max":
+        return KINDS[name]
+    if name != ContiguousKind.name or reservation not in CONTIGUOUS_RESERVATIONS:
+        raise KeyError(f"reservation {reservation!r} is not one of a {name} cache; allowed: "
+                       f"{', '.join(CONTIGUOUS_RESERVATIONS) if name == ContiguousKind.name else 'max'}")
+    return CONTIGUOUS_RESERVATIONS[reservation]

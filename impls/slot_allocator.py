@@ -29,10 +29,10 @@ class SlotAllocator(KVAllocator):
     def num_tokens(self, seq_id: int) -> int:
         return self.length[seq_id]
 
-    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1) -> bool:
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
         return len(token_ids) <= self.max_seq_len and len(self.free) >= num_samples
 
-    def admit(self, seq_id: int, token_ids: Sequence[int]) -> int:
+    def admit(self, seq_id: int, token_ids: Sequence[int], final_len: int | None = None) -> int:
         assert seq_id not in self.slot_of, f"sequence {seq_id} admitted twice"
         assert len(token_ids) <= self.max_seq_len
         self.slot_of[seq_id] = self.free.pop()

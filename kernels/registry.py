@@ -38,13 +38,17 @@ _SOURCES = {
 }
 
 
-def kernel_backend(kernel: str, device_type: str) -> str:
+def kernel_backend(kernel: str, device_type: str, gather: bool = False) -> str:
     """What really runs for ``kernel`` on ``device_type``, so no CPU row reads as a GPU figure.
 
     ``cuda`` is the op's CUDA kernel on a GPU and its C++ kernel on CPU; ``triton`` is
     compiled on a GPU and runs in the numpy interpreter on CPU; ``sdpa`` is torch's SDPA
-    (the contiguous impl), ``torch`` the gather reference.
+    (the contiguous impl), ``torch`` the gather reference. ``gather``: the cache copies
+    each sequence's K/V out of its region first (``sdpa+gather``, the variable-size
+    reservation policies), so the row does not read as the kernel alone.
     """
+    if gather:
+        return f"{kernel_backend(kernel, device_type)}+gather"
     if kernel == "cuda":
         return "cuda" if device_type == "cuda" else "cpp-cpu"
     if kernel == "triton":

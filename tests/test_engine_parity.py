@@ -67,11 +67,31 @@ def test_preemption_under_a_small_pool(compose, tmp_path):
     assert rows["paged_torch"]["preemptions"] > 0
 
 
+@pytest.mark.parametrize("overrides", [
+    ["batch=6", "workload=parallel_sampling", "workload.n=3", "workload.num_requests=2", "workload.prompt_len=21",
+     "workload.output_len=9"],
+    # 292 token slots of unaligned lengths: requests wait for a hole; contiguous has 2 slots of 128
+    ["batch=4", "workload=uniform", "workload.num_requests=6", "workload.prompt_len=37", "workload.output_len=12",
+     "device.kv_cache_gb=0.0012"],
+], ids=["forks", "small-pool"])
+def test_reservation_policies_generate_the_contiguous_tokens(compose, tmp_path, overrides):
+    """Orca (Pow2) and Orca (Oracle) read K/V through a gather from variable-size regions."""
+    ref, rows = assert_same(compose, tmp_path, overrides, impls=("orca_pow2", "orca_oracle"))
+    for row in rows.values():
+        assert row["kernel_backend"] == "sdpa+gather" and row["kv_gather_steps"] == row["decode_steps"] > 0
+        assert row["kv_bytes_reserved"] <= ref["kv_bytes_reserved"]
+        assert row["peak_concurrency"] >= ref["peak_concurrency"]
+    assert rows["orca_oracle"]["kv_reservation_waste_bytes"] <= rows["orca_pow2"]["kv_reservation_waste_bytes"]
+
+
 def test_every_impl_agrees_on_the_cpu_default_workload(compose, tmp_path):
     """No impl named: one row per impl on the CPU defaults (tiny-llama, chat workload, fp32)."""
     rows, code = run_job(compose(["scenario.warmup=0"]), tmp_path)
     assert code == 0, [r.get("error") for r in rows]
-    assert [r["impl"] for r in rows] == ["contiguous", "paged_cuda", "paged_torch", "paged_triton"]  # conf/impl/, sorted
+    assert [r["impl"] for r in rows] == ["contiguous", "orca_oracle", "orca_pow2", "paged_cuda", "paged_torch",
+                                         "paged_triton"]  # conf/impl/, sorted, aliases once
     assert all(r["status"] == "ok" and r["dtype"] == "float32" and r["model"] == "tiny-llama" for r in rows)
     assert len({r["output_digest"] for r in rows}) == 1
-    assert rows[1]["kv_bytes_reserved"] < rows[0]["kv_bytes_reserved"]  # paging reserves less
+    by = {r["impl"]: r for r in rows}
+    assert by["paged_torch"]["kv_bytes_reserved"] < by["contiguous"]["kv_bytes_reserved"]  # paging reserves less
+    assert by["orca_oracle"]["kv_bytes_reserved"] < by["contiguous"]["kv_bytes_reserved"]  # so do exact regions

@@ -32,7 +32,8 @@ def test_every_impl_generates_the_same_tokens_on_gpu(compose, tmp_path, override
     digests = {r["impl"]: r["output_digest"] for r in rows}
     assert len(set(digests.values())) == 1, digests
     backends = {r["impl"]: r["kernel_backend"] for r in rows}
-    assert backends == {"contiguous": "sdpa", "paged_torch": "torch", "paged_triton": "triton", "paged_cuda": "cuda"}
+    assert backends == {"contiguous": "sdpa", "paged_torch": "torch", "paged_triton": "triton", "paged_cuda": "cuda",
+                        "orca_pow2": "sdpa+gather", "orca_oracle": "sdpa+gather"}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -121,7 +122,7 @@ def test_cuda_op_out_variant_writes_in_place():
     torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("impl", ["contiguous", "paged_torch", "paged_triton", "paged_cuda"])
+@pytest.mark.parametrize("impl", ["contiguous", "orca_oracle", "paged_torch", "paged_triton", "paged_cuda"])
 def test_a_decode_step_never_waits_for_the_gpu(impl):
     """prepare_decode and every layer only enqueue work: a device-to-host sync (a pageable
     copy, a boolean mask, reading a length) would stall the host's run-ahead in every step."""
@@ -135,6 +136,12 @@ def test_a_decode_step_never_waits_for_the_gpu(impl):
         from impls.slot_allocator import SlotAllocator
 
         cache = ContiguousCache(SlotAllocator(4, 256), **tensors)
+    elif impl == "orca_oracle":
+        from impls.region_allocator import RegionAllocator
+        from impls.region_cache import RegionCache
+        from impls.reservation import reserve_oracle
+
+        cache = RegionCache(RegionAllocator(1024, 256, reserve_oracle), **tensors)
     else:
         from impls.block_manager import BlockManager
         from impls.paged import PagedCache
@@ -144,7 +151,7 @@ def test_a_decode_step_never_waits_for_the_gpu(impl):
     cache.warmup()
     seq_ids = [0, 1, 2, 3]
     for sid, n in zip(seq_ids, [14, 16, 31, 40]):  # steps below cross block boundaries
-        cache.allocator.admit(sid, list(range(n)))
+        cache.allocator.admit(sid, list(range(n)), final_len=n + 8)
     q = torch.randn(len(seq_ids), heads, head_dim, device=dev, dtype=torch.bfloat16)
     k, v = (torch.randn(len(seq_ids), kv_heads, head_dim, device=dev, dtype=torch.bfloat16) for _ in range(2))
     for _ in range(3):

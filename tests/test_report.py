@@ -228,3 +228,20 @@ def test_parity_table_flags_disagreeing_impls():
                          {**base, "batch": 16, "impl": "paged_triton", "output_digest": "bbb"}])
     table = parity_table(rows).set_index("batch")
     assert bool(table.loc[8, "agree"]) and not bool(table.loc[16, "agree"])
+
+
+def test_breakdown_adds_external_fragmentation_only_where_an_impl_has_it():
+    from harness.report.memory_plots import breakdown_table, kv_breakdown
+
+    rows = pd.DataFrame(capacity_rows())  # written before the column existed: none
+    labels = [t.get_text() for t in kv_breakdown(rows).legends[0].texts]
+    assert labels == ["token states", "internal fragmentation", "reservation waste"]
+    oracle = {**capacity_rows()[0], "run_id": "2", "impl": "orca_oracle", "kv_bytes_reserved": 30e9,
+              "kv_bytes_used": 26e9, "kv_reservation_waste_bytes": 4e9, "kv_external_fragmentation_bytes": 10e9}
+    rows = pd.DataFrame([*capacity_rows(), oracle])
+    table = breakdown_table(rows).set_index("impl")
+    assert table.at["contiguous", "kv_external_fragmentation_bytes"] == 0
+    assert table.at["orca_oracle", "held_bytes"] == 40e9  # token states + waste + stranded free memory
+    assert table.at["orca_oracle", "used_pct"] == 65
+    labels = [t.get_text() for t in kv_breakdown(rows).legends[0].texts]
+    assert labels[-1] == "external fragmentation"

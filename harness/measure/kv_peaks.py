@@ -37,6 +37,7 @@ class KVPeaks:
             "kv_bytes_logical": snap.logical_token_bytes,
             "kv_fragmentation_bytes": snap.fragmentation_bytes,
             "kv_reservation_waste_bytes": snap.reservation_waste_bytes,
+            "kv_external_fragmentation_bytes": snap.external_fragmentation_bytes,
             # share of the held KV memory that holds real token states (paper: vLLM 96.3%)
             "kv_used_fraction": snap.token_bytes / snap.reserved_bytes if snap.reserved_bytes else None,
             "sharing_savings": 1 - snap.token_bytes / snap.logical_token_bytes if snap.logical_token_bytes else None,

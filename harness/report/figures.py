@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa
 
 GB = 1e9  # memory axes are in GB (10^9 bytes), the unit of device.memory_gb and the seeds' figures
 MAX_FACETS = 6  # more panels than this stop being readable; the rest are named in the caption
-KNOWN_IMPLS = ["contiguous", "paged", "paged_torch", "paged_triton", "paged_cuda"]
+KNOWN_IMPLS = ["contiguous", "paged", "paged_torch", "paged_triton", "paged_cuda", "orca_pow2", "orca_oracle"]
 
 
 @contextmanager

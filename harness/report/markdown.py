@@ -173,11 +173,17 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
         t = breakdown_table(col.rows)
         t = t.assign(held=t["held_bytes"] / GB, frag=100 * t["kv_fragmentation_bytes"] / t["held_bytes"],
                      waste=100 * t["kv_reservation_waste_bytes"] / t["held_bytes"])
-        return ("At the snapshot with the most token states (token states + fragmentation + reservation waste"
-                " = memory held then):\n\n" + md_table(_pick(t, {
+        parts = "token states + fragmentation + reservation waste = memory held then"
+        if t["kv_external_fragmentation_bytes"].any():  # variable-size reservations among the impls
+            t = t.assign(external=100 * t["kv_external_fragmentation_bytes"] / t["held_bytes"])
+            parts = ("token states + fragmentation + reservation waste + external fragmentation (free, in holes"
+                     " too small for the first waiting request) = memory held or stranded then")
+        return (f"At the snapshot with the most token states ({parts}):\n\n"
+                + md_table(_pick(t, {
                     "scenario": "scenario", "device_slug": "device", "model": "model", "workload": "workload",
                     "batch": "batch", "impl": "impl", "held": "held GB", "used_pct": "token states %",
-                    "frag": "fragmentation %", "waste": "reservation waste %"})))
+                    "frag": "fragmentation %", "waste": "reservation waste %",
+                    "external": "external fragmentation %"})))
     if name == "max_concurrency":
         t = concurrency_table(col.rows)
         return md_table(_pick(t, {"scenario": "source", "device_slug": "device", "model": "model",

@@ -107,9 +107,11 @@ def _annotate_saving(ax, sub: pd.DataFrame, budget: float) -> None:
                 textcoords="offset points", ha="left" if right else "right", va="center", fontsize=8.5, color="0.2")
 
 
+EXTERNAL = "kv_external_fragmentation_bytes"  # free, but in holes too small for the next request
 BREAKDOWN = [("kv_bytes_used", "token states", "#4c9a2a"),
              ("kv_fragmentation_bytes", "internal fragmentation", "#f0a30a"),
-             ("kv_reservation_waste_bytes", "reservation waste", "#c0392b")]
+             ("kv_reservation_waste_bytes", "reservation waste", "#c0392b"),
+             (EXTERNAL, "external fragmentation", "#7d3c98")]
 GROUP_COLS = ["scenario", "model", "workload", "batch", "device_slug"]
 
 
@@ -121,9 +123,12 @@ def breakdown_table(rows: pd.DataFrame) -> pd.DataFrame:
         decode = decode[decode["batch"] == largest]
     df = pd.concat([ok_rows(rows, "capacity"), decode])
     cols = [c for c, _, _ in BREAKDOWN]
+    if not df.empty:
+        # Rows from before the column existed are of the max and paged caches, which have none.
+        df[EXTERNAL] = df[EXTERNAL].fillna(0) if EXTERNAL in df.columns else 0
     if df.empty or not set(cols) <= set(df.columns):
         return pd.DataFrame()
-    df = df.dropna(subset=cols)  # a bar needs all three parts
+    df = df.dropna(subset=cols)  # a bar needs all its parts
     if df.empty:
         return df
     keys = [c for c in GROUP_COLS if c in df.columns] + ["impl"]
@@ -151,10 +156,14 @@ def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
         y += 0.4
     fig, (ax,) = grid(1, size=(9.0, 1.3 + 0.5 * y))
     sel, pos = [i for i, _ in ypos], [p for _, p in ypos]
-    cols = [c for c, _, _ in BREAKDOWN]
+    # External fragmentation only where some impl has any (variable-size reservations), so a
+    # figure of max and paged caches alone stays as it was.
+    stranded = bool(agg[EXTERNAL].any())
+    parts = [part for part in BREAKDOWN if part[0] != EXTERNAL or stranded]
+    cols = [c for c, _, _ in parts]
     shares = agg.loc[sel, cols].div(agg.loc[sel, "held_bytes"], axis=0) * 100
     left = np.zeros(len(sel))
-    for col, name, colour in BREAKDOWN:
+    for col, name, colour in parts:
         ax.barh(pos, shares[col].to_numpy(), left=left, height=0.8, color=colour, label=name)
         left += shares[col].to_numpy()
     for idx, p in ypos:
@@ -169,9 +178,10 @@ def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
     ax.set_yticks(ticks, labels)
     ax.set_ylim(y - 0.2, -0.5)
     ax.set_xlim(0, 100)
-    ax.set_xlabel("share of the KV memory held when token states peaked (%)")
+    ax.set_xlabel("share of the KV memory held" + (" or stranded in holes" if stranded else "")
+                  + " when token states peaked (%)")
     ax.grid(axis="y", visible=False)
-    fig.legend(loc="outside lower center", ncol=3, frameon=False)
+    fig.legend(loc="outside lower center", ncol=len(parts), frameon=False)
     ax.set_title(f"KV memory breakdown per impl ({devices(agg)})\n"
                  "cf. PagedAttention Fig. 2: prior systems 20.4-38.2% token states, vLLM 96.3%"
                  + ("\n(decode: the largest batch of each model and device)" if (agg["scenario"] == "decode").any() else ""))

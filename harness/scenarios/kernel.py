@@ -59,6 +59,10 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     from kernels.registry import get_paged_kernel
 
     cfg, sc, device = ctx.cfg, ctx.cfg.scenario, ctx.device
+    if impl.reservation != "max":
+        # A reservation policy changes memory, not the kernel: the contiguous impl's rows time SDPA.
+        return [_skip(f"impl.reservation={impl.reservation}: a memory policy over the contiguous impl's SDPA; "
+                      "see the contiguous rows")]
     dtype = ctx.dtype
     shape = (sc.num_heads, sc.num_kv_heads, sc.head_dim)
     scale = sc.head_dim**-0.5

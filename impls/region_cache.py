@@ -1,0 +1,96 @@
+"""Variable-size contiguous regions in one ``[1, capacity, kv_heads, head_dim]`` buffer per layer.
+
+The tensors of the Orca (Pow2) and Orca (Oracle) baselines (``RegionAllocator``). Their
+point is memory, not kernel speed: decode gathers each sequence's keys and values out of
+its region into a ``[B, max_len, ...]`` batch and attends with torch SDPA, exactly as the
+contiguous cache does over its slots (same shapes, same mask), so the tokens match it.
+Every decode step gathers (``kernel_backend`` says ``sdpa+gather``; ``kv_gather_steps``
+counts them). Prefill reads each region's prefix in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from impls.base import KVCache, PrefillSpan, query_slices
+from impls.region_allocator import RegionAllocator
+from impls.staging import StagingBuffer
+from kernels.prefill import prefill_attention
+from kernels.sdpa import grouped_sdpa
+
+
+@dataclass
+class _PrefillSeq:
+    queries: slice  # this sequence's rows of the batch's new tokens
+    start: int  # first flat row of its region
+    end: int  # context length once its new tokens are written
+
+
+@dataclass
+class _Prefill:
+    rows: torch.Tensor  # flat rows of every sequence's new tokens, concatenated
+    seqs: list[_PrefillSeq]
+
+
+@dataclass
+class _Decode:
+    rows: torch.Tensor  # [B] flat row of each new token
+    gather: torch.Tensor  # [B, max_len] flat row of each key (past a sequence's length: its last row, masked)
+    mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
+
+
+class RegionCache(KVCache):
+    allocator: RegionAllocator
+
+    def __init__(self, allocator: RegionAllocator, **tensor_args) -> None:
+        super().__init__(allocator, 1, allocator.capacity_tokens, **tensor_args)
+        self.gather_steps = 0  # decode steps that copied K/V out of the regions (all of them)
+
+    def counters(self) -> dict[str, int]:
+        return {"kv_gather_steps": self.gather_steps}
+
+    def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> _Prefill:
+        alloc = self.allocator
+        staging = staging or StagingBuffer(self.device)
+        rows = staging.add([row for s in spans for row in alloc.rows(s.seq_id, s.start, s.end)])
+        seqs = [_PrefillSeq(queries, alloc.start(s.seq_id), s.end) for s, queries in zip(spans, query_slices(spans))]
+        staging.upload()
+        return _Prefill(staging[rows], seqs)
+
+    def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
+        alloc = self.allocator
+        staging = staging or StagingBuffer(self.device)
+        starts = [alloc.start(s) for s in seq_ids]
+        lens = [alloc.num_tokens(s) for s in seq_ids]
+        rows = staging.add([start + n - 1 for start, n in zip(starts, lens)])
+        starts_field, lens_field = staging.add(starts), staging.add(lens)
+        staging.upload()
+        self.gather_steps += 1
+        positions = torch.arange(max(lens), device=self.device)[None, :]
+        seq_lens = staging[lens_field][:, None]
+        # Rows past a sequence's length repeat its last row: inside its region, and masked out.
+        gather = staging[starts_field][:, None] + torch.minimum(positions, seq_lens - 1)
+        return _Decode(staging[rows], gather, (positions < seq_lens)[:, None, None, :])
+
+    def forward_layer(self, layer, q, k, v, meta):
+        k_flat, v_flat = self.k[layer][0], self.v[layer][0]
+        k_flat[meta.rows] = k
+        v_flat[meta.rows] = v
+        if isinstance(meta, _Prefill):
+            return torch.cat([
+                prefill_attention(q[s.queries], k_flat[s.start : s.start + s.end], v_flat[s.start : s.start + s.end],
+                                  self.scale)
+                for s in meta.seqs
+            ])
+        keys, values = k_flat[meta.gather], v_flat[meta.gather]  # [B, max_len, KVH, D]
+        return grouped_sdpa(
+            q.unsqueeze(2),  # [B, H, 1, D]
+            keys.transpose(1, 2),  # [B, KVH, L, D]
+            values.transpose(1, 2),
+            self.scale,
+            mask=meta.mask,
+            varying_shapes=True,
+        ).squeeze(2)
