@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness.budget import check_memory_bounds
 from harness.config import (
     DEVICES, DISTRIBUTIONS, DTYPES, MAX_BLOCK_SIZE, PROBES, SCENARIOS,
     Config, ImplConfig,
@@ -21,6 +22,7 @@ from harness.config import (
 from harness.errors import ConfigError
 from harness.model import resolve_model_config
 from harness.model.config import ModelConfig
+from harness.strict import check_known_keys, check_model_name, hydra_choice
 from impls.kinds import KINDS
 from kernels.registry import PAGED_KERNELS
 
@@ -62,6 +64,9 @@ def to_config(cfg: DictConfig | Config) -> Config:
 
 
 def resolve(raw: DictConfig | Config) -> Config:
+    if isinstance(raw, DictConfig):  # what Hydra lets through: +unknown keys, a relabelled model
+        check_known_keys(raw)
+        check_model_name(raw, hydra_choice("model"))
     cfg = to_config(raw)
     _one_of("device.name", cfg.device.name, DEVICES)
     if cfg.device.name == "auto":
@@ -75,6 +80,7 @@ def resolve(raw: DictConfig | Config) -> Config:
     cfg.model = resolve_model_config(cfg.model)
     if cfg.device.name == "cpu" and cfg.device.memory_gb is None:
         cfg.device.memory_gb = CPU_MEMORY_GB
+    check_memory_bounds(cfg, torch.cuda.get_device_properties(0).total_memory if cfg.device.name == "cuda" else None)
     if cfg.workload.num_requests is None:
         cfg.workload.num_requests = cfg.batch
     validate(cfg)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness.budget import out_of_memory_message
 from harness.config import Config, ImplConfig
 from harness.context import RunContext, run_id
 from harness.errors import ConfigError
@@ -26,8 +27,9 @@ log = logging.getLogger("kvbench")
 
 
 def _failure_row(exc: BaseException) -> dict:
-    status = "oom" if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower() else "error"
-    return {"status": status, "error": f"{type(exc).__name__}: {exc}".strip()}
+    if (oom := out_of_memory_message(exc)) is not None:  # torch's, Python's and the CPU allocator's
+        return {"status": "oom", "error": oom}
+    return {"status": "error", "error": f"{type(exc).__name__}: {exc}".strip()}
 
 
 def _raw_identifiers(raw: DictConfig, run_dir: Path) -> dict:

@@ -7,7 +7,7 @@ import statistics
 
 import torch
 
-from harness.budget import MemoryBudget
+from harness.budget import MemoryBudget, budget_limit_note
 from harness.measured_budget import budget_for
 from harness.config import ImplConfig
 from harness.context import RunContext
@@ -54,6 +54,8 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
     notes = [mem.notes] if mem.notes else []
     if len(digests) > 1:
         notes.append(f"repeats generated different tokens ({len(digests)} digests)")
+    if note := budget_limit_note(ctx.cfg, res.peak_running, len(res.sequences), res.preemptions):
+        notes.append(note)
     if res.rejected:
         notes.append("rejected: " + "; ".join(f"request {s.request_id}: {why}" for s, why in res.rejected[:5]))
     return {
