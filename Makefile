@@ -63,7 +63,8 @@ gpu-check:
 
 # Wheels the offline GPU machine lacks, for `make gpu-check` there.
 wheels: setup
-	$(PIP) download -q --no-deps -d $(WHEELS) "hydra-core==1.3.*" "omegaconf>=2.2,<2.4"
+	$(PIP) download -q --no-deps -d $(WHEELS) "hydra-core==1.3.*" "omegaconf>=2.2,<2.4" \
+	  "hydra-joblib-launcher==1.2.*" joblib
 	$(PIP) wheel -q --no-deps -w $(WHEELS) antlr4-python3-runtime==4.9.3
 	$(PIP) download -q --no-deps -d $(WHEELS) --only-binary=:all: --python-version 3.12 \
 	  --platform manylinux2014_x86_64 PyYAML

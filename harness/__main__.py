@@ -1,35 +1,18 @@
-"""``python -m harness [overrides]``: one run (or a sweep with -m) into Hydra's run folder."""
+"""``python -m harness [overrides]``: one run (or a sweep with -m) into Hydra's run folder.
+
+A command line whose config Hydra cannot compose (``batch=abc``, ``model=nope``) is
+checked here first, so that it gives what every bad value gives: one line, an error row
+in the run folder, exit code 2. Each job of a ``-m`` sweep is checked by the sweeper.
+"""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
-
-from harness.config import register_configs
-from harness.measure.fingerprint import register_slug_resolver
-from harness.summary import print_summary
-
-register_configs()
-register_slug_resolver()
-
-
-@hydra.main(config_path="../conf", config_name="config", version_base=None)
-def main(cfg: DictConfig) -> None:
-    from harness.run import run_job
-
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    rows, code = run_job(cfg, run_dir)
-    print_summary(rows, run_dir)
-    # A single run reports failure by exit code; in a multirun sweep the job
-    # returns normally so Hydra goes on to the next one (the row records it).
-    if code and HydraConfig.get().mode != RunMode.MULTIRUN:
-        sys.exit(code)
-
+from harness.app import main
+from harness.preflight import check_command_line
 
 if __name__ == "__main__":
+    if (code := check_command_line(sys.argv[1:])) is not None:
+        sys.exit(code)
     main()

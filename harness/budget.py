@@ -1,19 +1,30 @@
-"""How much memory the KV cache may take, as vLLM sizes it.
+"""How much memory the KV cache may take, as vLLM sizes it, and the bounds on it.
 
 GPU: (total memory x utilization, or the ``device.memory_gb`` cap) minus the
 weights and the measured activation peak. CPU and the capacity scenario: the
 simulated device ``device.memory_gb`` x utilization minus the weights and an
 activation estimate.
+
+Every memory value is finite and at most the device it describes: the GPU's memory
+when a run allocates on the GPU, else ``MAX_SIMULATED_GB``. On CPU the decode
+scenario really allocates its KV pool in RAM, so the pool may take at most
+``HOST_POOL_RAM_FRACTION`` of the free RAM.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from harness.config import Config
 from harness.errors import ConfigError
 from harness.kv_math import GB, activation_bytes_estimate, weight_bytes
+
+# The largest simulated device (CPU runs, the capacity scenario): a node of 8 GPUs of 256 GB.
+MAX_SIMULATED_GB = 2048.0
+# On CPU the KV pool is allocated in RAM: at most this share of the RAM free when it is built.
+HOST_POOL_RAM_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,8 @@ def kv_budget(
         device_bytes = int(cfg.device.memory_gb * GB)
         source = "device.memory_gb"
         if device_total_bytes is not None and device_bytes > device_total_bytes:
-            device_bytes, source = device_total_bytes, "device total (device.memory_gb above it)"
+            raise ConfigError(f"device.memory_gb={cfg.device.memory_gb:g} is larger than the GPU "
+                              f"({device_total_bytes / GB:.2f} GB); at most {device_total_bytes / GB:.2f}")
     elif device_total_bytes is not None:
         device_bytes, source = device_total_bytes, "device total"
     else:
@@ -71,6 +83,10 @@ def kv_budget(
                                           logits_rows_bound(cfg)))
     kv = usable - weights - act
     if cfg.device.kv_cache_gb is not None:
+        if cfg.device.kv_cache_gb * GB > device_bytes:
+            raise ConfigError(f"device.kv_cache_gb={cfg.device.kv_cache_gb:g} is larger than the device "
+                              f"({device_bytes / GB:.3g} GB, from {source}); lower device.kv_cache_gb"
+                              + (" or raise device.memory_gb" if source == "device.memory_gb" else ""))
         return MemoryBudget(device_bytes, usable, weights, act, int(cfg.device.kv_cache_gb * GB), "device.kv_cache_gb")
     if kv <= 0:
         raise ConfigError(
@@ -79,3 +95,77 @@ def kv_budget(
             f"and activations {act / GB:.2f} GB (model={cfg.model.name}, dtype={cfg.dtype})"
         )
     return MemoryBudget(device_bytes, usable, weights, act, kv, source)
+
+
+def simulated(cfg: Config) -> bool:
+    """The run only does bookkeeping against its budget: nothing of that size is allocated."""
+    return cfg.scenario.name == "capacity" or (cfg.scenario.name == "max_concurrency" and cfg.scenario.probe == "capacity")
+
+
+def check_memory_bounds(cfg: Config, gpu_total_bytes: int | None) -> None:
+    """``device.memory_gb`` and ``device.kv_cache_gb``: finite, > 0, at most the device they describe.
+
+    The device is the GPU (``gpu_total_bytes``) when the run allocates on it, else a
+    simulated one of at most ``MAX_SIMULATED_GB``.
+    """
+    if gpu_total_bytes is not None and not simulated(cfg):
+        bound, what = gpu_total_bytes / GB, "the GPU's memory"
+    else:
+        bound, what = MAX_SIMULATED_GB, "the largest simulated device"
+    for key, value in (("device.memory_gb", cfg.device.memory_gb), ("device.kv_cache_gb", cfg.device.kv_cache_gb)):
+        if value is None:
+            continue
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{key}={value} must be a finite number of GB > 0")
+        if value > bound:
+            raise ConfigError(f"{key}={value:g} is larger than {what}; at most {bound:.6g} GB")
+
+
+def check_host_pool(kv_bytes: int, free_ram_bytes: int) -> None:
+    """A KV pool of ``kv_bytes`` in RAM (CPU): refused above ``HOST_POOL_RAM_FRACTION`` of the free RAM."""
+    limit = int(free_ram_bytes * HOST_POOL_RAM_FRACTION)
+    if kv_bytes > limit:
+        raise ConfigError(
+            f"a KV pool of {kv_bytes / GB:.2f} GB is allocated in RAM on CPU and may take at most "
+            f"{HOST_POOL_RAM_FRACTION:.0%} of the free RAM ({limit / GB:.2f} of {free_ram_bytes / GB:.2f} GB); "
+            "lower device.memory_gb or set a smaller device.kv_cache_gb")
+
+
+def out_of_memory_message(exc: BaseException) -> str | None:
+    """The ``status=oom`` message for an allocation failure (torch's, Python's or the CPU allocator's), else None."""
+    import torch
+
+    text = str(exc).strip()
+    if isinstance(exc, MemoryError):  # Python's own: usually with no text at all
+        return f"MemoryError: out of host memory{': ' + text if text else ''} (lower the budget or the workload)"
+    if isinstance(exc, torch.OutOfMemoryError) or any(
+            s in text.lower() for s in ("out of memory", "can't allocate memory", "cannot allocate memory")):
+        return f"{type(exc).__name__}: {text}"
+    return None
+
+
+def raise_budget_advice(cfg: Config) -> str:
+    """Which key makes the KV pool larger: the one that sized it."""
+    if cfg.device.kv_cache_gb is not None:
+        return "raise device.kv_cache_gb"
+    if cfg.device.memory_gb is not None:
+        return "raise device.memory_gb (or set device.kv_cache_gb)"
+    return "raise device.utilization (or set device.kv_cache_gb)"
+
+
+def budget_limit_note(cfg: Config, memory_bound_steps: int, decode_steps: int, peak_running: int,
+                      preemptions: int) -> str | None:
+    """A decode row's note when the KV budget, not ``batch``, capped concurrency; None otherwise.
+
+    The engine counts the decode steps in which an arrived request waited while the batch
+    had room for it (``memory_bound_steps``): only memory kept the scheduler from admitting
+    it. A preemption says the same. Arrival-aware: a request not yet arrived never counts.
+    """
+    if not memory_bound_steps and not preemptions:
+        return None
+    allowed = cfg.batch * cfg.workload.n  # sequences: parallel samples count one each
+    why = (f"at most {peak_running} of the {allowed} sequences batch={cfg.batch} allows ran at once while others "
+           f"waited ({memory_bound_steps} of {decode_steps} decode steps)")
+    if preemptions:
+        why += f", with {preemptions} preemptions"
+    return f"the KV budget, not batch, limited concurrency: {why}; {raise_budget_advice(cfg)} for a larger pool"

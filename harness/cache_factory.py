@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import psutil
 import torch
 
+from harness.budget import check_host_pool, raise_budget_advice
 from harness.config import Config, ImplConfig
 from harness.errors import ConfigError
 from harness.kv_math import TORCH_DTYPES, kv_bytes_per_token
@@ -32,7 +34,7 @@ def _sized(impl: ImplConfig, cfg: Config, kv_bytes: int, make):
     try:
         return make(cache_kind(impl.cache, impl.reservation), pool_spec(impl, cfg, kv_bytes))
     except CacheSizeError as e:
-        raise ConfigError(f"{e}; raise device.memory_gb (or device.kv_cache_gb) or lower max_seq_len") from e
+        raise ConfigError(f"{e}; {raise_budget_advice(cfg)} or lower max_seq_len") from e
 
 
 def analytic_max_concurrency(impl: ImplConfig, cfg: Config, kv_bytes: int, tokens_per_request: int) -> int:
@@ -46,6 +48,8 @@ def build_allocator(impl: ImplConfig, cfg: Config, kv_bytes: int) -> KVAllocator
 
 
 def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.device) -> KVCache:
+    if torch.device(device).type == "cpu":  # the pool is allocated in RAM: never most of it
+        check_host_pool(kv_bytes, psutil.virtual_memory().available)
     m = cfg.model
     tensors = TensorSpec(num_layers=m.num_layers, num_heads=m.num_heads, kv_heads=m.num_kv_heads,
                          head_dim=m.head_dim, dtype=TORCH_DTYPES[cfg.dtype], device=torch.device(device))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.budget import out_of_memory_message
 from harness.config import ImplConfig
 from harness.context import RunContext
 from harness.errors import ConfigError
@@ -23,8 +24,9 @@ class ImplResult:
 
 
 def failure_row(exc: BaseException) -> dict:
-    status = "oom" if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower() else "error"
-    return {"status": status, "error": f"{type(exc).__name__}: {exc}".strip()}
+    if (oom := out_of_memory_message(exc)) is not None:  # torch's, Python's and the CPU allocator's
+        return {"status": "oom", "error": oom}
+    return {"status": "error", "error": f"{type(exc).__name__}: {exc}".strip()}
 
 
 def run_impl(ctx: RunContext, impl: ImplConfig) -> ImplResult:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness.budget import check_memory_bounds
 from harness.config import (
     ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, SCENARIOS,
     TRACE_SAMPLES, Config, ImplConfig,
@@ -22,6 +23,7 @@ from harness.config import (
 from harness.errors import ConfigError
 from harness.model.hf_config import resolve_model_config
 from harness.model.config import ModelConfig
+from harness.strict import check_known_keys, check_model_name, hydra_choice
 from impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS
 from kernels.registry import PAGED_KERNELS
 
@@ -64,6 +66,9 @@ def to_config(cfg: DictConfig | Config) -> Config:
 
 
 def resolve(raw: DictConfig | Config) -> Config:
+    if isinstance(raw, DictConfig):  # what Hydra lets through: +unknown keys, a relabelled model
+        check_known_keys(raw)
+        check_model_name(raw, hydra_choice("model"))
     cfg = to_config(raw)
     _one_of("device.name", cfg.device.name, DEVICES)
     if cfg.device.name == "auto":
@@ -82,6 +87,7 @@ def resolve(raw: DictConfig | Config) -> Config:
         cfg.device.memory_gb = CPU_MEMORY_GB
     if cfg.scenario.name == "max_rate" and cfg.arrival.rate is None:
         cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
+    check_memory_bounds(cfg, torch.cuda.get_device_properties(0).total_memory if cfg.device.name == "cuda" else None)
     if cfg.workload.num_requests is None:
         cfg.workload.num_requests = cfg.batch
     validate(cfg)

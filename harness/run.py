@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.budget import out_of_memory_message
 from harness.config import Config, ImplConfig
 from harness.context import RunContext, run_id
 from harness.errors import ConfigError

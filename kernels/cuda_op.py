@@ -3,24 +3,24 @@
 ``torch.ops.kvbench.paged_decode_attention`` and ``torch.ops.kvbench.write_kv``
 have a C++ CPU kernel always and a CUDA kernel when torch itself has CUDA and a
 GPU is visible (sources in kernels/csrc). The build goes through
-``torch.utils.cpp_extension.load`` into a per-torch-version cache folder, so only
-the first call in a fresh environment pays for the compile.
+``torch.utils.cpp_extension.load`` into a cache folder keyed by its sources and flags
+(kernels/build_cache.py: stale locks cleared, a time limit), so only the first call
+in a fresh environment pays for the compile.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
+from kernels.build_cache import BuildError, BuildSpec, build_timeout_s, ensure_built
 from kernels.validate import check_decode_args, check_write_args
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -45,7 +45,8 @@ def cuda_build_wanted() -> bool:
 
 
 def build_dir() -> Path:
-    """Where builds are cached: $KVBENCH_BUILD_DIR, else one folder per Python + torch version."""
+    """Where builds are cached (one subfolder per build key): $KVBENCH_BUILD_DIR, else one folder
+    per Python + torch version."""
     if env := os.environ.get("KVBENCH_BUILD_DIR"):
         return Path(env).expanduser()
     tag = re.sub(r"[^A-Za-z0-9._-]", "_", f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__}")
@@ -80,20 +81,6 @@ def nvcc_available() -> bool:
     return find_nvcc() is not None
 
 
-@contextlib.contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    """Set an environment variable for the duration of a build, then restore it."""
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def _cuda_arch_flags() -> list[str]:
     """TORCH_CUDA_ARCH_LIST when set (cpp_extension reads it); else the visible GPU's arch."""
     if os.environ.get("TORCH_CUDA_ARCH_LIST"):
@@ -102,15 +89,12 @@ def _cuda_arch_flags() -> list[str]:
     return [f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"]
 
 
-@functools.cache
-def load_op() -> Path:
-    """Build (or reuse) and load the op library once per process; returns its path."""
-    from torch.utils import cpp_extension
-
+def op_spec() -> BuildSpec:
+    """What this machine builds: the C++ CPU kernels, plus the CUDA ones when torch has CUDA and a GPU."""
     with_cuda = cuda_build_wanted()
     cxx = find_cxx()
     sources = [str(s) for s in CPU_SOURCES]
-    extra: dict = {"extra_cflags": ["-O3"]}
+    cflags, cuda_cflags = ["-O3"], []
     if with_cuda:
         if not nvcc_available():
             raise CompilerNotFoundError(
@@ -118,23 +102,22 @@ def load_op() -> Path:
                 "(PATH, CUDA_HOME) — install the CUDA toolkit or set CUDA_HOME"
             )
         sources.append(str(CUDA_SOURCE))
-        extra = {
-            "extra_cflags": ["-O3", "-DKVBENCH_WITH_CUDA"],
-            "extra_cuda_cflags": ["-O3", *_cuda_arch_flags()],
-        }
-    folder = build_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    name = "kvbench_ops_cuda" if with_cuda else "kvbench_ops_cpu"
-    with _env("CXX", cxx):
-        try:
-            path = cpp_extension.load(
-                name=name, sources=sources, build_directory=str(folder), is_python_module=False,
-                with_cuda=with_cuda, verbose=False, **extra,
-            )
-        except (RuntimeError, subprocess.CalledProcessError) as err:
-            raise KernelBuildError(f"building {name} in {folder} failed: {err}") from err
+        cflags = ["-O3", "-DKVBENCH_WITH_CUDA"]
+        cuda_cflags = ["-O3", *_cuda_arch_flags()]
+    return BuildSpec(name="kvbench_ops_cuda" if with_cuda else "kvbench_ops_cpu", sources=tuple(sources),
+                     extra_cflags=tuple(cflags), extra_cuda_cflags=tuple(cuda_cflags), with_cuda=with_cuda, cxx=cxx)
+
+
+@functools.cache
+def load_op() -> Path:
+    """Build (or reuse) and load the op library once per process; returns its path."""
+    try:
+        path = ensure_built(op_spec(), build_dir(), build_timeout_s())
+    except BuildError as err:
+        raise KernelBuildError(str(err)) from err
+    torch.ops.load_library(str(path))
     _register_fakes()
-    return Path(path) if path else folder / f"{name}.so"
+    return path
 
 
 def _register_fakes() -> None:

@@ -75,7 +75,7 @@ def test_pool_too_small_for_one_request_is_a_clear_error(compose, tmp_path, impl
                                   "workload=fixed", "workload.prompt_len=100", "workload.output_len=10",
                                   "device.kv_cache_gb=0.0001"]), tmp_path)
     assert code == 2 and rows[0]["status"] == "error"
-    assert "raise device.memory_gb" in rows[0]["error"]
+    assert "raise device.kv_cache_gb" in rows[0]["error"]  # the key that sized the pool
 
 
 def test_more_samples_than_batch_are_rejected_not_waited_on_forever(compose, tmp_path):

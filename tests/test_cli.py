@@ -68,6 +68,38 @@ def test_unknown_impl_lists_the_valid_ones(tmp_path):
 
 def test_a_failing_job_does_not_stop_the_sweep(tmp_path):
     p = harness("-m", "+impl=paged_torch", "batch=0,2", *FAST, f"hydra.sweep.dir={tmp_path}")
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 2, p.stderr  # the sweep says that a job failed
     rows = pd.concat(pd.read_csv(tmp_path / str(i) / "rows.csv") for i in (0, 1))
     assert sorted(rows.status) == ["error", "ok"]
+    assert f"2 jobs: 1 error, 1 ok: {tmp_path / '0'}" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("batch=abc", "batch=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+        ("model=nope", "model=nope is unknown"),
+        ("workload.promptlen=5", "workload.promptlen is not a config key; did you mean workload.prompt_len?"),
+        ("+workload.promptlen=5", "workload.promptlen is not a config key; did you mean workload.prompt_len?"),
+        ("model.name=llama-2-7b", "choose it with model=llama-2-7b"),
+    ],
+)
+def test_hydra_level_errors_are_one_line_with_a_row(tmp_path, override, expected):
+    """Type errors, unknown keys (with or without +) and options, a relabelled model."""
+    p = harness("+impl=paged_torch", "scenario=capacity", override, f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and expected in p.stderr, p.stderr  # one line
+    row = pd.read_csv(tmp_path / "rows.csv").iloc[0]
+    assert row.status == "error" and expected in row.error
+
+
+def test_a_sweep_with_one_bad_value_runs_the_others(tmp_path):
+    p = harness("-m", "+impl=paged_torch", "scenario=capacity", "model=tiny-llama", "batch=1,abc,2",
+                f"hydra.sweep.dir={tmp_path}")
+    assert p.returncode == 2
+    rows = {i: pd.read_csv(tmp_path / str(i) / "rows.csv") for i in (0, 1, 2)}
+    assert [len(r) for r in rows.values()] == [1, 1, 1]  # every job has its row, once
+    assert [rows[i].status[0] for i in (0, 1, 2)] == ["ok", "error", "ok"]
+    assert [str(rows[i].batch[0]) for i in (0, 1, 2)] == ["1", "abc", "2"]
+    assert "batch=abc" in rows[1].error[0]
+    assert p.stderr.strip().splitlines()[-1] == f"kvbench: 3 jobs: 2 ok, 1 error: {tmp_path / '1'}"

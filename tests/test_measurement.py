@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import sys
 import threading
 import types
@@ -333,3 +334,24 @@ def test_code_version_from_the_environment_overrides_git(monkeypatch):
     assert code_version() == ("abc123", False)
     monkeypatch.delenv("KVBENCH_GIT_DIRTY")
     assert code_version() == ("abc123", None)
+
+
+def test_git_dirty_counts_untracked_files_but_not_ignored_ones(monkeypatch, tmp_path):
+    from harness.measure.fingerprint import code_version
+
+    monkeypatch.delenv("KVBENCH_GIT_SHA", raising=False)
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("runs/\n")
+    git("add", ".gitignore")
+    git("commit", "-q", "-m", "init")
+    assert code_version(tmp_path)[1] is False
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "rows.csv").write_text("x")
+    assert code_version(tmp_path)[1] is False  # ignored: a run folder is not code
+    (tmp_path / "my_impl.yaml").write_text("name: x")
+    assert code_version(tmp_path)[1] is True  # untracked: a config the run may have used

@@ -199,6 +199,16 @@ def test_checkpoint_not_matching_config_json_is_config_error(tmp_path: Path) -> 
         ours_from(tmp_path)
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_safetensors_names_model_path_and_file(tmp_path: Path, damage: str) -> None:
+    make_hf_model("llama-gqa").save_pretrained(tmp_path)
+    (file,) = tmp_path.glob("*.safetensors")
+    data = file.read_bytes()
+    file.write_bytes(b"\x07" * 64 if damage == "garbage" else data[: len(data) // 2])
+    with pytest.raises(ConfigError, match=rf"model\.path={tmp_path}: {file.name} is not a readable safetensors"):
+        ours_from(tmp_path)
+
+
 # ---------------------------------------------------------------- config.json reading
 
 

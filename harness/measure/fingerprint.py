@@ -38,17 +38,19 @@ class Fingerprint:
         return asdict(self)
 
 
-def _git(*args: str) -> str | None:
+def _git(*args: str, repo: Path = REPO_ROOT) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def code_version() -> tuple[str | None, bool | None]:
+def code_version(repo: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
     """(git sha, dirty) of the code that runs.
 
+    Dirty counts untracked files too (a config or an impl the run used but nobody
+    committed); ignored ones (run folders, caches) do not count.
     A copy of a checkout whose .git does not match its files (the GPU machine gets the
     working tree with a stale .git) names its commit in KVBENCH_GIT_SHA, and
     KVBENCH_GIT_DIRTY=0/1 says whether the files differ from it; git is asked otherwise.
@@ -56,9 +58,9 @@ def code_version() -> tuple[str | None, bool | None]:
     if sha := os.environ.get("KVBENCH_GIT_SHA"):
         flag = os.environ.get("KVBENCH_GIT_DIRTY")
         return sha, None if flag is None else flag == "1"
-    sha = _git("rev-parse", "HEAD")
+    sha = _git("rev-parse", "HEAD", repo=repo)
     # Published results are rewritten by the runs themselves: they do not make the code dirty.
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    status = _git("status", "--porcelain", "--untracked-files=normal", "--", ".", ":(exclude)results", repo=repo)
     return sha, None if status is None else bool(status)
 
 

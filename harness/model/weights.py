@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -80,7 +82,10 @@ def init_dummy_weights(model: LlamaModel, seed: int) -> None:
 def _checkpoint_files(folder: Path, path: str) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, AttributeError, OSError) as err:
+            raise ConfigError(f"model.path={path}: {index.name} is unreadable ({type(err).__name__}: {err})") from err
         files = [folder / shard for shard in shards]
     else:
         files = sorted(folder.glob("*.safetensors"))
@@ -110,19 +115,33 @@ def _target(hf_name: str, cfg: ModelConfig) -> tuple[str, int, int | None]:
     return name, 0, None
 
 
+@contextlib.contextmanager
+def _open_checkpoint(file: Path, path: str) -> Iterator:
+    """``safe_open`` whose failures (a truncated or corrupt file) name ``model.path`` and the file."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        handle = safe_open(str(file), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as err:
+        raise ConfigError(f"model.path={path}: {file.name} is not a readable safetensors file ({err})") from err
+    with handle as f:
+        try:
+            yield f
+        except (SafetensorError, OSError) as err:  # a tensor's bytes past the end of a truncated file
+            raise ConfigError(f"model.path={path}: {file.name} is not a readable safetensors file ({err})") from err
+
+
 def load_safetensors_weights(model: LlamaModel, path: str) -> None:
     """Copy every tensor of the (single or sharded) checkpoint at ``path`` into ``model``.
 
     Strict both ways: an unknown tensor or a parameter left unfilled is a
     ConfigError, so a checkpoint of another architecture cannot load silently.
     """
-    from safetensors import safe_open
-
     cfg, folder = model.cfg, Path(path).expanduser()
     params = dict(model.named_parameters())
     filled: dict[str, int] = defaultdict(int)
     for file in _checkpoint_files(folder, path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with _open_checkpoint(file, path) as f:
             for hf_name in f.keys():
                 if hf_name.endswith("rotary_emb.inv_freq"):
                     continue  # derived from the config, saved by old transformers

@@ -7,7 +7,7 @@ import statistics
 
 import torch
 
-from harness.budget import MemoryBudget
+from harness.budget import MemoryBudget, budget_limit_note
 from harness.measured_budget import budget_for
 from harness.config import ImplConfig
 from harness.context import RunContext, run_id
@@ -56,12 +56,10 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
     notes = ctx.workload_notes + ([mem.notes] if mem.notes else [])
     if len(digests) > 1:
         notes.append(f"repeats generated different tokens ({len(digests)} digests)")
+    if note := budget_limit_note(ctx.cfg, res.memory_bound_steps, res.decode_steps, res.peak_running, res.preemptions):
+        notes.append(note)
     if res.rejected:
         notes.append("rejected: " + "; ".join(f"request {s.request_id}: {why}" for s, why in res.rejected[:5]))
-    if res.memory_bound_steps:
-        notes.append(f"the KV budget, not batch={ctx.cfg.batch}, limited concurrency: in {res.memory_bound_steps} "
-                     f"of {res.decode_steps} decode steps a request waited while the batch had room "
-                     f"(peak {res.peak_running} running)")
     return {
         "status": "ok",
         "notes": " | ".join(notes) or None,

@@ -1,0 +1,1 @@
+"""kvbench's Hydra sweeper plugin (Hydra finds plugins only under the ``hydra_plugins`` namespace)."""
