@@ -37,19 +37,22 @@ test-fast: setup
 # The default sweep for this device (conf/sweep/<device>_*.yaml) into
 # results/<device-slug>/<sweep>/, then the report. It resumes: a job whose folder already
 # holds its finished rows is skipped, and only missing, failed or interrupted ones run.
-# FRESH=1 deletes that device's previous set first and runs every job.
+# FRESH=1 deletes that device's previous set first and runs every job. A sweep with a failed
+# job does not stop the others; the report is still written, and make exits 1 at the end.
 DEVICE_KIND := $(if $(HAS_CUDA_TORCH),gpu,cpu)
 SWEEPS ?= $(sort $(basename $(notdir $(wildcard conf/sweep/$(DEVICE_KIND)_*.yaml))))
 FRESH ?=
 
 sweep: setup
 	@slug=$$($(PY) -c "from harness.measure.fingerprint import auto_device_slug as s; print(s())"); \
+	failed=""; \
 	for s in $(SWEEPS); do \
 	  if [ "$(FRESH)" = 1 ]; then rm -rf "results/$$slug/$${s#$(DEVICE_KIND)_}"; fi; \
 	  echo "== sweep $$s -> results/$$slug/$${s#$(DEVICE_KIND)_}"; \
-	  $(PY) -m harness -m +sweep=$$s resume=true hydra/job_logging=disabled || exit 1; \
-	done
-	$(PY) -m harness.report
+	  $(PY) -m harness -m +sweep=$$s resume=true hydra/job_logging=disabled || failed="$$failed $$s"; \
+	done; \
+	$(PY) -m harness.report || exit 1; \
+	if [ -n "$$failed" ]; then echo "kvbench: sweeps with a failed job:$$failed (their rows say why)"; exit 1; fi
 
 report: setup
 	$(PY) -m harness.report
