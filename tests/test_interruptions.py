@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.resolve import impl_names
 from harness.run import run_job
 from tests.harness_proc import GATED, GATED_KERNEL, TINY, rows, run, start, wait_for
 
-BUILTIN = ["contiguous", "paged_cuda", "paged_torch", "paged_triton"]  # an every-impl run's order
+BUILTIN = impl_names()  # an every-impl run's order: conf/impl/, sorted
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -40,15 +40,18 @@ def test_poisson_run_tables_and_digest(compose, tmp_path):
     assert 0 <= poisson["slo_attainment"] <= 1 and poisson["goodput_rps"] <= poisson["achieved_rps"]
 
 
-def test_max_rate_finds_a_rate_and_lists_probes(compose, tmp_path):
+@pytest.mark.parametrize("bound_s, want", [(60.0, 200.0), (1e-9, 0.0)])
+def test_max_rate_searches_and_lists_probes(compose, tmp_path, bound_s, want):
+    """A bound every rate meets finds the search limit; one no rate meets finds 0 (timing-proof either way)."""
     (row,), code = run_job(compose(["+impl=paged_torch", *SMALL, "scenario=max_rate", "arrival=poisson",
-                                    "slo.normalized_latency_s=0.5", "scenario.start_rps=50",
-                                    "scenario.search_limit=200", "scenario.tolerance_rps=50"]), tmp_path)
+                                    f"slo.normalized_latency_s={bound_s}", "scenario.start_rps=50",
+                                    "scenario.search_limit=200", "scenario.tolerance_rps=20"]), tmp_path)
     assert code == 0, row.get("error")
     probes = pd.read_parquet(tmp_path / "rate_probes.parquet")
-    assert len(probes) == row["probes"] >= 1
-    assert row["max_rate_rps"] == max(probes[probes.slo_pass].rate_rps, default=0.0)
-    assert row["max_rate_rps"] >= 50  # half a second per output token is generous for tiny-llama
+    assert len(probes) == row["probes"] >= 1 and set(probes.impl) == {"paged_torch"}
+    assert row["max_rate_rps"] == want == max(probes[probes.slo_pass].rate_rps, default=0.0)
+    # doubling 50 -> 100 -> 200 (the limit); or 50 fails, then bisection down to the tolerance
+    assert list(probes.rate_rps) == ([50.0, 100.0, 200.0] if want else [50.0, 25.0, 12.5])
 
 
 @pytest.mark.parametrize("overrides, key", [
