@@ -146,6 +146,9 @@ class Config:
     max_seq_len: int = 1024
     block_size: int = 16
     repeat: int = 1  # run the measured job this many times; rows report the median
+    # CPU: torch's intra-op threads (None: torch's default, one per core). Latency runs on a
+    # shared machine want fewer: an OpenMP barrier waits for a thread the OS has descheduled.
+    cpu_threads: Optional[int] = None
     progress: bool = True
     # Skip the job when its folder already holds its complete rows (same job_id, final
     # statuses); re-run only the impls whose rows are missing, error or interrupted.

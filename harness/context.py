@@ -18,6 +18,9 @@ from harness.measure.fingerprint import Fingerprint
 from harness.workload import Request, Workload, draw_workload, workload_digest
 
 
+_DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice, before any run changes it
+
+
 def run_id(run_dir: Path) -> str:
     """The run folder relative to the working directory (unique across sweeps), else its path."""
     path = run_dir.resolve()
@@ -77,6 +80,8 @@ class RunContext:
     def model(self):
         from harness.model.weights import build_model
 
+        if self.device.type == "cpu":  # process-wide: a sweep's later job must not inherit an earlier one's
+            torch.set_num_threads(self.cfg.cpu_threads or _DEFAULT_THREADS)
         return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed)
 
     def sync(self) -> None:
@@ -125,6 +130,7 @@ class RunContext:
             "n": w.n,
             "seed": cfg.seed,
             "repeat": cfg.repeat,
+            "cpu_threads": cfg.cpu_threads if self.device.type == "cpu" else None,
             "workload_digest": workload_digest(self.requests) if cfg.scenario.name != "kernel" else None,
             "trace_sha256": self.workload.trace_sha256 if cfg.scenario.name != "kernel" else None,
             **self.fingerprint.as_dict(),

@@ -116,6 +116,7 @@ def validate(cfg: Config) -> None:
     _check(cfg.batch >= 1, f"batch={cfg.batch} must be >= 1")
     _check(cfg.max_num_batched_tokens >= 1, f"max_num_batched_tokens={cfg.max_num_batched_tokens} must be >= 1")
     _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
+    _check(cfg.cpu_threads is None or cfg.cpu_threads >= 1, f"cpu_threads={cfg.cpu_threads} must be >= 1 (or null: torch's default)")
     _check(cfg.max_seq_len >= 2, f"max_seq_len={cfg.max_seq_len} must be >= 2")
     bs = cfg.block_size
     _check(1 <= bs <= MAX_BLOCK_SIZE and bs & (bs - 1) == 0,

@@ -16,7 +16,7 @@ import pandas as pd
 IDENTIFIERS = [
     "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "model", "dtype", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
-    "n", "seed", "repeat", "workload_digest", "trace_sha256",
+    "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
     "job_id",  # harness/job_identity.py: what `resume=true` matches a folder's rows by
     "replay_of",  # harness/replay.py: the run folder this row re-ran
 ]

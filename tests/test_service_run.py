@@ -64,3 +64,13 @@ def test_bad_service_config_is_an_error_row(compose, tmp_path, overrides, key):
     (row,), code = run_job(compose(["+impl=paged_torch", *SMALL, *overrides]), tmp_path)
     assert code == 2 and row["status"] == "error" and key in row["error"]
     assert "\n" not in row["error"]
+
+
+def test_cpu_threads_is_recorded_and_restored(compose, tmp_path):
+    import torch
+
+    default = torch.get_num_threads()
+    (row,), code = run_job(compose(["+impl=paged_torch", *SMALL, "cpu_threads=1"]), tmp_path / "one")
+    assert code == 0 and row["cpu_threads"] == 1 and torch.get_num_threads() == 1
+    (row,), code = run_job(compose(["+impl=paged_torch", *SMALL]), tmp_path / "default")
+    assert code == 0 and row["cpu_threads"] is None and torch.get_num_threads() == default
