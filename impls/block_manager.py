@@ -112,8 +112,8 @@ class BlockManager(KVAllocator):
         h = hash((parent_hash, toks))
         self.block_hash[b] = h
         self.block_tokens[b] = toks
-        if self.prefix_caching and h not in self.hash_to_block:
-            self.hash_to_block[h] = b
+        if self.prefix_caching:
+            self.hash_to_block.setdefault(h, b)  # the first block with these contents stays the cached one
 
     def _lookup(self, parent_hash: int, toks: tuple[int, ...]) -> tuple[int, int | None]:
         h = hash((parent_hash, toks))
