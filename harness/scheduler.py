@@ -89,12 +89,14 @@ class Scheduler:
         return not self.waiting and not self.running
 
     # ---- a step ---------------------------------------------------------------
-    def schedule(self, num_tokens: int = 1, candidates: Seq[Sequence] | None = None) -> StepPlan:
+    def schedule(self, num_tokens: int = 1, candidates: Seq[tuple[Sequence, int]] | None = None) -> StepPlan:
         """Plan one step: admit what fits, else ``num_tokens`` more tokens for every running sequence.
 
-        ``candidates`` (in running order) are the running sequences whose next append may need
-        memory; only they are checked and appended, and the caller accounts the others' tokens
-        itself (the event-driven simulator). None: every running sequence (the decode engine).
+        ``candidates``, (sequence, tokens) in running order, are the only running sequences checked
+        and appended, each with its own token count (the event-driven simulator: those whose append
+        now needs memory or fills a block, with the tokens they owe from earlier steps, which need
+        none); the caller accounts the others' tokens itself. None: every running sequence
+        appends ``num_tokens`` (the decode engine).
         """
         plan = StepPlan()
         self._admit(plan)
@@ -148,21 +150,21 @@ class Scheduler:
             self.running += [seq, *admission.forks]
             plan.admitted.append(admission)
 
-    def _schedule_decode(self, plan: StepPlan, num_tokens: int, candidates: Seq[Sequence] | None) -> None:
+    def _schedule_decode(self, plan: StepPlan, num_tokens: int, candidates: Seq[tuple[Sequence, int]] | None) -> None:
         alloc, running = self.allocator, self.running  # admission order: the last admitted is preempted first
         # Victims always come off the tail, so the survivors stay a prefix of ``running``.
         gone: set[int] = set()
-        for seq in (list(running) if candidates is None else candidates):
+        for seq, k in ([(s, num_tokens) for s in running] if candidates is None else candidates):
             if gone and id(seq) in gone:
                 continue
-            while not alloc.can_append(seq.seq_id, num_tokens):
+            while not alloc.can_append(seq.seq_id, k):
                 victim = running.pop()  # the last one after ``seq``, else ``seq`` itself
                 gone.add(id(victim))
                 self._preempt(victim, plan)
                 if victim is seq:
                     break
             else:
-                plan.copies += alloc.append(seq.seq_id, self.token_source(seq, num_tokens))
+                plan.copies += alloc.append(seq.seq_id, self.token_source(seq, k))
         plan.decodes = list(running)
 
     def _preempt(self, seq: Sequence, plan: StepPlan) -> None:

@@ -6,14 +6,15 @@ and sample). The figures are exactly those of running ``Scheduler`` one step at 
 (tests/test_simulator.py checks it against that loop), but the work follows events, not
 batch x steps:
 
-- A running sequence is *due* at the decode step whose token needs memory (a new block or
-  a copy-on-write: ``appendable_without_alloc`` has run out). Only due sequences go to the
-  scheduler, which checks, appends and preempts them exactly as in a real decode step.
-- Between its due steps a sequence *rides*: its tokens are owed, not appended. They are
-  settled (appended in bulk) when the step before it is due ends, when it finishes and
-  when it is preempted; meanwhile the memory figures count them (``usage_plus_written``).
-  Settling before the due step, not at it, puts a block filled on that step into the
-  prefix cache before the next admission looks, as the step-by-step loop does.
+- A running sequence is *due* at the decode step whose token fills its block (which then
+  enters the prefix cache) and at the one whose token needs memory (a new block or a
+  copy-on-write: ``appendable_without_alloc`` has run out). Only due sequences go to the
+  scheduler, in running order, which checks, appends and preempts them exactly as in a
+  real decode step; so every allocation and every prefix-cache entry happens in the same
+  order as step by step.
+- Between its due steps a sequence *rides*: its tokens, which need no memory and fill no
+  block, are owed, not appended. It appends them with its next due token, or when it
+  finishes or is preempted; meanwhile the memory figures count them (``usage_plus_written``).
 - Steps where nobody is due, finishes or arrives decide nothing new, so one ``StepRecord``
   stands for ``steps`` of them (a jump); a clock prices the jump in closed form.
 """
@@ -92,7 +93,6 @@ class _Track:
     synced: int  # its tokens are in the allocator (and output_ids) up to this step
     due: int  # the step whose token needs memory
     finish: int  # the step that makes its last token
-    rank: int  # admission order (the scheduler's running order)
     token: int
 
 
@@ -137,24 +137,25 @@ class _Run:
         self.sched = Scheduler(allocator, max_num_seqs, max_num_batched_tokens, token_source=self._source,
                                max_seq_tokens=allocator.usage().capacity_tokens, settle=self._settle_now)
         self.tracks: dict[Sequence, _Track] = {}
-        self.rank: dict[Sequence, int] = {}  # tracks' ranks, for sorting
+        self.rank: dict[Sequence, int] = {}  # admission order: the scheduler's running order
         self.due, self.finishing = _Calendar(), _Calendar()
         self.done = 0  # decode steps done
         self.synced_sum = 0  # sum of tracks' ``synced``: owed tokens = tracks * step - synced_sum
-        self.ranks = 0
+        self.admissions = 0
         self.now = 0.0
         self.peaks = KVPeaks()
         self.records: list[StepRecord] = []
         self.prefill_steps = 0
 
-    def _source(self, seq: Sequence, k: int) -> list[int]:
-        if k == 1:
-            return [seq.last_token]
-        return [seq.last_token] + [synthetic_token(seq, self.vocab)] * (k - 1)
+    @staticmethod
+    def _source(seq: Sequence, k: int) -> list[int]:
+        """The tokens fed at a sequence's next ``k`` steps: its last one, then those it makes
+        meanwhile, all the same synthetic token."""
+        return [seq.output_ids[-1]] * k
 
     # ---- lazy tokens -----------------------------------------------------------
     def _settle(self, seq: Sequence, step: int) -> None:
-        """Append the tokens ``seq`` owes up to ``step`` (none of them needs memory)."""
+        """Append the tokens ``seq`` owes up to ``step`` (none needs memory or fills a block)."""
         tr = self.tracks[seq]
         owed = step - tr.synced
         if owed > 0:
@@ -171,14 +172,18 @@ class _Run:
         """Tokens the riding sequences owe at the end of ``step``."""
         return len(self.tracks) * step - self.synced_sum
 
+    def _next_due(self, seq: Sequence, step: int) -> int:
+        """After ``step``: the next step that needs memory, else the one that fills the block."""
+        free_run = self.alloc.appendable_without_alloc(seq.seq_id)
+        return step + (free_run or 1)
+
     def _track(self, seq: Sequence) -> None:
         """A sequence just prefilled (its first token made): ride until due or finished."""
         step = self.done
-        tr = _Track(step, step + 1 + self.alloc.appendable_without_alloc(seq.seq_id), step + seq.remaining,
-                    self.ranks, synthetic_token(seq, self.vocab))
-        self.ranks += 1
+        tr = _Track(step, self._next_due(seq, step), step + seq.remaining, synthetic_token(seq, self.vocab))
         self.tracks[seq] = tr
-        self.rank[seq] = tr.rank
+        self.rank[seq] = self.admissions
+        self.admissions += 1
         self.synced_sum += step
         self.due.add(tr.due, seq)
         self.finishing.add(tr.finish, seq)
@@ -191,8 +196,7 @@ class _Run:
         self.finishing.discard(tr.finish, seq)
 
     # ---- steps -----------------------------------------------------------------
-    def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int, plan: StepPlan,
-                finished: list[Sequence]) -> None:
+    def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int) -> StepRecord:
         # Before finished sequences are released, as the decode engine measures.
         stats = CacheStats.from_usage(self.alloc.usage_plus_written(owed), self.bpt)
         self.peaks.update(stats)
@@ -204,8 +208,7 @@ class _Run:
         rec = StepRecord(kind, steps, batch, tokens, kv_read, len(self.sched.waiting), stats.reserved_bytes,
                          stats.token_bytes, start, duration)
         self.records.append(rec)
-        if self.observer is not None:
-            self.observer(rec, plan, finished)
+        return rec
 
     def prefill(self, plan: StepPlan) -> None:
         computed = sum(a.seq.num_tokens - a.seq.num_cached for a in plan.admitted)
@@ -218,42 +221,49 @@ class _Run:
                 self._track(s)
         self.prefill_steps += 1
         context = sum(a.seq.num_tokens - 1 for a in plan.admitted)
-        self._record("prefill", 1, len(seqs), computed, context, self._owed(self.done), plan, finished)
+        rec = self._record("prefill", 1, len(seqs), computed, context, self._owed(self.done))
         if self.clock is not None:
             for s in seqs:
-                if s.first_token_time is None:
+                if s.first_token_time is None:  # as the decode engine stamps it: when its prefill ends
                     s.first_token_time = self.now
+        if self.observer is not None:
+            self.observer(rec, plan, finished)
         self.sched.finish(finished)
 
-    def decode(self, plan: StepPlan, due: list[Sequence], next_arrival: Optional[float]) -> None:
-        """The step the scheduler just planned (``due`` appended one token each), then as many
-        more as change nothing."""
+    def decode(self, plan: StepPlan, due: list[tuple[Sequence, int]], next_arrival: Optional[float]) -> None:
+        """The step the scheduler just planned (each ``due`` sequence appended its owed tokens and
+        this step's), then as many more as change nothing."""
         first = self.done + 1
         for s in plan.preempted:
             self._drop(s)
         self.due.clear(first)  # every sequence due now was appended, or preempted and dropped
-        tracks, free_run, add_due = self.tracks, self.alloc.appendable_without_alloc, self.due.add
-        for s in due:
+        tracks, free_run_of, add_due = self.tracks, self.alloc.appendable_without_alloc, self.due.add
+        filled = False  # a block filled now: a new prefix-cache entry
+        for s, k in due:
             tr = tracks.get(s)
             if tr is None:  # preempted
                 continue
-            assert tr.synced == self.done, "a due sequence is settled before its step"
+            s.output_ids += [tr.token] * k
             tr.synced = first
-            self.synced_sum += 1
-            s.output_ids.append(tr.token)
-            tr.due = first + 1 + free_run(s.seq_id)
+            self.synced_sum += k
+            free_run = free_run_of(s.seq_id)
+            filled = filled or not free_run  # its block is full now
+            tr.due = first + (free_run or 1)
             add_due(tr.due, s)
         batch = len(self.sched.running)
         if not batch:  # every sequence was preempted: no forward, nothing generated
             self.peaks.update(CacheStats.from_usage(self.alloc.usage(), self.bpt))
             return
         kv_first = self.alloc.usage().logical_tokens + self._owed(first)
-        # Jump: end where someone finishes, stop before someone is due, and (with a clock)
-        # before a request arrives.
+        # Jump: end where someone finishes, stop before someone is due, and (with a clock) before
+        # a request arrives. A preemption (memory freed) or a filled block (a prefix-cache hit
+        # for the waiting) may let the next step admit, so that step must plan again.
         last = self.finishing.first()
         next_due = self.due.first()
         if next_due is not None:
             last = min(last, next_due - 1)
+        if plan.preempted or filled:
+            last = first
         steps = last - self.done
         if next_arrival is not None:
             steps = self._until(next_arrival, batch, kv_first, steps)
@@ -263,21 +273,12 @@ class _Run:
         for s in finished:
             self._settle(s, last)
         self.done = last
-        self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last), plan, finished)
+        rec = self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last))
+        if self.observer is not None:
+            self.observer(rec, plan, finished)
         for s in finished:
             self._drop(s)
         self.sched.finish(finished)
-        # Those due next may have filled a block on this last step: into the prefix cache before any admission.
-        tracks, append = self.tracks, self.alloc.append
-        for s in self.due.at(last + 1):
-            tr = tracks[s]
-            owed = last - tr.synced
-            if owed:
-                toks = [tr.token] * owed
-                append(s.seq_id, toks)
-                s.output_ids += toks
-                tr.synced = last
-                self.synced_sum += owed
 
     def _until(self, arrival: float, batch: int, kv_first: int, most: int) -> int:
         """Fewest steps (<= ``most``) after which the clock has reached ``arrival``: no later step
@@ -308,8 +309,9 @@ def simulate(
     arrival_s: Optional[Seq[float]] = None,
     observer: Optional[StepObserver] = None,
 ) -> Simulation:
-    """Run ``requests`` to completion. With ``clock`` every record is priced and
-    ``arrival_s`` (seconds, one per request) holds each request back until then."""
+    """Run ``requests`` to completion. With ``clock`` every record is priced and ``arrival_s``
+    (seconds, one per request) holds each request back until then; ``observer`` sees every
+    record with the scheduler's plan and the sequences that finished in it."""
     if arrival_s is not None and clock is None:
         raise ValueError("arrival times need a clock to compare them with")
     # The run allocates millions of small objects and makes no reference cycles: the cyclic
@@ -328,29 +330,27 @@ def _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, 
               observer) -> Simulation:
     run = _Run(allocator, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, observer)
     sched = run.sched
-    order = sorted(range(len(requests)), key=lambda i: arrival_s[i]) if arrival_s is not None else []
-    if arrival_s is None:
-        for r in requests:
-            sched.add_request(r)
+    times = arrival_s if arrival_s is not None else [0.0] * len(requests)  # a burst: all at once
+    order = sorted(range(len(requests)), key=times.__getitem__)  # stable: a burst keeps the list order
     arrived = 0
     while True:
-        while arrived < len(order) and arrival_s[order[arrived]] <= run.now:
+        while arrived < len(order) and times[order[arrived]] <= run.now:
             sched.add_request(requests[order[arrived]])
             arrived += 1
-        next_arrival = arrival_s[order[arrived]] if arrived < len(order) else None
+        next_arrival = times[order[arrived]] if arrived < len(order) else None
         if sched.done:
             if next_arrival is None:
                 break
             run.now = next_arrival  # idle until the next request
             continue
-        due = run.due.at(run.done + 1)  # settled: see decode()
-        if len(due) > 1:
-            due.sort(key=run.rank.__getitem__)  # the scheduler's running order
-        plan = sched.schedule(1, candidates=due)
+        first = run.done + 1
+        due = sorted(run.due.at(first), key=run.rank.__getitem__)  # the scheduler's running order
+        candidates = [(s, first - run.tracks[s].synced) for s in due]  # owed tokens and this step's
+        plan = sched.schedule(1, candidates=candidates)
         if plan.is_prefill:
             run.prefill(plan)
         else:
-            run.decode(plan, due, next_arrival)
+            run.decode(plan, candidates, next_arrival)
     return Simulation(run.peaks, sched.peak_running, sched.peak_running_before_preemption, sched.num_preemptions,
                       sched.rejected, run.prefill_steps, run.done, len(sched.finished), run.records,
                       run.now if clock is not None else None)
