@@ -37,7 +37,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from harness.config import Config, GpuConfig
 from harness.errors import ConfigError
+from harness.kv_math import DTYPE_BYTES, kv_bytes_per_token, parameter_count, weight_bytes
+from harness.model.config import ModelConfig
 
 # Figures that divide or scale the cost: 0 or below has no meaning.
 _POSITIVE = ("memory_gb", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps")
@@ -72,10 +75,6 @@ class GpuSpec:
                 raise ConfigError(f"gpu.{key}={getattr(self, key)} must be in (0, 1] (gpu={self.name})")
         if self.count < 1:
             raise ConfigError(f"gpu.count={self.count} must be >= 1 (gpu={self.name})")
-
-    @property
-    def total_memory_bytes(self) -> int:
-        return int(self.memory_gb * 1e9 * self.count)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -159,21 +158,19 @@ def _decode_sum(a: float, d: float, c: float, k: int) -> float:
     return j * c + series
 
 
-def model_cost(model, dtype: str) -> ModelCost:
-    """A model config's figures (harness.model.config.ModelConfig) for ``dtype``."""
-    from harness.kv_math import DTYPE_BYTES, kv_bytes_per_token, parameter_count, weight_bytes
-
+def model_cost(model: ModelConfig, dtype: str) -> ModelCost:
+    """A model config's figures for ``dtype``."""
     return ModelCost(params=parameter_count(model), weight_bytes=weight_bytes(model, dtype),
                      kv_bytes_per_token=kv_bytes_per_token(model, dtype), num_layers=model.num_layers,
                      hidden_size=model.hidden_size, elem_bytes=DTYPE_BYTES[dtype])
 
 
-def gpu_spec(gpu) -> GpuSpec:
+def gpu_spec(gpu: GpuConfig) -> GpuSpec:
     """A resolved ``GpuConfig`` (harness/config.py: every figure filled) as a validated spec."""
     return GpuSpec(**{key: getattr(gpu, key) for key in GpuSpec.field_names()})
 
 
-def cost_model_for(cfg) -> CostModel:
+def cost_model_for(cfg: Config) -> CostModel:
     """The clock of a resolved ``Config`` whose ``gpu`` is set."""
     if cfg.gpu is None:
         raise ConfigError("the simulated clock needs a GPU: gpu=NAME (conf/gpu/)")

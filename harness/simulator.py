@@ -238,7 +238,6 @@ class _Run:
             self._drop(s)
         self.due.clear(first)  # every sequence due now was appended, or preempted and dropped
         tracks, free_run_of, add_due = self.tracks, self.alloc.appendable_without_alloc, self.due.add
-        filled = False  # a block filled now: a new prefix-cache entry
         for s, k in due:
             tr = tracks.get(s)
             if tr is None:  # preempted
@@ -246,9 +245,7 @@ class _Run:
             s.output_ids += [tr.token] * k
             tr.synced = first
             self.synced_sum += k
-            free_run = free_run_of(s.seq_id)
-            filled = filled or not free_run  # its block is full now
-            tr.due = first + (free_run or 1)
+            tr.due = first + (free_run_of(s.seq_id) or 1)
             add_due(tr.due, s)
         batch = len(self.sched.running)
         if not batch:  # every sequence was preempted: no forward, nothing generated
@@ -256,13 +253,14 @@ class _Run:
             return
         kv_first = self.alloc.usage().logical_tokens + self._owed(first)
         # Jump: end where someone finishes, stop before someone is due, and (with a clock) before
-        # a request arrives. A preemption (memory freed) or a filled block (a prefix-cache hit
-        # for the waiting) may let the next step admit, so that step must plan again.
+        # a request arrives. A step that filled a block (a new prefix-cache entry, which a waiting
+        # request may hit) ends the jump too: the filler is due at the next step. So must a step
+        # that preempted: the memory it freed may let the next step admit.
         last = self.finishing.first()
         next_due = self.due.first()
         if next_due is not None:
             last = min(last, next_due - 1)
-        if plan.preempted or filled:
+        if plan.preempted:
             last = first
         steps = last - self.done
         if next_arrival is not None:
@@ -344,7 +342,8 @@ def _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, 
             run.now = next_arrival  # idle until the next request
             continue
         first = run.done + 1
-        due = sorted(run.due.at(first), key=run.rank.__getitem__)  # the scheduler's running order
+        due = run.due.at(first)
+        due.sort(key=run.rank.__getitem__)  # the scheduler's running order
         candidates = [(s, first - run.tracks[s].synced) for s in due]  # owed tokens and this step's
         plan = sched.schedule(1, candidates=candidates)
         if plan.is_prefill:

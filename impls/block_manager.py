@@ -184,10 +184,12 @@ class BlockManager(KVAllocator):
 
     # ---- growth -------------------------------------------------------------
     def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
-        n = len(self.tokens[seq_id])
-        off = n % self.block_size
+        n, bs = len(self.tokens[seq_id]), self.block_size
+        off = n % bs
+        if off and off + num_tokens <= bs:  # (the common case: into the last block)
+            return 1 if self.ref[self.tables[seq_id][-1]] > 1 else 0
         cow = 1 if off and self.ref[self.tables[seq_id][-1]] > 1 else 0
-        new = -(-(n + num_tokens) // self.block_size) - (-(-n // self.block_size))
+        new = -(-(n + num_tokens) // bs) - (-(-n // bs))
         return new + cow
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
