@@ -2,7 +2,8 @@
 
 The same scheduler drives the decode scenario (one token per step, with a model)
 and the capacity scenario (no model; harness/simulator.py hands it only the
-sequences whose next token needs memory, and jumps between events). Each step is either a prefill step (admit what fits, up to
+sequences whose next token needs memory or fills a block, and jumps between
+events). Each step is either a prefill step (admit what fits, up to
 ``max_num_seqs`` running and ``max_num_batched_tokens`` prompt tokens to compute,
 all prefilled in one forward) or a decode step (one more token for every running
 sequence); when a running sequence cannot get its next slot the most recently

@@ -93,7 +93,7 @@ class BlockManager(KVAllocator):
         else:
             b, _ = self.evictable.popitem(last=False)  # least recently freed
             h = self.block_hash[b]
-            if self.hash_to_block.get(h) == b:  # (_forget_hash, inlined: admissions take many blocks)
+            if self.hash_to_block.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
                 del self.hash_to_block[h]
             self.block_hash[b] = self.block_tokens[b] = None
         assert self.ref[b] == 0
@@ -184,12 +184,10 @@ class BlockManager(KVAllocator):
 
     # ---- growth -------------------------------------------------------------
     def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
-        n, bs = len(self.tokens[seq_id]), self.block_size
-        off = n % bs
-        if off and off + num_tokens <= bs:  # (the common case: into the last block)
-            return 1 if self.ref[self.tables[seq_id][-1]] > 1 else 0
+        n = len(self.tokens[seq_id])
+        off = n % self.block_size
         cow = 1 if off and self.ref[self.tables[seq_id][-1]] > 1 else 0
-        new = -(-(n + num_tokens) // bs) - (-(-n // bs))
+        new = -(-(n + num_tokens) // self.block_size) - (-(-n // self.block_size))
         return new + cow
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -211,7 +209,7 @@ class BlockManager(KVAllocator):
                 if parent is not None:
                     self._register_full(b, parent, tuple(toks[-bs:]))
             return []
-        if off == 0 and n < bs:
+        if off == 0 and 0 < n < bs:
             # A decode step at a block boundary: a new block that the tokens leave partial.
             table.append(self._take_block())
             self._mark_changed(seq_id, len(table) - 1)
