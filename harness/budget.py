@@ -89,8 +89,9 @@ def kv_budget(
                               + (" or raise device.memory_gb" if source == "device.memory_gb" else ""))
         return MemoryBudget(device_bytes, usable, weights, act, int(cfg.device.kv_cache_gb * GB), "device.kv_cache_gb")
     if kv <= 0:
+        gpu = f"gpu={cfg.gpu.name} x gpu.count={cfg.gpu.count}: " if cfg.gpu is not None else ""
         raise ConfigError(
-            f"device.memory_gb={device_bytes / GB:.2f} GB x device.utilization={cfg.device.utilization} "
+            f"{gpu}device.memory_gb={device_bytes / GB:.2f} GB x device.utilization={cfg.device.utilization} "
             f"= {usable / GB:.2f} GB leaves nothing for the KV cache: weights need {weights / GB:.2f} GB "
             f"and activations {act / GB:.2f} GB (model={cfg.model.name}, dtype={cfg.dtype})"
         )

@@ -108,6 +108,26 @@ class DeviceConfig:
 
 
 @dataclass
+class GpuConfig:
+    """A GPU for the simulated clock (conf/gpu/NAME.yaml; harness/cost_model.py uses the figures).
+
+    ``gpu=NAME`` fills every figure from the file; any can be overridden, e.g. a measured
+    copy bandwidth for ``bandwidth_gbps``. A figure left None is taken from conf/gpu/NAME.yaml.
+    """
+
+    name: str = MISSING
+    count: int = 1  # GPUs working on one model (tensor parallel)
+    memory_gb: Optional[float] = None  # per GPU; the capacity scenario's device.memory_gb defaults to it x count
+    bandwidth_gbps: Optional[float] = None  # memory bandwidth per GPU, GB/s
+    tflops: Optional[float] = None  # dense bf16/fp16 tensor peak per GPU, TFLOP/s
+    bw_efficiency: Optional[float] = None
+    flops_efficiency: Optional[float] = None
+    step_overhead_us: Optional[float] = None
+    interconnect_gbps: Optional[float] = None  # per GPU and direction, GB/s
+    interconnect_latency_us: Optional[float] = None
+
+
+@dataclass
 class ScenarioConfig:
     name: str = "decode"  # decode | capacity | kernel | max_concurrency | max_rate
     warmup: int = 1  # decode: warm-up passes; kernel: warm-up calls
@@ -138,6 +158,7 @@ class Config:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     impl: Optional[ImplConfig] = None  # absent: every impl in conf/impl/ (and on Hydra's search path)
+    gpu: Optional[GpuConfig] = None  # the simulated clock's GPU (gpu=NAME); absent: no clock
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)
     # Most prompt tokens one prefill forward computes (vLLM's name); a longer prompt runs alone.
     max_num_batched_tokens: int = 8192

@@ -18,9 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 from harness.budget import check_memory_bounds
 from harness.config import (
     ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, SCENARIOS,
-    TRACE_SAMPLES, Config, ImplConfig,
+    TRACE_SAMPLES, Config, GpuConfig, ImplConfig,
 )
+from harness.cost_model import GpuSpec, gpu_spec
 from harness.errors import ConfigError
+from harness.kv_math import GB, weight_bytes
 from harness.model.hf_config import resolve_model_config
 from harness.model.config import ModelConfig
 from harness.strict import check_known_keys, check_model_name, hydra_choice
@@ -74,8 +76,8 @@ def resolve(raw: DictConfig | Config) -> Config:
     if cfg.device.name == "auto":
         cfg.device.name = "cuda" if torch.cuda.is_available() else "cpu"
     _check(cfg.device.name != "cuda" or torch.cuda.is_available(), "device.name=cuda but no CUDA GPU is visible")
-    if cfg.dtype == "auto":
-        cfg.dtype = "bfloat16" if cfg.device.name == "cuda" else "float32"
+    if cfg.dtype == "auto":  # a simulated GPU counts as a GPU
+        cfg.dtype = "bfloat16" if cfg.device.name == "cuda" or _simulated_gpu(cfg) else "float32"
     _one_of("dtype", cfg.dtype, DTYPES)
     _one_of("isolation", cfg.isolation, ISOLATIONS)
     if cfg.isolation == "auto":
@@ -83,6 +85,8 @@ def resolve(raw: DictConfig | Config) -> Config:
     if cfg.model.name == "auto" and not cfg.model.path:
         cfg.model = load_group("model", GPU_MODEL if cfg.device.name == "cuda" else CPU_MODEL, ModelConfig)
     cfg.model = resolve_model_config(cfg.model)
+    if cfg.gpu is not None:
+        _resolve_gpu(cfg)
     if cfg.device.name == "cpu" and cfg.device.memory_gb is None:
         cfg.device.memory_gb = CPU_MEMORY_GB
     if cfg.scenario.name == "max_rate" and cfg.arrival.rate is None:
@@ -108,6 +112,35 @@ def describe_trace(cfg: Config) -> None:
            f"workload.columns.arrival_s={w.columns.arrival_s!r} column")
     w.prompt_len = round(float(trace.prompt_lens.mean()), 2)
     w.output_len = round(float(trace.output_lens.mean()), 2)
+
+
+def _simulated_gpu(cfg: Config) -> bool:
+    """A GPU spec is chosen and the scenario runs bookkeeping only (no real device memory)."""
+    return cfg.gpu is not None and (cfg.scenario.name == "capacity" or cfg.scenario.probe == "capacity")
+
+
+def _resolve_gpu(cfg: Config) -> None:
+    """Fill the chosen GPU's figures from conf/gpu/NAME.yaml (a key already set wins) and check them.
+
+    In a bookkeeping scenario the GPUs' total memory is the default ``device.memory_gb``,
+    and it must at least hold the weights.
+    """
+    gpu = cfg.gpu
+    _one_of("gpu.name", gpu.name, _choices("gpu"))
+    spec_file = load_group("gpu", gpu.name, GpuConfig)
+    for key in GpuSpec.field_names():
+        if getattr(gpu, key) is None:
+            setattr(gpu, key, getattr(spec_file, key))
+    spec = gpu_spec(gpu)  # a figure <= 0 is a ConfigError naming its key
+    if not _simulated_gpu(cfg) or cfg.device.memory_gb is not None:
+        return
+    cfg.device.memory_gb = spec.memory_gb * spec.count
+    usable = cfg.device.memory_gb * cfg.device.utilization
+    weights = weight_bytes(cfg.model, cfg.dtype) / GB
+    _check(weights < usable,
+           f"gpu={gpu.name} x gpu.count={spec.count}: {usable:.1f} GB usable ({cfg.device.memory_gb:g} GB x "
+           f"device.utilization={cfg.device.utilization}) cannot hold the weights of model={cfg.model.name} "
+           f"({weights:.1f} GB, dtype={cfg.dtype}); raise gpu.count")
 
 
 def validate(cfg: Config) -> None:

@@ -1,8 +1,9 @@
 """Continuous batching over any ``KVAllocator``: admit, decode, preempt by recompute.
 
 The same scheduler drives the decode scenario (one token per step, with a model)
-and the capacity scenario (no model; it jumps several tokens at once between
-allocation events). Each step is either a prefill step (admit what fits, up to
+and the capacity scenario (no model; harness/simulator.py hands it only the
+sequences whose next token needs memory or fills a block, and jumps between
+events). Each step is either a prefill step (admit what fits, up to
 ``max_num_seqs`` running and ``max_num_batched_tokens`` prompt tokens to compute,
 all prefilled in one forward) or a decode step (one more token for every running
 sequence); when a running sequence cannot get its next slot the most recently
@@ -56,12 +57,16 @@ class Scheduler:
         max_num_batched_tokens: int,
         token_source: TokenSource = last_token,
         max_seq_tokens: int | None = None,
+        settle: Callable[[Sequence], None] | None = None,
     ) -> None:
         self.allocator = allocator
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens  # prompt tokens computed per prefill step
         self.token_source = token_source
         self.max_seq_tokens = max_seq_tokens  # pool size in tokens, for never-fits checks
+        # Brings a sequence's lazily counted tokens into it and the allocator before a preemption
+        # releases it (the event-driven simulator); None: every sequence is always up to date.
+        self.settle = settle
         self.waiting: deque[tuple[Sequence, int]] = deque()  # (sequence, samples to fork)
         self.running: list[Sequence] = []
         self.rejected: list[tuple[Sequence, str]] = []
@@ -71,13 +76,13 @@ class Scheduler:
         self.peak_running_before_preemption = 0
         self._next_id = 0
 
-    def _new_seq(self, request_id: int, sample: int, prompt: list[int], max_new: int, arrival_s: float) -> Sequence:
+    def _new_seq(self, request_id: int, sample: int, prompt: Seq[int], max_new: int, arrival_s: float) -> Sequence:
         seq = Sequence(self._next_id, request_id, sample, prompt, max_new, arrival_s=arrival_s)
         self._next_id += 1
         return seq
 
     def add_request(self, req: Request) -> None:
-        seq = self._new_seq(req.request_id, 0, list(req.prompt_ids), req.output_len, req.arrival_s)
+        seq = self._new_seq(req.request_id, 0, req.prompt_ids, req.output_len, req.arrival_s)
         self.waiting.append((seq, req.n))
 
     @property
@@ -85,11 +90,19 @@ class Scheduler:
         return not self.waiting and not self.running
 
     # ---- a step ---------------------------------------------------------------
-    def schedule(self, num_tokens: int = 1) -> StepPlan:
+    def schedule(self, num_tokens: int = 1, candidates: Seq[tuple[Sequence, int]] | None = None) -> StepPlan:
+        """Plan one step: admit what fits, else ``num_tokens`` more tokens for every running sequence.
+
+        ``candidates``, (sequence, tokens) in running order, are the only running sequences checked
+        and appended, each with its own token count (the event-driven simulator: those whose append
+        now needs memory or fills a block, with the tokens they owe from earlier steps, which need
+        none); the caller accounts the others' tokens itself. None: every running sequence
+        appends ``num_tokens`` (the decode engine).
+        """
         plan = StepPlan()
         self._admit(plan)
         if not plan.admitted:
-            self._schedule_decode(plan, num_tokens)
+            self._schedule_decode(plan, num_tokens, candidates)
         # The allocator measures external fragmentation against the request that waits first.
         self.allocator.note_waiting(self.waiting[0][0].final_len if self.waiting else None)
         if not (plan.admitted or plan.decodes or plan.preempted or self.done):
@@ -138,30 +151,32 @@ class Scheduler:
             batched += seq.num_tokens - seq.num_cached
             admission = Admission(seq)
             for k in range(1, samples):
-                child = self._new_seq(seq.request_id, k, list(seq.prompt_ids), seq.max_new_tokens, seq.arrival_s)
+                child = self._new_seq(seq.request_id, k, seq.prompt_ids, seq.max_new_tokens, seq.arrival_s)
                 admission.fork_copies += alloc.fork(seq.seq_id, child.seq_id)
                 admission.forks.append(child)
             self.running += [seq, *admission.forks]
             plan.admitted.append(admission)
 
-    def _schedule_decode(self, plan: StepPlan, num_tokens: int) -> None:
-        alloc = self.allocator
-        queue = deque(self.running)  # admission order: the last admitted is preempted first
-        scheduled: list[Sequence] = []
-        while queue:
-            seq = queue.popleft()
-            while not alloc.can_append(seq.seq_id, num_tokens):
-                victim = queue.pop() if queue else seq
+    def _schedule_decode(self, plan: StepPlan, num_tokens: int, candidates: Seq[tuple[Sequence, int]] | None) -> None:
+        alloc, running = self.allocator, self.running  # admission order: the last admitted is preempted first
+        # Victims always come off the tail, so the survivors stay a prefix of ``running``.
+        gone: set[int] = set()
+        for seq, k in ([(s, num_tokens) for s in running] if candidates is None else candidates):
+            if gone and id(seq) in gone:
+                continue
+            while not alloc.can_append(seq.seq_id, k):
+                victim = running.pop()  # the last one after ``seq``, else ``seq`` itself
+                gone.add(id(victim))
                 self._preempt(victim, plan)
                 if victim is seq:
                     break
             else:
-                plan.copies += alloc.append(seq.seq_id, self.token_source(seq, num_tokens))
-                scheduled.append(seq)
-        self.running = scheduled
-        plan.decodes = scheduled
+                plan.copies += alloc.append(seq.seq_id, self.token_source(seq, k))
+        plan.decodes = list(running)
 
     def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
+        if self.settle is not None:
+            self.settle(seq)
         self.allocator.release(seq.seq_id)
         seq.num_cached = 0
         seq.preempted += 1
@@ -177,5 +192,4 @@ class Scheduler:
         for s in done:
             self.allocator.release(s.seq_id)
             self.finished.append(s)
-        gone = {id(s) for s in done}
-        self.running = [s for s in self.running if id(s) not in gone]
+            self.running.remove(s)  # by identity (Sequence has no __eq__)

@@ -10,7 +10,7 @@ class Sequence:
     seq_id: int
     request_id: int
     sample: int  # index among the request's n parallel samples
-    prompt_ids: list[int]
+    prompt_ids: tuple[int, ...] | list[int]  # the request's own tuple: never copied, never changed
     max_new_tokens: int
     output_ids: list[int] = field(default_factory=list)
     # Prompt tokens whose K/V were already in the cache at admission (prefix-cache hits): the
@@ -32,7 +32,7 @@ class Sequence:
 
     @property
     def token_ids(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
+        return [*self.prompt_ids, *self.output_ids]
 
     @property
     def last_token(self) -> int:

@@ -16,7 +16,7 @@ Two halves, so the capacity scenario can run the bookkeeping alone at 70B scale:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
@@ -154,11 +154,26 @@ class KVAllocator(ABC):
     def num_tokens(self, seq_id: int) -> int: ...
 
     @abstractmethod
-    def tokens_until_alloc(self, seq_id: int) -> int:
-        """Tokens the sequence can append before the next allocation (>= 1; for jumps)."""
+    def appendable_without_alloc(self, seq_id: int) -> int:
+        """Tokens the sequence can append now with no new slot and no copy (0: the next one needs one).
+
+        The event-driven simulator lets a sequence "ride" that many steps without calling the allocator.
+        """
 
     @abstractmethod
     def usage(self) -> CacheUsage: ...
+
+    def usage_plus_written(self, num_tokens: int) -> CacheUsage:
+        """``usage()`` once ``num_tokens`` more tokens are appended into slots their sequences already hold.
+
+        Such appends (``appendable_without_alloc``) allocate nothing, so only token states and
+        logical tokens grow, and the unwritten reserved slots shrink by as much. Here those are
+        reservation waste (slots reserved at admission); an allocator whose unwritten slots count
+        as fragmentation (paged) overrides this. The simulator accounts riding tokens this way.
+        """
+        u = self.usage()
+        return replace(u, token_states=u.token_states + num_tokens, logical_tokens=u.logical_tokens + num_tokens,
+                       reservation_waste_tokens=u.reservation_waste_tokens - num_tokens)
 
 
 def apply_row_copies(stores: Sequence[torch.Tensor], copies: Sequence[RowCopy]) -> None:

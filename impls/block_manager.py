@@ -92,7 +92,10 @@ class BlockManager(KVAllocator):
             b = self.free.popleft()
         else:
             b, _ = self.evictable.popitem(last=False)  # least recently freed
-            self._forget_hash(b)
+            h = self.block_hash[b]
+            if self.hash_to_block.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
+                del self.hash_to_block[h]
+            self.block_hash[b] = self.block_tokens[b] = None
         assert self.ref[b] == 0
         self.ref[b] = 1
         self.filled[b] = 0
@@ -105,25 +108,12 @@ class BlockManager(KVAllocator):
         self.block_hash[b] = None
         self.block_tokens[b] = None
 
-    def _decref(self, b: int) -> None:
-        assert self.ref[b] > 0, f"block {b} freed twice"
-        self.ref[b] -= 1
-        if self.ref[b]:
-            return
-        self._filled_in_use -= self.filled[b]
-        h = self.block_hash[b]
-        if h is not None and self.hash_to_block.get(h) == b:
-            self.evictable[b] = None  # keep its contents for a later prefix hit
-        else:
-            self._forget_hash(b)
-            self.free.append(b)
-
     def _register_full(self, b: int, parent_hash: int, toks: tuple[int, ...]) -> None:
         h = hash((parent_hash, toks))
         self.block_hash[b] = h
         self.block_tokens[b] = toks
-        if self.prefix_caching and h not in self.hash_to_block:
-            self.hash_to_block[h] = b
+        if self.prefix_caching:
+            self.hash_to_block.setdefault(h, b)  # the first block with these contents stays the cached one
 
     def _lookup(self, parent_hash: int, toks: tuple[int, ...]) -> tuple[int, int | None]:
         h = hash((parent_hash, toks))
@@ -159,26 +149,27 @@ class BlockManager(KVAllocator):
         assert seq_id not in self.tables, f"sequence {seq_id} admitted twice"
         hits, cost = self._plan(token_ids)
         assert cost <= self.num_free_blocks, "admit() without can_admit()"
-        bs = self.block_size
+        bs, n, ref, filled = self.block_size, len(token_ids), self.ref, self.filled
         table: list[int] = []
         h = _ROOT_HASH
-        for i in range(-(-len(token_ids) // bs)):
-            toks = tuple(token_ids[i * bs : (i + 1) * bs])
-            if i < len(hits):
-                b = hits[i]
-                if self.ref[b] == 0:
-                    del self.evictable[b]
-                    self._filled_in_use += self.filled[b]
-                self.ref[b] += 1
-                h = self.block_hash[b]
-            else:
-                b = self._take_block()
-                self.filled[b] = len(toks)
-                self._filled_in_use += len(toks)
-                if len(toks) == bs:
-                    self._register_full(b, h, toks)
-                    h = self.block_hash[b]
+        for b in hits:
+            if ref[b] == 0:
+                del self.evictable[b]
+                self._filled_in_use += filled[b]
+            ref[b] += 1
+            h = self.block_hash[b]
             table.append(b)
+        take, register, block_hash = self._take_block, self._register_full, self.block_hash
+        for start in range(len(hits) * bs, n, bs):
+            b = take()
+            if start + bs <= n:
+                filled[b] = bs
+                register(b, h, tuple(token_ids[start : start + bs]))
+                h = block_hash[b]
+            else:
+                filled[b] = n - start
+            table.append(b)
+        self._filled_in_use += n - len(hits) * bs
         self.tables[seq_id] = table
         self.tokens[seq_id] = list(token_ids)
         self._changed[seq_id] = 0
@@ -200,21 +191,37 @@ class BlockManager(KVAllocator):
         return new + cow
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
-        return self._blocks_to_append(seq_id, num_tokens) <= self.num_free_blocks
+        return self._blocks_to_append(seq_id, num_tokens) <= len(self.free) + len(self.evictable)
 
     def append(self, seq_id: int, token_ids: Sequence[int]) -> list[RowCopy]:
         bs = self.block_size
         table, toks = self.tables[seq_id], self.tokens[seq_id]
-        off = len(toks) % bs
-        if len(token_ids) == 1 and 0 < off < bs - 1 and self.ref[table[-1]] == 1:
-            # Fast path (most decode steps): one token into an owned block that stays partial.
-            toks.append(token_ids[0])
-            self.filled[table[-1]] = off + 1
-            self._filled_in_use += 1
-            self._logical += 1
+        off, n = len(toks) % bs, len(token_ids)
+        if off and off + n <= bs and self.ref[table[-1]] == 1:
+            # Fast path (most appends): into an owned, partly filled block, which they may fill.
+            b = table[-1]
+            toks += token_ids
+            self.filled[b] = off + n
+            self._filled_in_use += n
+            self._logical += n
+            if off + n == bs:
+                parent = self.block_hash[table[-2]] if len(table) > 1 else _ROOT_HASH
+                if parent is not None:
+                    self._register_full(b, parent, tuple(toks[-bs:]))
             return []
+        if off == 0 and 0 < n < bs:
+            # A decode step at a block boundary: a new block that the tokens leave partial.
+            table.append(self._take_block())
+            self._mark_changed(seq_id, len(table) - 1)
+            toks += token_ids
+            self.filled[table[-1]] = n
+            self._filled_in_use += n
+            self._logical += n
+            return []
+        # Block by block, not token by token: the simulator appends many tokens at once.
         copies: list[RowCopy] = []
-        for t in token_ids:
+        done = 0
+        while done < len(token_ids):
             off = len(toks) % bs
             if off == 0:
                 table.append(self._take_block())
@@ -229,19 +236,26 @@ class BlockManager(KVAllocator):
                 self._mark_changed(seq_id, len(table) - 1)
                 copies.append(RowCopy(src * bs, dst * bs, off))
             b = table[-1]
-            toks.append(t)
-            if self.filled[b] <= off:  # a shared block's fill is the max over its holders
-                self.filled[b] = off + 1
-                self._filled_in_use += 1
-            if off + 1 == bs:
+            take = min(bs - off, len(token_ids) - done)
+            toks.extend(token_ids[done : done + take])
+            done += take
+            # A shared block's fill is the max over its holders: only slots past it are new states.
+            end = off + take
+            if self.filled[b] < end:
+                self._filled_in_use += end - max(self.filled[b], off)
+                self.filled[b] = end
+            if end == bs:
                 parent = self.block_hash[table[-2]] if len(table) > 1 else _ROOT_HASH
                 if parent is not None:
                     self._register_full(b, parent, tuple(toks[-bs:]))
         self._logical += len(token_ids)
         return copies
 
-    def tokens_until_alloc(self, seq_id: int) -> int:
-        return self.block_size - len(self.tokens[seq_id]) % self.block_size
+    def appendable_without_alloc(self, seq_id: int) -> int:
+        off = len(self.tokens[seq_id]) % self.block_size
+        if off == 0 or self.ref[self.tables[seq_id][-1]] > 1:
+            return 0  # the next token needs a new block, or a copy of the shared one
+        return self.block_size - off
 
     def fork(self, parent_id: int, child_id: int) -> list[RowCopy]:
         assert child_id not in self.tables, f"sequence {child_id} exists"
@@ -258,8 +272,21 @@ class BlockManager(KVAllocator):
         table = self.tables.pop(seq_id)
         self._changed.pop(seq_id, None)
         self._logical -= len(self.tokens.pop(seq_id))
+        ref, filled, block_hash, cached, evictable = self.ref, self.filled, self.block_hash, self.hash_to_block, self.evictable
+        freed = 0
         for b in reversed(table):  # tail blocks become the first to be evicted
-            self._decref(b)
+            assert ref[b] > 0, f"block {b} freed twice"
+            ref[b] -= 1
+            if ref[b]:
+                continue
+            freed += filled[b]
+            h = block_hash[b]
+            if h is not None and cached.get(h) == b:
+                evictable[b] = None  # keep its contents for a later prefix hit
+            else:
+                self._forget_hash(b)
+                self.free.append(b)
+        self._filled_in_use -= freed
 
     # ---- addressing and accounting ----------------------------------------
     def rows(self, seq_id: int, start: int, end: int) -> list[int]:
@@ -267,13 +294,19 @@ class BlockManager(KVAllocator):
         return [table[p // bs] * bs + p % bs for p in range(start, end)]
 
     def usage(self) -> CacheUsage:
+        return self.usage_plus_written(0)
+
+    def usage_plus_written(self, num_tokens: int) -> CacheUsage:
+        """Tokens appended without allocation fill slots of owned, partly filled last blocks:
+        each is one more token state and one slot less of fragmentation."""
         reserved = self.num_used_blocks * self.block_size
+        filled = self._filled_in_use + num_tokens
         return CacheUsage(
             capacity_tokens=self.num_blocks * self.block_size,
             reserved_tokens=reserved,
-            token_states=self._filled_in_use,
-            logical_tokens=self._logical,
-            fragmentation_tokens=reserved - self._filled_in_use,
+            token_states=filled,
+            logical_tokens=self._logical + num_tokens,
+            fragmentation_tokens=reserved - filled,
             reservation_waste_tokens=0,
             num_sequences=len(self.tables),
             free_tokens=self.num_free_blocks * self.block_size,

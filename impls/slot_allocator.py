@@ -65,8 +65,8 @@ class SlotAllocator(KVAllocator):
         base = self.slot_of[seq_id] * self.max_seq_len
         return list(range(base + start, base + end))
 
-    def tokens_until_alloc(self, seq_id: int) -> int:
-        return max(1, self.max_seq_len - self.length[seq_id])
+    def appendable_without_alloc(self, seq_id: int) -> int:
+        return self.max_seq_len - self.length[seq_id]  # the slot was reserved whole at admission
 
     def usage(self) -> CacheUsage:
         reserved = len(self.slot_of) * self.max_seq_len

@@ -134,3 +134,48 @@ def test_watermark_and_rejects():
 def test_bad_block_size(bad):
     with pytest.raises(ValueError, match="block_size"):
         BlockManager(4, bad)
+
+
+def _state(bm: BlockManager) -> tuple:
+    return (bm.tables, bm.tokens, bm.ref, bm.filled, bm.block_hash, bm.block_tokens, bm.hash_to_block,
+            list(bm.free), list(bm.evictable), bm._filled_in_use, bm._logical, bm.usage())
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), block_size=st.sampled_from([1, 2, 4, 8]), caching=st.booleans())
+def test_appending_many_tokens_at_once_equals_one_at_a_time(seed, block_size, caching):
+    """The simulator appends a run of tokens in one call: the same state as a token per call,
+    and ``appendable_without_alloc`` tokens never allocate or copy while the next one does."""
+    rng = random.Random(seed)
+    bulk, single = (BlockManager(64, block_size, prefix_caching=caching) for _ in range(2))
+    live: list[int] = []
+    for sid in range(40):
+        op = rng.choice(["admit", "fork", "append", "append", "append", "release"])
+        if op == "admit" or not live:
+            prompt = [rng.randrange(4) for _ in range(rng.randint(1, 3 * block_size))]  # repeats make hits
+            if bulk.can_admit(prompt):
+                assert bulk.admit(sid, prompt) == single.admit(sid, prompt)
+                live.append(sid)
+        elif op == "fork":
+            parent = rng.choice(live)
+            bulk.fork(parent, sid), single.fork(parent, sid)
+            live.append(sid)
+        elif op == "append":
+            seq = rng.choice(live)
+            free_run = bulk.appendable_without_alloc(seq)
+            k = rng.choice([free_run, rng.randint(1, 3 * block_size)]) or 1
+            if not bulk.can_append(seq, k):
+                continue
+            free_before = bulk.num_free_blocks
+            toks = [rng.randrange(4) for _ in range(k)]
+            copies = bulk.append(seq, toks)
+            assert copies == [c for t in toks for c in single.append(seq, [t])]
+            if k <= free_run:  # no block, no copy
+                assert not copies and bulk.num_free_blocks == free_before
+            if k == free_run:  # and then the next token needs one
+                assert bulk.appendable_without_alloc(seq) == 0 and bulk._blocks_to_append(seq, 1) == 1
+        else:
+            seq = live.pop(rng.randrange(len(live)))
+            bulk.release(seq), single.release(seq)
+        assert _state(bulk) == _state(single)
+        bulk.check_invariants()

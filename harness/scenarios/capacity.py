@@ -2,11 +2,10 @@
 
 No tensors and no model compute: the same ``Scheduler`` and allocators as the
 decode scenario run the workload under a memory budget, admitting under the same
-``max_num_batched_tokens`` per prefill step. Between allocation events nothing
-changes, so a step advances every running sequence by as many tokens as it can
-take without a new block (or until it finishes); the peaks are exact because
-token states only grow within a step. Generated tokens are synthetic (a fixed
-function of request, sample and position).
+``max_num_batched_tokens`` per prefill step. harness/simulator.py runs it event
+by event (allocations, finishes), with exactly the figures of a step-by-step run;
+``decode_steps`` counts decode steps as the decode engine does. Generated tokens
+are synthetic (a fixed function of request and sample).
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
         "status": "ok",
         "notes": notes,
         "wall_s": wall,
-        "decode_steps": sim.steps,
+        "decode_steps": sim.decode_steps,  # as the decode engine counts them (prefill steps apart)
         "peak_concurrency": sim.peak_running,
         "max_concurrency": sim.peak_running_before_preemption,
         "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, mean_len),

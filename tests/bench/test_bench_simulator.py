@@ -1,0 +1,38 @@
+"""pytest-benchmark: the event-driven capacity simulator (`make bench`).
+
+The README's 70B capacity run (Llama-3.1-70B, bf16, chat requests of 512 + 256
+tokens on average, batch 256, a 640 GB budget) at a fifth of its 10,000 requests,
+so that `make test` runs it once quickly. Each round builds a fresh allocator and
+simulates every request to the end. Figures, not assertions: nothing checks a speed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.budget import kv_budget
+from harness.cache_factory import build_allocator
+from harness.kv_math import kv_bytes_per_token
+from harness.resolve import load_impl, resolve
+from harness.simulator import simulate
+from harness.workload import generate_requests
+
+REQUESTS = 2000
+README_70B = ["scenario=capacity", "model=llama-3.1-70b", "dtype=bfloat16", "max_seq_len=4096", "batch=256",
+              "workload=chat", "workload.prompt_len=512", "workload.output_len=256", "device.memory_gb=640"]
+
+
+@pytest.mark.parametrize("impl", ["contiguous", "paged"])
+def test_bench_simulate_70b_chat(benchmark, compose, impl):
+    cfg = resolve(compose([*README_70B, f"workload.num_requests={REQUESTS}"]))
+    requests = generate_requests(cfg.workload, REQUESTS, cfg.model.vocab_size, cfg.max_seq_len, cfg.seed)
+    kv_bytes = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests]).kv_bytes
+    config = load_impl(impl)
+
+    def run():
+        allocator = build_allocator(config, cfg, kv_bytes)
+        return simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
+                        kv_bytes_per_token(cfg.model, cfg.dtype))
+
+    sim = benchmark(run)
+    assert sim.finished == REQUESTS and not sim.rejected and sim.peak_running == cfg.batch
