@@ -133,7 +133,9 @@ class Engine:
                 for adm in plan.admitted:
                     for s in (adm.seq, *adm.forks):
                         if s.admitted_s is None:
-                            s.admitted_s = now
+                            s.admitted_s = ts - t0
+                        if s.first_token_s is None:
+                            s.first_token_s = now
                         s.token_s.append(now)
                     touched += [adm.seq, *adm.forks]
                 kind = "prefill"
@@ -163,6 +165,9 @@ class Engine:
             else:  # every running sequence was preempted: nothing to compute this step
                 sched.finish(touched)
                 continue
+            for s in touched:
+                if s.finished:
+                    s.finish_s = now
             stats = cache.stats()
             peaks.update(stats)  # before finished sequences are released
             steps.append(StepRecord(now, kind, len(touched), computed, len(sched.running), len(sched.waiting),

@@ -183,15 +183,26 @@ def validate(cfg: Config) -> None:
         validate_impl(cfg.impl)
 
 
+def slo_set(cfg: Config) -> bool:
+    return any(getattr(cfg.slo, k) is not None for k in ("ttft_ms", "tpot_ms", "e2el_ms", "normalized_latency_s"))
+
+
 def validate_slo(cfg: Config) -> None:
     slo = cfg.slo
     _check(0 < slo.percentile <= 100, f"slo.percentile={slo.percentile} must be in (0, 100]")
     for key in ("ttft_ms", "tpot_ms", "e2el_ms", "normalized_latency_s"):
         value = getattr(slo, key)
         _check(value is None or value > 0, f"slo.{key}={value} must be > 0 (or null: not checked)")
+    bookkeeping = cfg.scenario.name == "capacity" or (cfg.scenario.name in ("max_rate", "max_concurrency")
+                                                      and cfg.scenario.probe == "capacity")
+    if bookkeeping and cfg.gpu is None:
+        _check(cfg.arrival.name == "burst" and not slo_set(cfg),
+               f"arrival={cfg.arrival.name} and slo={cfg.slo.name} need a clock: the bookkeeping runs "
+               f"(scenario=capacity, scenario.probe=capacity) take the simulated one from gpu=NAME "
+               f"({', '.join(_choices('gpu'))})")
     if cfg.scenario.name != "max_rate":
         return
-    _check(any(getattr(slo, k) is not None for k in ("ttft_ms", "tpot_ms", "e2el_ms", "normalized_latency_s")),
+    _check(slo_set(cfg),
            "scenario=max_rate needs an SLO with a limit: slo=NAME (" + ", ".join(_choices("slo")) +
            ") or slo.ttft_ms / slo.tpot_ms / slo.e2el_ms / slo.normalized_latency_s")
     _one_of("arrival.name (scenario=max_rate searches over arrival.rate)", cfg.arrival.name, RATE_ARRIVALS)

@@ -44,7 +44,7 @@ METRICS = [
     "output_digest",
     "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent slots
     # service (harness/service_metrics.py): arrivals, per-request latency, SLO and goodput
-    "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "slo",
+    "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "gpu", "slo",
     *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
     # scenario=max_rate
@@ -56,7 +56,7 @@ METRICS = [
     "latency_us_p50", "latency_us_p10", "latency_us_p90", "bytes_moved", "bandwidth_gbps",
     "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
 ]
-TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "slo")  # the metric columns that are not numbers
+TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 
 

@@ -19,16 +19,12 @@ class Sequence:
     preempted: int = 0  # times preempted (recomputed)
     # Service timeline, in seconds on the run's clock (wall or simulated), from its start.
     arrival_s: float = 0.0
-    admitted_s: float | None = None  # first admission (a recompute after preemption keeps it)
-    token_s: list[float] = field(default_factory=list)  # when each output token was produced
-
-    @property
-    def first_token_s(self) -> float | None:
-        return self.token_s[0] if self.token_s else None
-
-    @property
-    def finish_s(self) -> float | None:
-        return self.token_s[-1] if self.finished and self.token_s else None
+    admitted_s: float | None = None  # when the step that first admitted it started (a recompute keeps it)
+    first_token_s: float | None = None
+    finish_s: float | None = None  # when its last token was made
+    # When each output token was made: the decode engine keeps them (ITL per sequence); the
+    # simulator does not (it jumps many steps at once) and gives ITL from its step records.
+    token_s: list[float] = field(default_factory=list)
 
     @property
     def token_ids(self) -> list[int]:

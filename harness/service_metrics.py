@@ -20,6 +20,7 @@ within each set limit, and the mean normalized latency within its bound.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Iterable, Sequence as Seq
@@ -91,6 +92,36 @@ def request_timings(finished: Iterable[Sequence]) -> list[RequestTiming]:
     return out
 
 
+def weighted_percentile(values: Seq[float], counts: Seq[int], q: float) -> float | None:
+    """``percentile`` of the multiset holding each value ``counts`` times, without expanding it."""
+    pairs = sorted((v, c) for v, c in zip(values, counts) if c > 0)
+    total = sum(c for _, c in pairs)
+    if not total:
+        return None
+    pos = (total - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+
+    def at(index: int) -> float:  # the index-th element of the expanded, sorted multiset
+        seen = 0
+        for v, c in pairs:
+            seen += c
+            if index < seen:
+                return v
+        return pairs[-1][0]
+
+    a, b = at(lo), at(hi)
+    return a + (b - a) * (pos - lo)
+
+
+def _weighted_stats(name: str, seconds: Seq[float], counts: Seq[int]) -> dict:
+    total = sum(counts)
+    if not total:
+        return {f"{name}_ms_{k}": None for k in STATS}
+    ms_values = [v * 1e3 for v in seconds]
+    return {f"{name}_ms_mean": sum(v * c for v, c in zip(ms_values, counts)) / total,
+            **{f"{name}_ms_p{q}": weighted_percentile(ms_values, counts, q) for q in (50, 90, 99)}}
+
+
 def _stats(name: str, seconds: Seq[float]) -> dict:
     vals = [v * 1e3 for v in seconds]
     if not vals:
@@ -130,14 +161,20 @@ def slo_passes(row: dict, slo: SloConfig) -> bool:
     return bound is None or (row.get("normalized_latency_s") is not None and row["normalized_latency_s"] <= bound)
 
 
-def summarize(timings: list[RequestTiming], offered: int, duration_s: float, slo: SloConfig) -> dict:
+def summarize(timings: list[RequestTiming], offered: int, duration_s: float, slo: SloConfig,
+              itl: tuple[Seq[float], Seq[int]] | None = None) -> dict:
     """The row's service columns (the percentile columns, goodput and SLO verdict).
 
     ``offered`` counts every request of the workload: one that never finished
-    (rejected) misses the SLO, and a run with such a request does not pass.
+    (rejected) misses the SLO, and a run with such a request does not pass. ``itl``, when
+    given, is every inter-token gap as (seconds, count) pairs (the simulator's); otherwise
+    the gaps come from each sequence's token times.
     """
     row: dict = {}
     for name in LATENCIES:
+        if name == "itl" and itl is not None:
+            row.update(_weighted_stats(name, *itl))
+            continue
         if name == "itl":
             values = [g for t in timings for g in t.itl_s]
         else:
@@ -170,7 +207,8 @@ def offered_rate(arrival: ArrivalConfig, requests: Seq[Request]) -> float | None
 
 
 def service_columns(cfg_arrival: ArrivalConfig, slo: SloConfig, requests: Seq[Request],
-                    finished: Iterable[Sequence], duration_s: float, idle_s: float, clock: str) -> dict:
+                    finished: Iterable[Sequence], duration_s: float, idle_s: float, clock: str,
+                    itl: tuple[Seq[float], Seq[int]] | None = None) -> dict:
     """Every service column of a row: arrival, rates, latency percentiles, goodput, SLO verdict."""
     return {
         "arrival": cfg_arrival.name,
@@ -178,5 +216,5 @@ def service_columns(cfg_arrival: ArrivalConfig, slo: SloConfig, requests: Seq[Re
         "clock": clock,
         "slo": None if slo.name == "none" else slo.name,
         "idle_s": idle_s,
-        **summarize(request_timings(finished), len(requests), duration_s, slo),
+        **summarize(request_timings(finished), len(requests), duration_s, slo, itl),
     }

@@ -62,6 +62,7 @@ class StepRecord:
     kv_bytes_used: int
     start_s: Optional[float] = None  # simulated time, with a clock
     duration_s: Optional[float] = None
+    preemptions: int = 0  # in this record's first step
 
 
 @dataclass
@@ -76,6 +77,10 @@ class Simulation:
     finished: int
     records: list[StepRecord] = field(default_factory=list)
     elapsed_s: Optional[float] = None  # simulated time, with a clock
+    idle_s: float = 0.0  # simulated time with nothing arrived and nothing running
+    sequences: list[Sequence] = field(default_factory=list)  # with a clock: the finished ones, timed
+    # With a clock: every inter-token gap, as (gap seconds, how many sequences had it); see _Run.decode.
+    itl: tuple[list[float], list[int]] = field(default_factory=lambda: ([], []))
 
     @property
     def steps(self) -> int:
@@ -146,6 +151,12 @@ class _Run:
         self.peaks = KVPeaks()
         self.records: list[StepRecord] = []
         self.prefill_steps = 0
+        self.idle_s = 0.0
+        # With a clock: inter-token gaps as (seconds, count). The prefills since the last decode
+        # record stall every running sequence: (duration, sequences that prefill started).
+        self.itl_gaps: list[float] = []
+        self.itl_counts: list[int] = []
+        self._stalls: list[tuple[float, int]] = []
 
     @staticmethod
     def _source(seq: Sequence, k: int) -> list[int]:
@@ -196,7 +207,8 @@ class _Run:
         self.finishing.discard(tr.finish, seq)
 
     # ---- steps -----------------------------------------------------------------
-    def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int) -> StepRecord:
+    def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int,
+                preemptions: int = 0) -> StepRecord:
         # Before finished sequences are released, as the decode engine measures.
         stats = CacheStats.from_usage(self.alloc.usage_plus_written(owed), self.bpt)
         self.peaks.update(stats)
@@ -206,7 +218,7 @@ class _Run:
                         else self.clock.decode_s(batch, kv_read, steps))
             start, self.now = self.now, self.now + duration
         rec = StepRecord(kind, steps, batch, tokens, kv_read, len(self.sched.waiting), stats.reserved_bytes,
-                         stats.token_bytes, start, duration)
+                         stats.token_bytes, start, duration, preemptions)
         self.records.append(rec)
         return rec
 
@@ -222,10 +234,15 @@ class _Run:
         self.prefill_steps += 1
         context = sum(a.seq.num_tokens - 1 for a in plan.admitted)
         rec = self._record("prefill", 1, len(seqs), computed, context, self._owed(self.done))
-        if self.clock is not None:
+        if self.clock is not None:  # stamped as the decode engine stamps them
             for s in seqs:
-                if s.first_token_time is None:  # as the decode engine stamps it: when its prefill ends
-                    s.first_token_time = self.now
+                if s.admitted_s is None:
+                    s.admitted_s = rec.start_s
+                if s.first_token_s is None:
+                    s.first_token_s = self.now
+            for s in finished:
+                s.finish_s = self.now
+            self._stalls.append((rec.duration_s, len(seqs) - len(finished)))
         if self.observer is not None:
             self.observer(rec, plan, finished)
         self.sched.finish(finished)
@@ -271,12 +288,39 @@ class _Run:
         for s in finished:
             self._settle(s, last)
         self.done = last
-        rec = self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last))
+        rec = self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last), len(plan.preempted))
+        if self.clock is not None:
+            self._gaps(batch, kv_first, steps)
+            for s in finished:
+                s.finish_s = self.now
         if self.observer is not None:
             self.observer(rec, plan, finished)
         for s in finished:
             self._drop(s)
         self.sched.finish(finished)
+
+    def _gaps(self, batch: int, kv_first: int, steps: int) -> None:
+        """The inter-token gaps of a decode record: its first step's token follows each sequence's
+        previous one across the prefills since the last decode record (a sequence those prefills
+        started waited only for the later ones); every later step's gap is that step's duration,
+        for all ``batch`` sequences. A preempted sequence's stall shows in its E2EL, not here."""
+        clock, gaps, counts = self.clock, self.itl_gaps, self.itl_counts
+        durations = [clock.decode_s(batch, kv_first + j * batch, 1) for j in range(steps)]
+        started = min(batch, sum(n for _, n in self._stalls))
+        stall = sum(d for d, _ in self._stalls)
+        if batch - started:
+            gaps.append(durations[0] + stall)
+            counts.append(batch - started)
+        for i, (d, n) in enumerate(self._stalls):  # those started by prefill i wait for the prefills after it
+            n = min(n, started)
+            started -= n
+            if n:
+                gaps.append(durations[0] + sum(d2 for d2, _ in self._stalls[i + 1:]))
+                counts.append(n)
+        self._stalls.clear()
+        for d in durations[1:]:
+            gaps.append(d)
+            counts.append(batch)
 
     def _until(self, arrival: float, batch: int, kv_first: int, most: int) -> int:
         """Fewest steps (<= ``most``) after which the clock has reached ``arrival``: no later step
@@ -339,6 +383,7 @@ def _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, 
         if sched.done:
             if next_arrival is None:
                 break
+            run.idle_s += next_arrival - run.now
             run.now = next_arrival  # idle until the next request
             continue
         first = run.done + 1
@@ -350,6 +395,8 @@ def _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, 
             run.prefill(plan)
         else:
             run.decode(plan, candidates, next_arrival)
+    timed = clock is not None
     return Simulation(run.peaks, sched.peak_running, sched.peak_running_before_preemption, sched.num_preemptions,
                       sched.rejected, run.prefill_steps, run.done, len(sched.finished), run.records,
-                      run.now if clock is not None else None)
+                      run.now if timed else None, run.idle_s, list(sched.finished) if timed else [],
+                      (run.itl_gaps, run.itl_counts))

@@ -15,7 +15,7 @@ from harness.sequence import Sequence
 
 REQUEST_COLUMNS = ["impl", "run_id", "request_id", "sample", "prompt_len", "output_len", "arrival_s",
                    "admitted_s", "first_token_s", "finish_s", "preemptions"]
-STEP_COLUMNS = ["impl", "run_id", "t_s", "kind", "batch", "tokens", "running", "waiting",
+STEP_COLUMNS = ["impl", "run_id", "t_s", "kind", "steps", "batch", "tokens", "running", "waiting",
                 "kv_used_bytes", "kv_reserved_bytes", "preemptions"]
 
 
@@ -43,7 +43,18 @@ def requests_table(finished: Iterable[Sequence], impl: str, run_id: str) -> pd.D
 
 
 def steps_table(steps: Iterable[StepRecord], impl: str, run_id: str) -> pd.DataFrame:
-    return pd.DataFrame([{"impl": impl, "run_id": run_id, **asdict(r)} for r in steps], columns=STEP_COLUMNS)
+    return pd.DataFrame([{"impl": impl, "run_id": run_id, "steps": 1, **asdict(r)} for r in steps],
+                        columns=STEP_COLUMNS)
+
+
+def simulated_steps_table(records: Iterable, impl: str, run_id: str) -> pd.DataFrame:
+    """The simulator's records (harness/simulator.py ``StepRecord``, timed by a clock) as the same
+    table: a decode record of ``steps`` model steps is one row, at the time its last step ends."""
+    rows = [{"impl": impl, "run_id": run_id, "t_s": r.start_s + r.duration_s, "kind": r.kind, "steps": r.steps,
+             "batch": r.batch, "tokens": r.tokens, "running": r.batch if r.kind == "decode" else None,
+             "waiting": r.waiting, "kv_used_bytes": r.kv_bytes_used, "kv_reserved_bytes": r.kv_bytes_reserved,
+             "preemptions": r.preemptions} for r in records]
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
 
 def append_table(tables: dict[str, pd.DataFrame], name: str, frame: pd.DataFrame) -> None:

@@ -143,8 +143,8 @@ class RegionAllocator(KVAllocator):
         base = self.region[seq_id][0]
         return list(range(base + start, base + end))
 
-    def tokens_until_alloc(self, seq_id: int) -> int:
-        return max(1, self.region[seq_id][1] - self.length[seq_id])
+    def appendable_without_alloc(self, seq_id: int) -> int:
+        return self.region[seq_id][1] - self.length[seq_id]  # the region was reserved whole at admission
 
     def note_waiting(self, final_len: int | None) -> None:
         self._waiting_slots = None if final_len is None else self.reserved_slots(final_len)

@@ -44,7 +44,9 @@ def test_gpu_sets_the_capacity_budget_times_count(compose):
     # An explicit device.memory_gb still wins; the decode scenario (real device) is left alone.
     assert resolve(compose(["scenario=capacity", "model=llama-2-7b", "gpu=h200", "device.memory_gb=90"])
                    ).device.memory_gb == 90
-    assert resolve(compose(["scenario=decode", "device=cpu", "gpu=h200"])).device.memory_gb == 2.0
+    from harness.resolve import CPU_MEMORY_GB
+
+    assert resolve(compose(["scenario=decode", "device=cpu", "gpu=h200"])).device.memory_gb == CPU_MEMORY_GB
 
 
 def test_gpu_budget_in_a_capacity_row(compose, tmp_path):

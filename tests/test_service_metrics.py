@@ -17,7 +17,8 @@ from harness.workload import Request
 
 def seq(request_id, sample, arrival, admitted, token_s, prompt_len=4, preempted=0):
     s = Sequence(0, request_id, sample, list(range(prompt_len)), len(token_s), arrival_s=arrival,
-                 admitted_s=admitted, token_s=list(token_s), preempted=preempted)
+                 admitted_s=admitted, token_s=list(token_s), preempted=preempted,
+                 first_token_s=token_s[0], finish_s=token_s[-1])
     s.output_ids = [1] * len(token_s)
     return s
 

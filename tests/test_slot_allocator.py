@@ -27,7 +27,7 @@ def check_against_model(alloc: SlotAllocator, lengths: dict[int, int]) -> None:
         assert rows_seen.isdisjoint(rows)
         rows_seen.update(rows)
         assert alloc.can_append(sid, seq_len - n) and not alloc.can_append(sid, seq_len - n + 1)
-        assert alloc.tokens_until_alloc(sid) == max(1, seq_len - n)
+        assert alloc.appendable_without_alloc(sid) == seq_len - n
     written = sum(lengths.values())
     u = alloc.usage()
     assert u.capacity_tokens == slots * seq_len

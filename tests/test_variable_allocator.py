@@ -111,7 +111,7 @@ def test_random_operations_match_a_slot_model(ops, capacity, policy):
             seq, k = live[op[1] % len(live)], op[2]
             room = alloc.region[seq][1] - alloc.num_tokens(seq)
             assert alloc.can_append(seq, k) == (k <= room)
-            assert alloc.tokens_until_alloc(seq) == max(1, room)
+            assert alloc.appendable_without_alloc(seq) == room
             if k <= room:
                 assert alloc.append(seq, [7] * k) == []
         elif op[0] == "release" and live:

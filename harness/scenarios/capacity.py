@@ -18,7 +18,10 @@ import pandas as pd
 from harness.budget import kv_budget
 from harness.config import Config, ImplConfig
 from harness.context import RunContext, run_id
+from harness.cost_model import cost_model_for
+from harness.service_metrics import service_columns
 from harness.simulator import simulate
+from harness.timeline import append_table, requests_table, simulated_steps_table
 from harness.workload import Request, generate_requests
 from impls.base import KVAllocator
 from impls.block_manager import BlockManager
@@ -62,21 +65,36 @@ def concurrency_points(ctx: RunContext, kv_bytes: int) -> pd.DataFrame:
 
 
 def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+    return [simulated_row(ctx, impl, points=True)]
+
+
+def simulated_row(ctx: RunContext, impl: ImplConfig, points: bool = False) -> dict:
+    """One impl's capacity row; with ``gpu=NAME`` also its service columns on the simulated clock
+    (and its ``requests``/``steps`` tables). ``points``: add the memory-vs-concurrency table."""
     cfg = ctx.cfg
     requests = ctx.requests
     # Weights from the shape, activations estimated; nothing is allocated.
     budget = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests])
     allocator = build_allocator(impl, cfg, budget.kv_bytes)
+    clock = cost_model_for(cfg) if cfg.gpu is not None else None
+    arrivals = [r.arrival_s for r in requests] if clock is not None else None
     t0 = time.perf_counter()
     sim = simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
-                   ctx.bytes_per_token)
+                   ctx.bytes_per_token, clock=clock, arrival_s=arrivals)
     wall = time.perf_counter() - t0
-    if "points" not in ctx.tables:
+    if points and "points" not in ctx.tables:
         ctx.tables["points"] = concurrency_points(ctx, budget.kv_bytes)
+    service = {}
+    if clock is not None:
+        service = service_columns(cfg.arrival, cfg.slo, requests, sim.sequences, sim.elapsed_s, sim.idle_s,
+                                  "simulated", itl=sim.itl)
+        rid = run_id(ctx.run_dir)
+        append_table(ctx.tables, "requests", requests_table(sim.sequences, impl.name, rid))
+        append_table(ctx.tables, "steps", simulated_steps_table(sim.records, impl.name, rid))
     mean_len = round(statistics.mean(r.total_len for r in requests))
     rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
     notes = " | ".join(ctx.workload_notes + ([rejected] if rejected else [])) or None
-    return [{
+    return {
         "status": "ok",
         "notes": notes,
         "wall_s": wall,
@@ -92,4 +110,6 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
         **sim.peaks.as_row(),
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
         "weight_bytes": budget.weight_bytes,
-    }]
+        "gpu": f"{cfg.gpu.count}x {cfg.gpu.name}" if cfg.gpu is not None else None,
+        **service,
+    }

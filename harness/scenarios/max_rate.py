@@ -18,12 +18,11 @@ import pandas as pd
 
 from harness.config import ImplConfig
 from harness.context import RunContext, run_id
-from harness.errors import ConfigError
 from harness.timeline import append_table
 
 # The probe's columns kept in the rate_probes table (and, for the best passing probe, in the row).
 PROBE_COLUMNS = ("request_rate", "achieved_rps", "normalized_latency_s", "goodput_rps", "slo_attainment",
-                 "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99", "preemptions", "peak_concurrency")
+                 "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99", "preemptions", "peak_concurrency", "gpu")
 
 
 def search_rate(passes: Callable[[float], bool], start: float, limit: float, tolerance: float) -> tuple[float, int]:
@@ -59,6 +58,10 @@ def _probe(ctx: RunContext, impl: ImplConfig, rate: float, first: bool) -> dict:
     if not first:  # kernels and caches are warm after the first probe
         cfg.scenario.warmup = 0
     probe = ctx.derive(cfg)
+    if cfg.scenario.probe == "capacity":  # the simulated clock (gpu=NAME): bookkeeping at full scale
+        from harness.scenarios.capacity import simulated_row
+
+        return simulated_row(probe, impl)
     from harness.scenarios import decode
 
     (row,) = decode.run(probe, impl)
@@ -67,8 +70,6 @@ def _probe(ctx: RunContext, impl: ImplConfig, rate: float, first: bool) -> dict:
 
 def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     sc = ctx.cfg.scenario
-    if sc.probe != "decode":
-        raise ConfigError(f"scenario.probe={sc.probe!r} is not available for scenario=max_rate; allowed: decode")
     listed: list[dict] = []
 
     def passes(rate: float) -> bool:
@@ -90,7 +91,8 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
         "notes": "; ".join(notes),
         "arrival": ctx.cfg.arrival.name,
         "slo": ctx.cfg.slo.name,
-        "clock": "wall",
+        "clock": "simulated" if sc.probe == "capacity" else "wall",
+        "gpu": best.get("gpu"),
         "max_rate_rps": found,
         "probes": probes,
         **{k: best.get(k) for k in PROBE_COLUMNS if k != "request_rate"},
