@@ -17,15 +17,16 @@ from harness.report.figures import MAX_FACETS, devices, drop_legend, facet_label
 from harness.report.speed_plots import BARS
 
 # Panels per model, workload and device (as the paper's Figure 12), split further by what else varies.
-FACETS = ["model", "workload", "dtype", "batch", "arrival", "clock", "device_slug"]
+FACETS = ["model", "workload", "dtype", "batch", "arrival", "clock", "gpu", "device_slug"]
 ALWAYS = ("model", "workload", "device_slug")
 # Impls are compared at one setting: the max-rate ratio is taken among rows equal in all of these.
-RATE_GROUP = ["device_slug", "model", "workload", "dtype", "batch", "max_seq_len", "arrival", "slo"]
+RATE_GROUP = ["device_slug", "model", "workload", "dtype", "batch", "max_seq_len", "arrival", "slo", "clock", "gpu"]
 
 
 def service_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """Ok decode rows measured under an arrival process at an offered rate (burst rows have none)."""
-    df = ok_rows(rows, "decode")
+    """Ok rows measured under an arrival process at an offered rate (burst rows have none): decode
+    runs on the wall clock and capacity runs on the simulated one (``clock``, ``gpu``)."""
+    df = pd.concat([ok_rows(rows, "decode"), ok_rows(rows, "capacity")])
     if "request_rate" not in df:
         return df.iloc[0:0]
     df = df.dropna(subset=["request_rate"])
