@@ -287,9 +287,13 @@ def impl_names() -> list[str]:
 
 
 def load_impl(name: str) -> ImplConfig:
+    """An impl's config by name; an alias (a defaults list naming its target) gives its target's."""
     for folder in impl_dirs():
         path = folder / f"{name}.yaml"
         if path.exists():
+            raw = OmegaConf.load(path)
+            if "name" not in raw and raw.get("defaults"):
+                return load_impl(str(raw.defaults[0]))
             return _load(path, ImplConfig)
     raise ConfigError(f"impl={name} is unknown; allowed: {', '.join(impl_names())}")
 

@@ -84,6 +84,9 @@ def test_alias_composes_its_target_and_is_not_an_impl_of_its_own(compose):
     assert "paged" not in impl_names() and "paged_triton" in impl_names()
     cfg = resolve(compose(["+impl=paged", "device=cpu"]))
     assert (cfg.impl.name, cfg.impl.cache, cfg.impl.kernel) == ("paged_triton", "paged", "triton")
+    from harness.resolve import load_impl
+
+    assert load_impl("paged") == load_impl("paged_triton") and load_impl("orca_max").name == "contiguous"
 
 
 def test_cpu_and_auto_simulate_the_same_device(compose):
