@@ -21,6 +21,7 @@ from collections import OrderedDict, deque
 from typing import Sequence
 
 from impls.base import CacheUsage, KVAllocator, RowCopy
+from impls.sizing import blocks_for_tokens
 
 _ROOT_HASH = 0
 
@@ -137,7 +138,7 @@ class BlockManager(KVAllocator):
             if b is None:
                 break
             hits.append(b)
-        total = -(-len(token_ids) // bs)
+        total = blocks_for_tokens(len(token_ids), bs)
         revived = sum(1 for b in hits if self.ref[b] == 0)
         return hits, total - len(hits) + revived
 
@@ -187,7 +188,7 @@ class BlockManager(KVAllocator):
         n = len(self.tokens[seq_id])
         off = n % self.block_size
         cow = 1 if off and self.ref[self.tables[seq_id][-1]] > 1 else 0
-        new = -(-(n + num_tokens) // self.block_size) - (-(-n // self.block_size))
+        new = blocks_for_tokens(n + num_tokens, self.block_size) - blocks_for_tokens(n, self.block_size)
         return new + cow
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -333,4 +334,4 @@ class BlockManager(KVAllocator):
         assert self._filled_in_use == sum(self.filled[b] for b in range(self.num_blocks) if self.ref[b] > 0)
         assert self._logical == sum(len(t) for t in self.tokens.values())
         for sid, table in self.tables.items():
-            assert len(table) == -(-len(self.tokens[sid]) // self.block_size)
+            assert len(table) == blocks_for_tokens(len(self.tokens[sid]), self.block_size)

@@ -19,6 +19,7 @@ from impls.staging import StagingBuffer
 from kernels.prefill import prefill_attention
 from kernels.reference import gather_kv
 from kernels.registry import PagedKernel
+from impls.sizing import blocks_for_tokens
 
 
 @dataclass
@@ -69,7 +70,7 @@ class PagedCache(KVCache):
         _, bs, kv_heads, head_dim = k_pool.shape
         heads = self.num_heads
         for context in self.WARMUP_CONTEXTS:
-            width = -(-context // bs)
+            width = blocks_for_tokens(context, bs)
             tables = torch.zeros(1, width, dtype=torch.int32, device=self.device)
             lens = torch.full((1,), context, dtype=torch.int32, device=self.device)
             q = torch.zeros(1, heads, head_dim, dtype=k_pool.dtype, device=self.device)

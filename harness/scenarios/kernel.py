@@ -20,6 +20,7 @@ from harness.measure.timing import copy_bandwidth_gbps, time_call
 from harness.metrics import attention_bytes, bandwidth_gbps
 from kernels.reference import paged_decode_attention_ref
 from kernels.sdpa import grouped_sdpa
+from impls.sizing import blocks_for_tokens
 
 L2_FLUSH_BYTES = 256 * 2**20  # GPU pools at least this big, so K/V come from HBM, not L2
 # The Triton interpreter runs programs one by one in numpy: bound the work per call on CPU.
@@ -32,7 +33,7 @@ def _skip(reason: str) -> dict:
 
 def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, int], dtype, device, gen):
     heads, kv_heads, head_dim = shape
-    blocks_per_seq = -(-context // block_size)
+    blocks_per_seq = blocks_for_tokens(context, block_size)
     elem = torch.finfo(dtype).bits // 8
     min_blocks = L2_FLUSH_BYTES // (block_size * kv_heads * head_dim * elem * 2) if device.type == "cuda" else 0
     num_blocks = max(batch * blocks_per_seq, min_blocks) + 1
