@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -90,7 +89,7 @@ class RunContext:
 
     def progress(self, total: int, desc: str) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
         """A tqdm bar on a terminal (off in tests and pipes); returns (update, close)."""
-        if not self.cfg.progress or os.environ.get("KVBENCH_NO_PROGRESS") or not sys.stderr.isatty():
+        if not self.cfg.progress or not sys.stderr.isatty():
             return None, lambda: None
         from tqdm import tqdm
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,6 @@ import harness  # noqa: F401  (fixes MKL threading before torch loads)
 import kernels  # noqa: F401  (turns on the Triton interpreter on CPU before any kernel import)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault("KVBENCH_NO_PROGRESS", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:

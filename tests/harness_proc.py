@@ -22,7 +22,7 @@ GATED = ["+impl=paged_torch", "impl.name=gated", f"impl.kernel={GATED_KERNEL}"]
 
 
 def env(**extra: str) -> dict:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "KVBENCH_NO_PROGRESS": "1", **extra}
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **extra}
 
 
 def start(*args: str, **extra_env: str) -> subprocess.Popen:

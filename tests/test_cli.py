@@ -18,7 +18,7 @@ FAST = ["model=tiny-llama", "max_seq_len=64", "workload.num_requests=3", "worklo
 
 def harness(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300, env={**__import__("os").environ, "KVBENCH_NO_PROGRESS": "1"})
+                          text=True, timeout=300, env={**__import__("os").environ})
 
 
 def test_one_run_writes_a_complete_run_folder(tmp_path):

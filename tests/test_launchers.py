@@ -20,7 +20,7 @@ SWEEP = ["-m", "scenario=capacity", "model=tiny-llama", "max_seq_len=256", "scen
 
 
 def harness(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KVBENCH_NO_PROGRESS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=300, env=env)
 

@@ -43,7 +43,7 @@ def plugin(tmp_path) -> tuple[Path, dict]:
     (tmp_path / "kvb_plugin" / "decode_kernel.py").write_text(PLUGIN)
     (tmp_path / "conf" / "impl").mkdir(parents=True)
     (tmp_path / "conf" / "impl" / "paged_plugin.yaml").write_text(IMPL)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}", "KVBENCH_NO_PROGRESS": "1",
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}",
            "KVB_PLUGIN_LOG": str(tmp_path / "calls.log")}
     return tmp_path, env
 

@@ -163,7 +163,7 @@ def test_capacity_rows_note_the_clipped_requests(compose, tmp_path):
 
 def harness(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300, env={**__import__("os").environ, "KVBENCH_NO_PROGRESS": "1"})
+                          text=True, timeout=300, env={**__import__("os").environ})
 
 
 CLI = ["+impl=paged_torch", "model=tiny-llama", "device=cpu", "max_seq_len=64", "batch=2", "scenario.warmup=0",
