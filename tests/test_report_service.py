@@ -151,3 +151,18 @@ def test_throughput_figure_uses_only_burst_rows(report):
     ax = report.figures["decode_throughput"].axes[0]
     drawn = [list(ln.get_ydata()) for ln in ax.lines if ln.get_label().startswith("_child")]
     assert drawn == [[50.0]]  # the burst run alone; rows under Poisson arrivals are limited by their rate
+
+
+def test_max_rate_markdown_names_the_simulated_gpu():
+    # A planning sweep's rows differ only in gpu.count: without the column, its lines are indistinguishable.
+    from harness.report.markdown import max_rate_markdown
+
+    base = {**ENV, "scenario": "max_rate", "arrival": "poisson", "slo": "s", "run_dir": "r", "clock": "simulated"}
+    rows = pd.DataFrame([{**base, "gpu": g, "impl": i, "max_rate_rps": r}
+                         for g, i, r in (("2x h200", "contiguous", 7.5), ("2x h200", "paged_torch", 17.0),
+                                         ("4x h200", "contiguous", 31.0), ("4x h200", "paged_torch", 31.0))])
+    md = max_rate_markdown(rows)
+    assert "| simulated GPU |" in md
+    assert "| paged_torch | 2x h200 | 17 | 2.27× |" in md and "| paged_torch | 4x h200 | 31 | 1.00× |" in md
+    wall = max_rate_markdown(rows.drop(columns=["gpu", "clock"]).head(2))
+    assert "simulated GPU" not in wall  # wall-clock rows keep the table as it was
