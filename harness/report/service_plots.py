@@ -35,7 +35,7 @@ def service_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _vs_rate(rows: pd.DataFrame, y: str, ylabel: str, palette: dict) -> tuple[Figure, list] | None:
+def _vs_rate(rows: pd.DataFrame, y: str, ylabel: str, palette: dict, log: bool = False) -> tuple[Figure, list] | None:
     """One panel per setting: ``y`` against the offered rate, one line per impl."""
     df = service_rows(rows)
     if y not in df:
@@ -54,14 +54,17 @@ def _vs_rate(rows: pd.DataFrame, y: str, ylabel: str, palette: dict) -> tuple[Fi
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel(ylabel)
         ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
+        if log:  # past its knee one impl's latency is 10-100x the others': a linear axis flattens them
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
         legend_outside(ax, "impl") if i == len(facets) - 1 else drop_legend(ax)
     return fig, axes
 
 
 def normalized_latency(rows: pd.DataFrame, palette: dict) -> Figure | None:
     """Mean over requests of end-to-end latency / output tokens, vs offered rate (PagedAttention Fig. 12)."""
-    drawn = _vs_rate(rows, "normalized_latency_s", "normalized latency (s/token)", palette)
+    drawn = _vs_rate(rows, "normalized_latency_s", "normalized latency (s/token, log scale)", palette, log=True)
     if drawn is None:
         return None
     fig, _ = drawn
