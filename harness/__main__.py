@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from harness.app import main
-from harness.preflight import check_command_line
-
 if __name__ == "__main__":
-    if (code := check_command_line(sys.argv[1:])) is not None:
-        sys.exit(code)
-    main()
+    try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
+        from harness.app import main
+        from harness.preflight import check_command_line
+
+        if (code := check_command_line(sys.argv[1:])) is not None:
+            sys.exit(code)
+        main()
+    except KeyboardInterrupt:
+        print("kvbench: interrupted before any run started; nothing was written", file=sys.stderr)
+        sys.exit(130)

@@ -104,3 +104,15 @@ def test_resume_reruns_only_the_impls_that_need_it_and_keeps_the_side_tables(com
     assert rerun == ["paged_cuda"]
     assert (tmp_path / "points.csv").read_text() == points
     assert list(rows(tmp_path).impl) == BUILTIN
+
+
+def test_ctrl_c_before_the_run_starts_is_one_line(tmp_path):
+    """SIGINT while Python is still importing and composing: exit 130, one line, no traceback."""
+    import time
+
+    proc = start("+impl=paged_torch", *TINY, f"hydra.run.dir={tmp_path / 'run'}")
+    time.sleep(0.6)  # inside the imports (hydra and torch take over a second to load)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1
