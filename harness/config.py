@@ -170,6 +170,9 @@ class Config:
     # CPU: torch's intra-op threads (None: torch's default, one per core). Latency runs on a
     # shared machine want fewer: an OpenMP barrier waits for a thread the OS has descheduled.
     cpu_threads: Optional[int] = None
+    # Write the per-request and per-step tables (requests, steps) of decode and simulated runs.
+    # Large sweeps that publish only their rows turn it off (a 1000-request run's are ~0.6 MB).
+    timeline_tables: bool = True
     progress: bool = True
     # Skip the job when its folder already holds its complete rows (same job_id, final
     # statuses); re-run only the impls whose rows are missing, error or interrupted.

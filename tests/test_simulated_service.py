@@ -87,3 +87,9 @@ def test_a_clockless_bookkeeping_run_refuses_arrivals(compose, tmp_path):
     (row,), code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=tiny-llama",
                                     "arrival=poisson", "arrival.rate=3"]), tmp_path)
     assert code == 2 and "gpu=NAME" in row["error"] and "a100-40gb" in row["error"]
+
+
+def test_timeline_tables_can_be_left_out(compose, tmp_path):
+    (row,), code = run_job(compose(["+impl=paged_torch", *SIM, "arrival.rate=2", "timeline_tables=false"]), tmp_path)
+    assert code == 0 and row["normalized_latency_s"] > 0
+    assert not (tmp_path / "requests.parquet").exists() and not (tmp_path / "steps.csv").exists()

@@ -89,9 +89,10 @@ def simulated_row(ctx: RunContext, impl: ImplConfig, points: bool = False) -> di
     if clock is not None:
         service = service_columns(cfg.arrival, cfg.slo, requests, sim.sequences, sim.elapsed_s, sim.idle_s,
                                   "simulated", itl=sim.itl)
-        rid = run_id(ctx.run_dir)
-        append_table(ctx.tables, "requests", requests_table(sim.sequences, impl.name, rid))
-        append_table(ctx.tables, "steps", simulated_steps_table(sim.records, impl.name, rid))
+        if cfg.timeline_tables:
+            rid = run_id(ctx.run_dir)
+            append_table(ctx.tables, "requests", requests_table(sim.sequences, impl.name, rid))
+            append_table(ctx.tables, "steps", simulated_steps_table(sim.records, impl.name, rid))
     mean_len = round(statistics.mean(r.total_len for r in requests))
     rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
     notes = " | ".join(ctx.workload_notes + ([rejected] if rejected else [])) or None

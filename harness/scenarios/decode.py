@@ -105,9 +105,10 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
         res, mem, max_conc = _run_once(ctx, impl, budget, ctx.requests, track=True)
         results.append(res)
     final = results[len(results) // 2]
-    rid = run_id(ctx.run_dir)
-    append_table(ctx.tables, "requests", requests_table(final.sequences, impl.name, rid))
-    append_table(ctx.tables, "steps", steps_table(final.steps, impl.name, rid))
+    if ctx.cfg.timeline_tables:
+        rid = run_id(ctx.run_dir)
+        append_table(ctx.tables, "requests", requests_table(final.sequences, impl.name, rid))
+        append_table(ctx.tables, "steps", steps_table(final.steps, impl.name, rid))
     ctx.tokens += [
         {"impl": impl.name, "request_id": s.request_id, "sample": s.sample,
          "prompt_ids": s.prompt_ids, "output_ids": s.output_ids}
