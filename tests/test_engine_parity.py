@@ -37,8 +37,16 @@ def assert_same(compose, tmp_path, overrides, impls=("paged_torch",)):
 
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32])
 def test_unaligned_lengths(compose, tmp_path, block_size):
+    """Every impl that runs at speed on CPU (paged_cuda on its C++ kernel) against contiguous."""
     assert_same(compose, tmp_path, [f"block_size={block_size}", "batch=4", "workload=uniform",
-                                    "workload.num_requests=6", "workload.prompt_len=37", "workload.output_len=11"])
+                                    "workload.num_requests=6", "workload.prompt_len=37", "workload.output_len=11"],
+                impls=("paged_torch", "paged_cuda"))
+
+
+def test_triton_in_the_interpreter_agrees(compose, tmp_path):
+    """One small paged_triton case (the Triton interpreter is slow on CPU)."""
+    assert_same(compose, tmp_path, ["block_size=8", "batch=2", "workload=uniform", "workload.num_requests=3",
+                                    "workload.prompt_len=13", "workload.output_len=4"], impls=("paged_triton",))
 
 
 def test_shared_prefix_hits_cache(compose, tmp_path):
