@@ -69,8 +69,8 @@ class Engine:
         self.progress = progress
         self.device = next(model.parameters()).device
         cache.warmup()  # JIT compiles happen here, never inside the timed loop
-        pool_tokens = cache.allocator.usage().capacity_tokens
-        self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_num_batched_tokens, max_seq_tokens=pool_tokens)
+        self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_num_batched_tokens,
+                                   max_seq_tokens=cache.allocator.max_sequence_tokens())
 
     def _forward(self, staging: StagingBuffer, ids: int, positions: int, meta, logits_at: int | None = None):
         """The model over staged ``ids`` and ``positions`` (``staging`` uploaded), attending through the cache."""

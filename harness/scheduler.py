@@ -63,7 +63,7 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens  # prompt tokens computed per prefill step
         self.token_source = token_source
-        self.max_seq_tokens = max_seq_tokens  # pool size in tokens, for never-fits checks
+        self.max_seq_tokens = max_seq_tokens  # the longest sequence the allocator can hold, for never-fits checks
         # Brings a sequence's lazily counted tokens into it and the allocator before a preemption
         # releases it (the event-driven simulator); None: every sequence is always up to date.
         self.settle = settle
@@ -118,7 +118,7 @@ class Scheduler:
         if samples > self.max_num_seqs:
             return f"n={samples} samples exceed batch={self.max_num_seqs}"
         if self.max_seq_tokens is not None and total > self.max_seq_tokens:
-            return f"needs {total} KV slots; the whole cache holds {self.max_seq_tokens}"
+            return f"needs {total} KV slots; a sequence in this cache holds at most {self.max_seq_tokens}"
         return None
 
     def _admit(self, plan: StepPlan) -> None:

@@ -140,7 +140,7 @@ class _Run:
         self.alloc, self.vocab, self.bpt = allocator, vocab, bytes_per_token
         self.clock, self.observer = clock, observer
         self.sched = Scheduler(allocator, max_num_seqs, max_num_batched_tokens, token_source=self._source,
-                               max_seq_tokens=allocator.usage().capacity_tokens, settle=self._settle_now)
+                               max_seq_tokens=allocator.max_sequence_tokens(), settle=self._settle_now)
         self.tracks: dict[Sequence, _Track] = {}
         self.rank: dict[Sequence, int] = {}  # admission order: the scheduler's running order
         self.due, self.finishing = _Calendar(), _Calendar()

@@ -163,6 +163,11 @@ class KVAllocator(ABC):
     @abstractmethod
     def usage(self) -> CacheUsage: ...
 
+    def max_sequence_tokens(self) -> int:
+        """The longest sequence this allocator can ever hold (prompt and output): the whole pool,
+        unless a sequence's space is capped below it (a contiguous slot of max_seq_len)."""
+        return self.usage().capacity_tokens
+
     def usage_plus_written(self, num_tokens: int) -> CacheUsage:
         """``usage()`` once ``num_tokens`` more tokens are appended into slots their sequences already hold.
 

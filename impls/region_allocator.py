@@ -143,6 +143,9 @@ class RegionAllocator(KVAllocator):
         base = self.region[seq_id][0]
         return list(range(base + start, base + end))
 
+    def max_sequence_tokens(self) -> int:
+        return min(self.capacity_tokens, self.max_seq_len)  # no region is longer than max_seq_len
+
     def appendable_without_alloc(self, seq_id: int) -> int:
         return self.region[seq_id][1] - self.length[seq_id]  # the region was reserved whole at admission
 

@@ -65,6 +65,9 @@ class SlotAllocator(KVAllocator):
         base = self.slot_of[seq_id] * self.max_seq_len
         return list(range(base + start, base + end))
 
+    def max_sequence_tokens(self) -> int:
+        return self.max_seq_len  # one slot each, however many slots the pool has
+
     def appendable_without_alloc(self, seq_id: int) -> int:
         return self.max_seq_len - self.length[seq_id]  # the slot was reserved whole at admission
 

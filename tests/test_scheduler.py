@@ -82,7 +82,7 @@ def test_rejects_requests_that_can_never_run_without_blocking_the_queue():
     assert admitted_ids(plan) == [3]
     assert [(s.request_id, why) for s, why in sched.rejected] == [
         (0, "n=3 samples exceed batch=2"),
-        (1, "needs 14 KV slots; the whole cache holds 12"),
+        (1, "needs 14 KV slots; a sequence in this cache holds at most 12"),
         (2, "does not fit in an empty cache"),
     ]
     assert alloc.usage().num_sequences == 1 and not sched.waiting
@@ -130,3 +130,18 @@ def test_finish_releases_the_slot_and_keeps_the_rest_running():
     sched.add_request(request(2, 3, 2))
     [adm] = sched.schedule().admitted
     assert alloc.slot(adm.seq.seq_id) == freed
+
+
+def test_each_allocator_states_its_longest_sequence():
+    """A contiguous slot caps a sequence at max_seq_len however large the pool; a paged pool at its size."""
+    from impls.region_allocator import RegionAllocator
+    from impls.reservation import RESERVATIONS
+
+    assert SlotAllocator(4, 8).max_sequence_tokens() == 8
+    assert BlockManager(3, 4, prefix_caching=False).max_sequence_tokens() == 12
+    assert RegionAllocator(100, 32, RESERVATIONS["oracle"]).max_sequence_tokens() == 32
+    alloc = SlotAllocator(4, 8)
+    sched = Scheduler(alloc, max_num_seqs=2, max_num_batched_tokens=BIG_BUDGET, max_seq_tokens=alloc.max_sequence_tokens())
+    sched.add_request(request(0, 9, 1))
+    sched.schedule()
+    assert [why for _, why in sched.rejected] == ["needs 10 KV slots; a sequence in this cache holds at most 8"]
