@@ -181,16 +181,40 @@ class KVAllocator(ABC):
                        reservation_waste_tokens=u.reservation_waste_tokens - num_tokens)
 
 
+# Copies that start on a block boundary and fit in one block go block by block up to this
+# block length (a paged pool's copy-on-write); longer blocks (a contiguous slab of
+# max_seq_len rows) copy only the rows asked for.
+WHOLE_BLOCK_COPY_MAX = 128
+
+
 def apply_row_copies(stores: Sequence[torch.Tensor], copies: Sequence[RowCopy]) -> None:
-    """Do ``copies`` in every store (each viewed as flat rows ``[-1, kv_heads, head_dim]``)."""
+    """Do ``copies`` in every store (``[blocks, block_len, kv_heads, head_dim]``).
+
+    A copy-on-write copy fills the start of a fresh block, so it is done by block index: the
+    whole block is copied, and its rows past ``num_rows`` (beyond the sequence's length, read
+    by nothing until written) come along. Other copies go by row index, built without a
+    Python loop over rows.
+    """
     if not copies:
         return
     device = stores[0].device
-    src = torch.tensor([c.src + i for c in copies for i in range(c.num_rows)], device=device)
-    dst = torch.tensor([c.dst + i for c in copies for i in range(c.num_rows)], device=device)
-    for store in stores:
-        flat = store.view(-1, *store.shape[-2:])
-        flat[dst] = flat[src]
+    block_len = stores[0].shape[1]
+    by_block = [c for c in copies if block_len <= WHOLE_BLOCK_COPY_MAX and c.src % block_len == 0
+                and c.dst % block_len == 0 and c.num_rows <= block_len]
+    by_row = [c for c in copies if c not in by_block]
+    if by_block:
+        src_b = torch.tensor([c.src // block_len for c in by_block], device=device)
+        dst_b = torch.tensor([c.dst // block_len for c in by_block], device=device)
+        for store in stores:
+            store[dst_b] = store[src_b]
+    if by_row:
+        lens = torch.tensor([c.num_rows for c in by_row])
+        offsets = torch.arange(int(lens.sum())) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
+        src = (torch.repeat_interleave(torch.tensor([c.src for c in by_row]), lens) + offsets).to(device)
+        dst = (torch.repeat_interleave(torch.tensor([c.dst for c in by_row]), lens) + offsets).to(device)
+        for store in stores:
+            flat = store.view(-1, *store.shape[-2:])
+            flat[dst] = flat[src]
 
 
 class KVCache(ABC):
