@@ -11,24 +11,11 @@ from typing import Sequence
 
 import torch
 
-from impls.base import KVCache, PrefillSpan, query_slices
+from impls.base import KVCache, PrefillSpan
+from impls.flat_prefill import FlatPrefill, flat_prefill_attention, prepare_flat_prefill
 from impls.slot_allocator import SlotAllocator
 from impls.staging import StagingBuffer
-from kernels.prefill import prefill_attention
-from kernels.sdpa import grouped_sdpa
-
-
-@dataclass
-class _PrefillSeq:
-    queries: slice  # this sequence's rows of the batch's new tokens
-    slot: int
-    end: int  # context length once its new tokens are written
-
-
-@dataclass
-class _Prefill:
-    rows: torch.Tensor  # flat rows of every sequence's new tokens, concatenated
-    seqs: list[_PrefillSeq]
+from kernels.sdpa import decode_sdpa
 
 
 @dataclass
@@ -55,13 +42,10 @@ class ContiguousCache(KVCache):
     def counters(self) -> dict[str, int]:
         return {"kv_gather_steps": self.gather_steps}
 
-    def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> _Prefill:
+    def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> FlatPrefill:
         alloc = self.allocator
-        staging = staging or StagingBuffer(self.device)
-        rows = staging.add([row for s in spans for row in alloc.rows(s.seq_id, s.start, s.end)])
-        seqs = [_PrefillSeq(queries, alloc.slot(s.seq_id), s.end) for s, queries in zip(spans, query_slices(spans))]
-        staging.upload()
-        return _Prefill(staging[rows], seqs)
+        return prepare_flat_prefill(alloc, lambda seq_id: alloc.slot(seq_id) * alloc.max_seq_len, spans,
+                                    staging or StagingBuffer(self.device))
 
     def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
         alloc = self.allocator
@@ -94,13 +78,11 @@ class ContiguousCache(KVCache):
 
     def forward_layer(self, layer, q, k, v, meta):
         k_slab, v_slab = self.k[layer], self.v[layer]
-        k_slab.view(-1, *k_slab.shape[2:])[meta.rows] = k
-        v_slab.view(-1, *v_slab.shape[2:])[meta.rows] = v
-        if isinstance(meta, _Prefill):
-            return torch.cat([
-                prefill_attention(q[s.queries], k_slab[s.slot, : s.end], v_slab[s.slot, : s.end], self.scale)
-                for s in meta.seqs
-            ])
+        k_flat, v_flat = k_slab.view(-1, *k_slab.shape[2:]), v_slab.view(-1, *v_slab.shape[2:])
+        k_flat[meta.rows] = k
+        v_flat[meta.rows] = v
+        if isinstance(meta, FlatPrefill):
+            return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
         if meta.dense_start is not None:
             span = slice(meta.dense_start, meta.dense_start + q.shape[0])
             keys, values = k_slab[span, : meta.max_len], v_slab[span, : meta.max_len]
@@ -108,12 +90,5 @@ class ContiguousCache(KVCache):
                 q = q[meta.order]
         else:
             keys, values = k_slab[meta.slots, : meta.max_len], v_slab[meta.slots, : meta.max_len]
-        out = grouped_sdpa(
-            q.unsqueeze(2),  # [B, H, 1, D]
-            keys.transpose(1, 2),  # [B, KVH, L, D]
-            values.transpose(1, 2),
-            self.scale,
-            mask=meta.mask,
-            varying_shapes=True,
-        ).squeeze(2)
+        out = decode_sdpa(q, keys, values, self.scale, meta.mask)
         return out[meta.inverse] if meta.inverse is not None else out

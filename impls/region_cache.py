@@ -15,24 +15,11 @@ from typing import Sequence
 
 import torch
 
-from impls.base import KVCache, PrefillSpan, query_slices
+from impls.base import KVCache, PrefillSpan
+from impls.flat_prefill import FlatPrefill, flat_prefill_attention, prepare_flat_prefill
 from impls.region_allocator import RegionAllocator
 from impls.staging import StagingBuffer
-from kernels.prefill import prefill_attention
-from kernels.sdpa import grouped_sdpa
-
-
-@dataclass
-class _PrefillSeq:
-    queries: slice  # this sequence's rows of the batch's new tokens
-    start: int  # first flat row of its region
-    end: int  # context length once its new tokens are written
-
-
-@dataclass
-class _Prefill:
-    rows: torch.Tensor  # flat rows of every sequence's new tokens, concatenated
-    seqs: list[_PrefillSeq]
+from kernels.sdpa import decode_sdpa
 
 
 @dataclass
@@ -52,13 +39,8 @@ class RegionCache(KVCache):
     def counters(self) -> dict[str, int]:
         return {"kv_gather_steps": self.gather_steps}
 
-    def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> _Prefill:
-        alloc = self.allocator
-        staging = staging or StagingBuffer(self.device)
-        rows = staging.add([row for s in spans for row in alloc.rows(s.seq_id, s.start, s.end)])
-        seqs = [_PrefillSeq(queries, alloc.start(s.seq_id), s.end) for s, queries in zip(spans, query_slices(spans))]
-        staging.upload()
-        return _Prefill(staging[rows], seqs)
+    def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> FlatPrefill:
+        return prepare_flat_prefill(self.allocator, self.allocator.start, spans, staging or StagingBuffer(self.device))
 
     def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
         alloc = self.allocator
@@ -79,18 +61,6 @@ class RegionCache(KVCache):
         k_flat, v_flat = self.k[layer][0], self.v[layer][0]
         k_flat[meta.rows] = k
         v_flat[meta.rows] = v
-        if isinstance(meta, _Prefill):
-            return torch.cat([
-                prefill_attention(q[s.queries], k_flat[s.start : s.start + s.end], v_flat[s.start : s.start + s.end],
-                                  self.scale)
-                for s in meta.seqs
-            ])
-        keys, values = k_flat[meta.gather], v_flat[meta.gather]  # [B, max_len, KVH, D]
-        return grouped_sdpa(
-            q.unsqueeze(2),  # [B, H, 1, D]
-            keys.transpose(1, 2),  # [B, KVH, L, D]
-            values.transpose(1, 2),
-            self.scale,
-            mask=meta.mask,
-            varying_shapes=True,
-        ).squeeze(2)
+        if isinstance(meta, FlatPrefill):
+            return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
+        return decode_sdpa(q, k_flat[meta.gather], v_flat[meta.gather], self.scale, meta.mask)  # [B, max_len, KVH, D]

@@ -67,3 +67,11 @@ def _grouped_sdpa(q, k, v, scale, mask, is_causal) -> torch.Tensor:
         mask = mask.repeat(1, 1, group, 1)  # folded row g * Tq + t has query t's mask
     out = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask, scale=scale)
     return out.reshape(batch, heads, tq, dim)
+
+
+def decode_sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float,
+                mask: torch.Tensor) -> torch.Tensor:
+    """One decode token per sequence over its keys: q ``[B, H, D]``, keys/values ``[B, L, KVH, D]``
+    (the layout a slab or a gather gives), ``mask`` ``[B, 1, 1, L]`` -> ``[B, H, D]``."""
+    return grouped_sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), scale,
+                        mask=mask, varying_shapes=True).squeeze(2)

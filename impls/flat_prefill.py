@@ -1,0 +1,47 @@
+"""Prefill for caches that keep each sequence's tokens in one run of flat rows (a contiguous
+slot, an Orca region): the new tokens' K/V go to their rows, and each prompt attends over
+its own run of rows in place. Shared by ``ContiguousCache`` and ``RegionCache``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from impls.base import KVAllocator, PrefillSpan, query_slices
+from impls.staging import StagingBuffer
+from kernels.prefill import prefill_attention
+
+
+@dataclass
+class FlatPrefillSeq:
+    queries: slice  # this sequence's rows of the batch's new tokens
+    first_row: int  # flat row of its position 0
+    end: int  # context length once its new tokens are written
+
+
+@dataclass
+class FlatPrefill:
+    rows: torch.Tensor  # flat rows of every sequence's new tokens, concatenated
+    seqs: list[FlatPrefillSeq]
+
+
+def prepare_flat_prefill(alloc: KVAllocator, first_row: Callable[[int], int], spans: Sequence[PrefillSpan],
+                         staging: StagingBuffer) -> FlatPrefill:
+    """Stage and upload the new tokens' rows; ``first_row(seq_id)`` is where a sequence starts."""
+    rows = staging.add([row for s in spans for row in alloc.rows(s.seq_id, s.start, s.end)])
+    seqs = [FlatPrefillSeq(queries, first_row(s.seq_id), s.end) for s, queries in zip(spans, query_slices(spans))]
+    staging.upload()
+    return FlatPrefill(staging[rows], seqs)
+
+
+def flat_prefill_attention(q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, meta: FlatPrefill,
+                           scale: float) -> torch.Tensor:
+    """Each prompt's queries over its own rows ``[first_row, first_row + end)`` (already written)."""
+    return torch.cat([
+        prefill_attention(q[s.queries], k_flat[s.first_row : s.first_row + s.end],
+                          v_flat[s.first_row : s.first_row + s.end], scale)
+        for s in meta.seqs
+    ])
