@@ -33,7 +33,7 @@ def _attention_is_noop(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
     if impl == "contiguous":
         import impls.contiguous
 
-        monkeypatch.setattr(impls.contiguous, "grouped_sdpa", lambda q, k, v, scale, **options: q)
+        monkeypatch.setattr(impls.contiguous, "decode_sdpa", lambda q, keys, values, scale, mask: q)
     elif impl == "paged_torch":
         import kernels.reference
 
