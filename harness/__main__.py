@@ -7,6 +7,7 @@ in the run folder, exit code 2. Each job of a ``-m`` sweep is checked by the swe
 
 from __future__ import annotations
 
+import os
 import sys
 
 if __name__ == "__main__":
@@ -18,5 +19,7 @@ if __name__ == "__main__":
             sys.exit(code)
         main()
     except KeyboardInterrupt:
-        print("kvbench: interrupted before any run started; nothing was written", file=sys.stderr)
-        sys.exit(130)
+        print("kvbench: interrupted before any run started; nothing was written", file=sys.stderr, flush=True)
+        # os._exit: nothing to clean up yet, and interpreter shutdown mid-import can raise the
+        # interrupt again and end the process by SIGINT (exit -2) instead of 130.
+        os._exit(130)
