@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -72,3 +73,18 @@ def test_sweep_check_reports_a_job_that_does_not_validate(capsys):
     assert check([decode]) == 0
     assert check([decode], extra=["block_size=3"]) == len(sweep_jobs(decode))
     assert "block_size=3 must be a power of two" in capsys.readouterr().out
+
+
+def test_crash_probe_reports_each_error_source(tmp_path):
+    """The probe the GPU check runs after the build: on this machine every C++ check raises."""
+    from kernels.cuda_op import load_op
+
+    load_op()  # built (or found in the build cache) here, so the probes' processes only load it
+    report = tmp_path / "crash-probe.txt"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / ".ci" / "crash_probe.py"), str(report)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdicts = [ln for ln in report.read_text().splitlines() if ln.startswith("== ")]
+    assert len(verdicts) == 3
+    assert all("exit 0; raised:" in ln for ln in verdicts), verdicts
+    assert any("block_tables[0, 0] = 9" in ln for ln in verdicts)
