@@ -3,7 +3,9 @@
 Knows nothing about which impl it runs: it asks the scheduler for a step, applies
 the copies the allocator asked for, and runs one model forward per step: a varlen
 prefill of every prompt admitted in the step (their new tokens concatenated, logits
-only at each prompt's last token) or a batched decode of all running sequences.
+only at each prompt's last token) or a batched decode of all running sequences. Each
+layer attends through the cache's ``forward_prefill`` or ``forward_decode``, which the
+engine picks once per step.
 Greedy sampling; sample ``k`` of a request with ``n > 1`` takes the ``k``-th ranked
 token first (so parallel samples diverge and copy-on-write is exercised), then
 continues greedily.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -42,7 +44,7 @@ class EngineResult:
     step_s: list[float]  # wall time of every decode step
     host_s: list[float]  # host time of every decode step: from its start until the forward is enqueued
     peak_running: int
-    peak_running_before_preemption: int
+    max_concurrency: int  # the most sequences running at once before the first preemption
     preemptions: int
     peaks: KVPeaks
     steps: list[StepRecord]
@@ -72,18 +74,19 @@ class Engine:
         self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_num_batched_tokens,
                                    max_seq_tokens=cache.allocator.max_sequence_tokens())
 
-    def _forward(self, staging: StagingBuffer, ids: int, positions: int, meta, logits_at: int | None = None):
-        """The model over staged ``ids`` and ``positions`` (``staging`` uploaded), attending through the cache."""
+    def _forward(self, staging: StagingBuffer, ids: int, positions: int, attend: Callable[..., torch.Tensor],
+                 meta: Any, logits_at: int | None = None):
+        """The model over staged ``ids`` and ``positions`` (``staging`` uploaded); every layer attends
+        through ``attend`` (the cache's ``forward_prefill`` or ``forward_decode``) with ``meta``."""
         at = staging[logits_at] if logits_at is not None else None
-        return self.model(staging[ids], staging[positions],
-                          lambda layer, q, k, v: self.cache.forward_layer(layer, q, k, v, meta), at)
+        return self.model(staging[ids], staging[positions], lambda layer, q, k, v: attend(layer, q, k, v, meta), at)
 
     def _prefill(self, admitted: list[Admission]) -> int:
         """One forward over every admitted prompt's uncached tokens; returns how many it computed."""
         spans = [PrefillSpan(a.seq.seq_id, a.seq.num_cached, a.seq.num_tokens) for a in admitted]
         ids: list[int] = []
         positions: list[int] = []
-        last: list[int] = []  # each prompt's last row: the only logits sampled
+        last: list[int] = []  # each prompt's last row of the batch: the only logits sampled
         for adm, span in zip(admitted, spans):
             ids += adm.seq.token_ids[span.start : span.end]
             positions += range(span.start, span.end)
@@ -91,7 +94,7 @@ class Engine:
         staging = StagingBuffer(self.device)
         ids_h, positions_h, last_h = staging.add(ids), staging.add(positions), staging.add(last)
         meta = self.cache.prepare_prefill(spans, staging)
-        logits = self._forward(staging, ids_h, positions_h, meta, last_h)
+        logits = self._forward(staging, ids_h, positions_h, self.cache.forward_prefill, meta, last_h)
         for adm, row in zip(admitted, logits):
             forks = adm.forks
             ranked = torch.topk(row, 1 + len(forks)).indices.tolist() if forks else [int(row.argmax())]
@@ -110,7 +113,7 @@ class Engine:
         step_s: list[float] = []
         host_s: list[float] = []
         steps: list[StepRecord] = []
-        peaks = KVPeaks()
+        peaks = KVPeaks(cache.bytes_per_token)
         while pending or not sched.done:
             now = clock()
             while pending and pending[0].arrival_s <= now:
@@ -126,8 +129,8 @@ class Engine:
             if plan.is_prefill:
                 computed = self._prefill(plan.admitted)
                 prefill_tokens += computed
-                # The forks' rows are copied from their parents, so only once the parents are written.
-                cache.copy_rows([c for adm in plan.admitted for c in adm.fork_copies])
+                # The forks' slots are copied from their parents, so only once the parents are written.
+                cache.copy_slots([c for adm in plan.admitted for c in adm.fork_copies])
                 self.sync()
                 now = clock()
                 for adm in plan.admitted:
@@ -140,13 +143,13 @@ class Engine:
                     touched += [adm.seq, *adm.forks]
                 kind = "prefill"
             elif plan.decodes:
-                cache.copy_rows(plan.copies)
+                cache.copy_slots(plan.copies)
                 seqs = plan.decodes
                 staging = StagingBuffer(self.device)
                 ids = staging.add([s.output_ids[-1] for s in seqs])
                 positions = staging.add([s.num_tokens - 1 for s in seqs])
                 meta = cache.prepare_decode([s.seq_id for s in seqs], staging)
-                logits = self._forward(staging, ids, positions, meta)
+                logits = self._forward(staging, ids, positions, cache.forward_decode, meta)
                 host_s.append(time.perf_counter() - ts)  # enqueued; on a GPU nothing has waited for it yet
                 for s, tok in zip(seqs, logits.argmax(dim=-1).tolist()):
                     s.output_ids.append(tok)
@@ -168,10 +171,11 @@ class Engine:
             for s in touched:
                 if s.finished:
                     s.finish_s = now
-            stats = cache.stats()
-            peaks.update(stats)  # before finished sequences are released
+            usage = cache.allocator.usage()
+            peaks.update(usage)  # before finished sequences are released
             steps.append(StepRecord(now, kind, len(touched), computed, len(sched.running), len(sched.waiting),
-                                    stats.token_bytes, stats.reserved_bytes,
+                                    usage.used_tokens * cache.bytes_per_token,
+                                    usage.reserved_tokens * cache.bytes_per_token,
                                     sched.num_preemptions - preempted_before))
             sched.finish(touched)
         self.sync()
@@ -186,7 +190,7 @@ class Engine:
             step_s=step_s,
             host_s=host_s,
             peak_running=sched.peak_running,
-            peak_running_before_preemption=sched.peak_running_before_preemption,
+            max_concurrency=sched.max_concurrency,
             preemptions=sched.num_preemptions,
             peaks=peaks,
             steps=steps,

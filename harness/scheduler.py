@@ -18,7 +18,7 @@ from typing import Callable, Sequence as Seq
 
 from harness.sequence import Sequence
 from harness.workload import Request
-from impls.base import KVAllocator, RowCopy
+from impls.base import AdmitPlan, KVAllocator, SlotCopy
 
 # (sequence, number of tokens) -> the token ids whose slots are reserved this step
 TokenSource = Callable[[Sequence, int], Seq[int]]
@@ -34,14 +34,14 @@ def last_token(seq: Sequence, num_tokens: int) -> list[int]:
 class Admission:
     seq: Sequence  # to prefill from ``seq.num_cached``
     forks: list[Sequence] = field(default_factory=list)  # samples 1..n-1, sharing its prompt
-    fork_copies: list[RowCopy] = field(default_factory=list)  # apply after the prefill
+    fork_copies: list[SlotCopy] = field(default_factory=list)  # apply after the prefill
 
 
 @dataclass
 class StepPlan:
     admitted: list[Admission] = field(default_factory=list)
     decodes: list[Sequence] = field(default_factory=list)
-    copies: list[RowCopy] = field(default_factory=list)  # apply before the decode
+    copies: list[SlotCopy] = field(default_factory=list)  # apply before the decode
     preempted: list[Sequence] = field(default_factory=list)
 
     @property
@@ -73,7 +73,7 @@ class Scheduler:
         self.finished: list[Sequence] = []
         self.num_preemptions = 0
         self.peak_running = 0
-        self.peak_running_before_preemption = 0
+        self.max_concurrency = 0  # peak_running until the first preemption: what the budget holds resident
         self._next_id = 0
 
     def _new_seq(self, request_id: int, sample: int, prompt: Seq[int], max_new: int, arrival_s: float) -> Sequence:
@@ -110,7 +110,7 @@ class Scheduler:
             raise RuntimeError(f"scheduler stalled: {len(self.waiting)} waiting, {len(self.running)} running")
         self.peak_running = max(self.peak_running, len(self.running))
         if not self.num_preemptions:
-            self.peak_running_before_preemption = self.peak_running
+            self.max_concurrency = self.peak_running
         return plan
 
     def _never_fits(self, seq: Sequence, samples: int) -> str | None:
@@ -126,28 +126,33 @@ class Scheduler:
         batched = 0  # tokens this step's prefill computes (prefix-cache hits are not computed)
         while self.waiting:
             seq, samples = self.waiting[0]
+            # Planned once, only when needed (a paged plan hashes the prompt's blocks), and used
+            # before the allocator changes: a plan is good only until then.
+            admit_plan: AdmitPlan | None = None
             # A request that can never run is recorded as rejected, not dropped (and
             # must not block the queue forever).
             reason = self._never_fits(seq, samples)
-            if reason is None and not (self.running or plan.admitted) and not alloc.can_admit(
-                seq.token_ids, samples, seq.final_len
-            ):
-                reason = "does not fit in an empty cache"
+            if reason is None and not (self.running or plan.admitted):
+                admit_plan = alloc.plan_admit(seq.token_ids, samples, seq.final_len)
+                if not admit_plan.fits:
+                    reason = "does not fit in an empty cache"
             if reason:
                 self.waiting.popleft()
                 self.rejected.append((seq, reason))
                 continue
-            if len(self.running) + samples > self.max_num_seqs or not alloc.can_admit(
-                seq.token_ids, samples, seq.final_len
-            ):
+            if len(self.running) + samples > self.max_num_seqs:
+                break
+            if admit_plan is None:
+                admit_plan = alloc.plan_admit(seq.token_ids, samples, seq.final_len)
+            if not admit_plan.fits:
                 break
             # The first admission of a step ignores the budget: a prompt longer than it then
             # runs alone instead of waiting forever (there is no chunked prefill).
-            new_tokens = seq.num_tokens - alloc.cached_prefix_len(seq.token_ids)
+            new_tokens = seq.num_tokens - admit_plan.cached_tokens
             if plan.admitted and batched + new_tokens > self.max_num_batched_tokens:
                 break
             self.waiting.popleft()
-            seq.num_cached = alloc.admit(seq.seq_id, seq.token_ids, seq.final_len)
+            seq.num_cached = alloc.admit(seq.seq_id, admit_plan)
             batched += seq.num_tokens - seq.num_cached
             admission = Admission(seq)
             for k in range(1, samples):

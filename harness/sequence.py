@@ -13,8 +13,10 @@ class Sequence:
     prompt_ids: tuple[int, ...] | list[int]  # the request's own tuple: never copied, never changed
     max_new_tokens: int
     output_ids: list[int] = field(default_factory=list)
-    # Prompt tokens whose K/V were already in the cache at admission (prefix-cache hits): the
-    # prefill computes from here. Set by the scheduler from the allocator's ``admit``; 0 after a preemption.
+    # Leading tokens whose K/V were already in the cache at its latest admission (prefix-cache
+    # hits): the prefill computes from here. A recompute after a preemption re-admits the prompt
+    # and the outputs so far, so hits may reach past the prompt. Set by the scheduler from the
+    # allocator's ``admit``; 0 while preempted.
     num_cached: int = 0
     preempted: int = 0  # times preempted (recomputed)
     # Service timeline, in seconds on the run's clock (wall or simulated), from its start.

@@ -30,7 +30,7 @@ from harness.measure.kv_peaks import KVPeaks
 from harness.scheduler import Scheduler, StepPlan
 from harness.sequence import Sequence
 from harness.workload import Request
-from impls.base import CacheStats, KVAllocator
+from impls.base import KVAllocator
 
 
 def synthetic_token(seq: Sequence, vocab: int) -> int:
@@ -58,8 +58,8 @@ class StepRecord:
     # a prefill: the admitted prompts' whole contexts.
     kv_tokens_read: int
     waiting: int  # requests waiting after the record
-    kv_bytes_reserved: int  # after the record, finished sequences not yet released
-    kv_bytes_used: int
+    kv_reserved_bytes: int  # after the record, finished sequences not yet released (the steps table's column)
+    kv_used_bytes: int
     start_s: Optional[float] = None  # simulated time, with a clock
     duration_s: Optional[float] = None
     preemptions: int = 0  # in this record's first step
@@ -69,7 +69,7 @@ class StepRecord:
 class Simulation:
     peaks: KVPeaks
     peak_running: int
-    peak_running_before_preemption: int
+    max_concurrency: int  # the most sequences running at once before the first preemption
     preemptions: int
     rejected: list[tuple[Sequence, str]]
     prefill_steps: int
@@ -148,7 +148,7 @@ class _Run:
         self.synced_sum = 0  # sum of tracks' ``synced``: owed tokens = tracks * step - synced_sum
         self.admissions = 0
         self.now = 0.0
-        self.peaks = KVPeaks()
+        self.peaks = KVPeaks(bytes_per_token)
         self.records: list[StepRecord] = []
         self.prefill_steps = 0
         self.idle_s = 0.0
@@ -210,15 +210,15 @@ class _Run:
     def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int,
                 preemptions: int = 0) -> StepRecord:
         # Before finished sequences are released, as the decode engine measures.
-        stats = CacheStats.from_usage(self.alloc.usage_plus_written(owed), self.bpt)
-        self.peaks.update(stats)
+        usage = self.alloc.usage_plus_written(owed)
+        self.peaks.update(usage)
         start = duration = None
         if self.clock is not None:
             duration = (self.clock.prefill_s(tokens) if kind == "prefill"
                         else self.clock.decode_s(batch, kv_read, steps))
             start, self.now = self.now, self.now + duration
-        rec = StepRecord(kind, steps, batch, tokens, kv_read, len(self.sched.waiting), stats.reserved_bytes,
-                         stats.token_bytes, start, duration, preemptions)
+        rec = StepRecord(kind, steps, batch, tokens, kv_read, len(self.sched.waiting),
+                         usage.reserved_tokens * self.bpt, usage.used_tokens * self.bpt, start, duration, preemptions)
         self.records.append(rec)
         return rec
 
@@ -266,7 +266,7 @@ class _Run:
             add_due(tr.due, s)
         batch = len(self.sched.running)
         if not batch:  # every sequence was preempted: no forward, nothing generated
-            self.peaks.update(CacheStats.from_usage(self.alloc.usage(), self.bpt))
+            self.peaks.update(self.alloc.usage())
             return
         kv_first = self.alloc.usage().logical_tokens + self._owed(first)
         # Jump: end where someone finishes, stop before someone is due, and (with a clock) before
@@ -396,7 +396,7 @@ def _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, 
         else:
             run.decode(plan, candidates, next_arrival)
     timed = clock is not None
-    return Simulation(run.peaks, sched.peak_running, sched.peak_running_before_preemption, sched.num_preemptions,
+    return Simulation(run.peaks, sched.peak_running, sched.max_concurrency, sched.num_preemptions,
                       sched.rejected, run.prefill_steps, run.done, len(sched.finished), run.records,
                       run.now if timed else None, run.idle_s, list(sched.finished) if timed else [],
                       (run.itl_gaps, run.itl_counts))

@@ -52,7 +52,7 @@ def simulated_steps_table(records: Iterable, impl: str, run_id: str) -> pd.DataF
     table: a decode record of ``steps`` model steps is one row, at the time its last step ends."""
     rows = [{"impl": impl, "run_id": run_id, "t_s": r.start_s + r.duration_s, "kind": r.kind, "steps": r.steps,
              "batch": r.batch, "tokens": r.tokens, "running": r.batch if r.kind == "decode" else None,
-             "waiting": r.waiting, "kv_used_bytes": r.kv_bytes_used, "kv_reserved_bytes": r.kv_bytes_reserved,
+             "waiting": r.waiting, "kv_used_bytes": r.kv_used_bytes, "kv_reserved_bytes": r.kv_reserved_bytes,
              "preemptions": r.preemptions} for r in records]
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 

@@ -2,15 +2,17 @@
 
 Two halves, so the capacity scenario can run the bookkeeping alone at 70B scale:
 
-* ``KVAllocator`` - pure Python: which rows of a flat KV store each sequence owns.
-  A "row" is one token's K (or V) for one layer; a contiguous slab is a pool whose
-  single block per sequence is ``max_seq_len`` rows long, a paged pool has blocks
-  of ``block_size`` rows. Copies (fork, copy-on-write) are ``RowCopy`` ranges.
+* ``KVAllocator`` - pure Python: which slots of a flat KV store each sequence owns.
+  A *slot* is one token's place: its K (or V) for one layer, at a flat index
+  (``slot_mapping`` in the kernels). A contiguous slab is a pool whose single block
+  per sequence is ``max_seq_len`` slots long, a paged pool has blocks of
+  ``block_size`` slots. Copies (fork, copy-on-write) are ``SlotCopy`` ranges.
+  Admission is planned once (``plan_admit``) and then carried out (``admit``).
 * ``KVCache`` - the tensors: writes K/V of one layer and attends, for a prefill
-  of every prompt admitted in a step (one varlen batch) or a decode step over
-  the whole batch. Its ``prepare_*`` put the step's integers in the step's
-  ``StagingBuffer`` (impls/staging.py), which the caller may have filled with its
-  own first, and upload it: one copy per step.
+  of every prompt admitted in a step (one varlen batch, ``forward_prefill``) or a
+  decode step over the whole batch (``forward_decode``). Its ``prepare_*`` put the
+  step's integers in the step's ``StagingBuffer`` (impls/staging.py), which the
+  caller may have filled with its own first, and upload it: one copy per step.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from impls.staging import StagingBuffer
 
 
 @dataclass(frozen=True)
-class RowCopy:
-    """Copy ``num_rows`` rows starting at flat row ``src`` to flat row ``dst`` (every layer, K and V)."""
+class SlotCopy:
+    """Copy ``num_slots`` slots starting at flat slot ``src`` to flat slot ``dst`` (every layer, K and V)."""
 
     src: int
     dst: int
-    num_rows: int
+    num_slots: int
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class PrefillSpan:
 
 
 def query_slices(spans: Sequence[PrefillSpan]) -> list[slice]:
-    """Each span's rows of a prefill batch, whose new tokens are concatenated in span order."""
+    """Each span's query rows of a prefill batch, whose new tokens are concatenated in span order."""
     out: list[slice] = []
     first = 0
     for span in spans:
@@ -58,11 +60,16 @@ def query_slices(spans: Sequence[PrefillSpan]) -> list[slice]:
 
 @dataclass(frozen=True)
 class CacheUsage:
-    """Token-slot accounting at one instant. Multiply by KV bytes per token for bytes."""
+    """Slot accounting at one instant, in tokens (the only form the caches report it in).
 
-    capacity_tokens: int  # slots the pool holds
+    A figure in bytes is made where a row is: these times the KV bytes per token (every
+    layer, K and V). ``pool``, ``reserved``, ``used`` and ``logical`` become the row columns
+    ``kv_pool_bytes``, ``kv_bytes_reserved``, ``kv_bytes_used`` and ``kv_bytes_logical``.
+    """
+
+    pool_tokens: int  # slots the pool holds
     reserved_tokens: int  # slots held by live sequences (their slots / blocks)
-    token_states: int  # slots holding a real token's K/V (shared slots counted once)
+    used_tokens: int  # slots holding a real token's K/V (shared slots counted once)
     logical_tokens: int  # tokens summed over sequences (what storage without sharing needs)
     fragmentation_tokens: int  # paged: unfilled slots of held blocks (partly filled last blocks)
     reservation_waste_tokens: int  # contiguous: reserved slots not (yet) written
@@ -74,48 +81,65 @@ class CacheUsage:
 
 
 @dataclass(frozen=True)
-class CacheStats:
-    """``CacheUsage`` in bytes (all layers, K and V)."""
+class AdmitPlan:
+    """One admission, worked out once by ``KVAllocator.plan_admit`` and carried out by ``admit``.
 
-    pool_bytes: int
-    reserved_bytes: int
-    token_bytes: int
-    logical_token_bytes: int
-    fragmentation_bytes: int
-    reservation_waste_bytes: int
-    num_sequences: int
-    external_fragmentation_bytes: int = 0
+    A plan describes the allocator as it was when planned: it is valid only until the
+    allocator's state next changes (any admit, append, fork or release). ``generation``
+    records that state, and ``admit`` raises ``StalePlanError`` on a plan of another.
+    Allocators extend it with what their ``admit`` needs (a paged pool: its prefix hits).
+    """
 
-    @classmethod
-    def from_usage(cls, usage: CacheUsage, bytes_per_token: int) -> "CacheStats":
-        return cls(
-            pool_bytes=usage.capacity_tokens * bytes_per_token,
-            reserved_bytes=usage.reserved_tokens * bytes_per_token,
-            token_bytes=usage.token_states * bytes_per_token,
-            logical_token_bytes=usage.logical_tokens * bytes_per_token,
-            fragmentation_bytes=usage.fragmentation_tokens * bytes_per_token,
-            reservation_waste_bytes=usage.reservation_waste_tokens * bytes_per_token,
-            num_sequences=usage.num_sequences,
-            external_fragmentation_bytes=usage.external_fragmentation_tokens * bytes_per_token,
-        )
+    token_ids: Sequence[int]
+    num_samples: int  # the sequence and its num_samples - 1 forks
+    final_len: int | None
+    cached_tokens: int  # leading tokens already in the cache (prefix-cache hits): not computed again
+    fits: bool  # the sequence and its forks fit now
+    generation: int  # the allocator's state counter when planned
+
+
+class StalePlanError(RuntimeError):
+    """``admit`` got a plan made before the allocator's state last changed."""
 
 
 class KVAllocator(ABC):
     """Bookkeeping of KV slots; check/act pairs so the scheduler never half-admits."""
 
     cache_hit_tokens: int = 0  # prompt tokens served from a prefix cache over the run
+    # Counts changes of state (admit, append, fork, release): an ``AdmitPlan`` is valid for one.
+    generation: int = 0
 
     # ``final_len`` is the sequence's length once it finishes (prompt + every output token),
     # which the scheduler knows (output lengths are fixed). Only allocators that reserve a
     # sequence's whole region at admission use it; the others ignore it.
 
     @abstractmethod
-    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
-        """Whether a new sequence (and its ``num_samples - 1`` forks) fits now."""
+    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> AdmitPlan:
+        """What admitting ``token_ids`` (and ``num_samples - 1`` forks) would take now; no state change.
+
+        The one place a prompt is examined (a paged pool hashes its blocks here): the
+        scheduler reads ``fits`` and ``cached_tokens`` off the plan and hands it to ``admit``.
+        """
 
     @abstractmethod
-    def admit(self, seq_id: int, token_ids: Sequence[int], final_len: int | None = None) -> int:
-        """Reserve slots for ``token_ids``; return how many leading tokens are already cached."""
+    def admit(self, seq_id: int, plan: AdmitPlan) -> int:
+        """Reserve slots for ``plan``'s tokens; return how many leading tokens are already cached.
+
+        ``plan`` must come from this allocator's ``plan_admit`` with no change of state since
+        (``StalePlanError`` otherwise) and must fit (``ValueError`` otherwise).
+        """
+
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
+        """Whether a new sequence (and its ``num_samples - 1`` forks) fits now."""
+        return self.plan_admit(token_ids, num_samples, final_len).fits
+
+    def _check_plan(self, plan: AdmitPlan) -> None:
+        """``admit``'s guard: the plan is of the current state, and it fits."""
+        if plan.generation != self.generation:
+            raise StalePlanError(f"admission plan of state {plan.generation}, but the allocator is at state "
+                                 f"{self.generation}: plan again after any admit, append, fork or release")
+        if not plan.fits:
+            raise ValueError("admit() of a plan that does not fit (check plan.fits first)")
 
     def note_waiting(self, final_len: int | None) -> None:
         """The ``final_len`` of the request first in the waiting queue (None: none waits).
@@ -124,31 +148,23 @@ class KVAllocator(ABC):
         against it; allocators without variable-size regions have none and ignore it.
         """
 
-    def cached_prefix_len(self, token_ids: Sequence[int]) -> int:
-        """Leading tokens ``admit(token_ids)`` would find cached now (no state change).
-
-        The scheduler charges a prefill's token budget only for the tokens it computes.
-        Allocators without a prefix cache find none.
-        """
-        return 0
-
     @abstractmethod
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool: ...
 
     @abstractmethod
-    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[RowCopy]:
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
         """Reserve slots for the next tokens; return copies the tensors must do first."""
 
     @abstractmethod
-    def fork(self, parent_id: int, child_id: int) -> list[RowCopy]:
+    def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
         """The child starts with the parent's tokens (shared or copied)."""
 
     @abstractmethod
     def release(self, seq_id: int) -> None: ...
 
     @abstractmethod
-    def rows(self, seq_id: int, start: int, end: int) -> list[int]:
-        """Flat row of each token position in ``[start, end)`` of the sequence."""
+    def slots(self, seq_id: int, start: int, end: int) -> list[int]:
+        """Flat slot of each token position in ``[start, end)`` of the sequence."""
 
     @abstractmethod
     def num_tokens(self, seq_id: int) -> int: ...
@@ -166,52 +182,52 @@ class KVAllocator(ABC):
     def max_sequence_tokens(self) -> int:
         """The longest sequence this allocator can ever hold (prompt and output): the whole pool,
         unless a sequence's space is capped below it (a contiguous slot of max_seq_len)."""
-        return self.usage().capacity_tokens
+        return self.usage().pool_tokens
 
     def usage_plus_written(self, num_tokens: int) -> CacheUsage:
         """``usage()`` once ``num_tokens`` more tokens are appended into slots their sequences already hold.
 
-        Such appends (``appendable_without_alloc``) allocate nothing, so only token states and
+        Such appends (``appendable_without_alloc``) allocate nothing, so only used and
         logical tokens grow, and the unwritten reserved slots shrink by as much. Here those are
         reservation waste (slots reserved at admission); an allocator whose unwritten slots count
         as fragmentation (paged) overrides this. The simulator accounts riding tokens this way.
         """
         u = self.usage()
-        return replace(u, token_states=u.token_states + num_tokens, logical_tokens=u.logical_tokens + num_tokens,
+        return replace(u, used_tokens=u.used_tokens + num_tokens, logical_tokens=u.logical_tokens + num_tokens,
                        reservation_waste_tokens=u.reservation_waste_tokens - num_tokens)
 
 
 # Copies that start on a block boundary and fit in one block go block by block up to this
 # block length (a paged pool's copy-on-write); longer blocks (a contiguous slab of
-# max_seq_len rows) copy only the rows asked for.
+# max_seq_len slots) copy only the slots asked for.
 WHOLE_BLOCK_COPY_MAX = 128
 
 
-def apply_row_copies(stores: Sequence[torch.Tensor], copies: Sequence[RowCopy]) -> None:
+def apply_slot_copies(stores: Sequence[torch.Tensor], copies: Sequence[SlotCopy]) -> None:
     """Do ``copies`` in every store (``[blocks, block_len, kv_heads, head_dim]``).
 
     A copy-on-write copy fills the start of a fresh block, so it is done by block index: the
-    whole block is copied, and its rows past ``num_rows`` (beyond the sequence's length, read
-    by nothing until written) come along. Other copies go by row index, built without a
-    Python loop over rows.
+    whole block is copied, and its slots past ``num_slots`` (beyond the sequence's length, read
+    by nothing until written) come along. Other copies go by slot index, built without a
+    Python loop over slots.
     """
     if not copies:
         return
     device = stores[0].device
     block_len = stores[0].shape[1]
     by_block = [c for c in copies if block_len <= WHOLE_BLOCK_COPY_MAX and c.src % block_len == 0
-                and c.dst % block_len == 0 and c.num_rows <= block_len]
-    by_row = [c for c in copies if c not in by_block]
+                and c.dst % block_len == 0 and c.num_slots <= block_len]
+    by_slot = [c for c in copies if c not in by_block]
     if by_block:
         src_b = torch.tensor([c.src // block_len for c in by_block], device=device)
         dst_b = torch.tensor([c.dst // block_len for c in by_block], device=device)
         for store in stores:
             store[dst_b] = store[src_b]
-    if by_row:
-        lens = torch.tensor([c.num_rows for c in by_row])
+    if by_slot:
+        lens = torch.tensor([c.num_slots for c in by_slot])
         offsets = torch.arange(int(lens.sum())) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
-        src = (torch.repeat_interleave(torch.tensor([c.src for c in by_row]), lens) + offsets).to(device)
-        dst = (torch.repeat_interleave(torch.tensor([c.dst for c in by_row]), lens) + offsets).to(device)
+        src = (torch.repeat_interleave(torch.tensor([c.src for c in by_slot]), lens) + offsets).to(device)
+        dst = (torch.repeat_interleave(torch.tensor([c.dst for c in by_slot]), lens) + offsets).to(device)
         for store in stores:
             flat = store.view(-1, *store.shape[-2:])
             flat[dst] = flat[src]
@@ -244,7 +260,7 @@ class KVCache(ABC):
         self.scale = head_dim**-0.5
         self.num_heads = num_heads  # query heads (kernels are warmed up with real q shapes)
         shape = (num_blocks, block_len, kv_heads, head_dim)
-        # Zeroed, not empty: attention reads rows past a sequence's length (masked out),
+        # Zeroed, not empty: attention reads slots past a sequence's length (masked out),
         # and a NaN left in recycled memory would survive the mask (0 * NaN = NaN).
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -263,11 +279,21 @@ class KVCache(ABC):
         Adds the cache's fields to ``staging`` (a new buffer if None) and uploads it.
         """
 
+    # The engine knows which kind of step it runs, so it calls the matching method with
+    # that step's metadata: no per-layer check of the metadata's type.
     @abstractmethod
-    def forward_layer(
+    def forward_prefill(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any
     ) -> torch.Tensor:
-        """Store this layer's new K/V and attend: q ``[T, H, D]`` -> ``[T, H, D]``."""
+        """Store this layer's new K/V of a prefill (``prepare_prefill``'s ``meta``) and attend:
+        q ``[T, H, D]`` -> ``[T, H, D]``, each prompt over its own context."""
+
+    @abstractmethod
+    def forward_decode(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any
+    ) -> torch.Tensor:
+        """Store this layer's new K/V of a decode step (``prepare_decode``'s ``meta``) and attend:
+        q ``[B, H, D]`` -> ``[B, H, D]``, one token per sequence."""
 
     def warmup(self) -> None:
         """Compile every kernel variant a run can meet, before anything is timed (default: none)."""
@@ -276,8 +302,5 @@ class KVCache(ABC):
         """Impl-specific event counts over the cache's life, as row columns (none by default)."""
         return {}
 
-    def copy_rows(self, copies: Sequence[RowCopy]) -> None:
-        apply_row_copies([*self.k, *self.v], copies)
-
-    def stats(self) -> CacheStats:
-        return CacheStats.from_usage(self.allocator.usage(), self.bytes_per_token)
+    def copy_slots(self, copies: Sequence[SlotCopy]) -> None:
+        apply_slot_copies([*self.k, *self.v], copies)

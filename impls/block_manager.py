@@ -6,7 +6,9 @@ allocated only as tokens arrive. ``fork`` shares every block (parallel sampling)
 appending into a shared, partly filled block copies it first (copy-on-write).
 Full blocks are hashed by chain (parent hash, token ids) so a later request with
 the same prefix reuses them; freed blocks keep their hash and stay reusable until
-evicted, least recently freed first, when the pool needs space.
+evicted, least recently freed first, when the pool needs space. An admission hashes
+each of the prompt's full blocks once: ``plan_admit`` up to the first block not
+cached, ``admit`` the rest (its plan carries the hashes already made).
 
 Counters (filled slots, logical tokens) are kept incrementally so ``usage`` is
 O(1): the capacity scenario calls it after every event at 70B scale.
@@ -18,12 +20,29 @@ a device-side copy of the tables (impls/device_block_tables.py) applies only tho
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 from typing import Sequence
 
-from impls.base import CacheUsage, KVAllocator, RowCopy
+from impls.base import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 from impls.sizing import blocks_for_tokens
 
 _ROOT_HASH = 0
+
+
+def chain_hash(parent_hash: int, tokens: tuple[int, ...]) -> int:
+    """A full block's hash: its tokens chained to the hash of the block before it."""
+    return hash((parent_hash, tokens))
+
+
+@dataclass(frozen=True)
+class PagedAdmitPlan(AdmitPlan):
+    """An admission into the block pool: what ``plan_admit`` found, so ``admit`` looks nothing up again."""
+
+    hits: tuple[int, ...]  # cached blocks of the prompt's leading full blocks, in order
+    # The hash of the first full block after the hits, when the plan made it looking that
+    # block up (it missed); admit registers the block under it instead of hashing it again.
+    next_hash: int | None
+    new_blocks: int  # blocks the admission takes from the free pool (a hit on a freed block counts)
 
 
 class BlockManager(KVAllocator):
@@ -57,6 +76,7 @@ class BlockManager(KVAllocator):
         self._filled_in_use = 0
         self._logical = 0
         self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
+        self.generation = 0
 
     # ---- derived sizes -------------------------------------------------
     @property
@@ -109,47 +129,47 @@ class BlockManager(KVAllocator):
         self.block_hash[b] = None
         self.block_tokens[b] = None
 
-    def _register_full(self, b: int, parent_hash: int, toks: tuple[int, ...]) -> None:
-        h = hash((parent_hash, toks))
+    def _register(self, b: int, h: int, toks: tuple[int, ...]) -> None:
         self.block_hash[b] = h
         self.block_tokens[b] = toks
         if self.prefix_caching:
             self.hash_to_block.setdefault(h, b)  # the first block with these contents stays the cached one
 
-    def _lookup(self, parent_hash: int, toks: tuple[int, ...]) -> tuple[int, int | None]:
-        h = hash((parent_hash, toks))
-        b = self.hash_to_block.get(h) if self.prefix_caching else None
-        if b is not None and self.block_tokens[b] != toks:  # a hash collision: not a hit
-            b = None
-        return h, b
+    def _register_full(self, b: int, parent_hash: int, toks: tuple[int, ...]) -> None:
+        self._register(b, chain_hash(parent_hash, toks), toks)
 
     # ---- admission --------------------------------------------------------
-    def _plan(self, token_ids: Sequence[int]) -> tuple[list[int | None], int]:
-        """Prefix hits per full block (None = miss) and the blocks the prompt costs."""
+    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1,
+                   final_len: int | None = None) -> PagedAdmitPlan:
+        """Prefix hits of the prompt's full blocks (up to the first miss) and the blocks it costs.
+
+        Forks share every block, so ``num_samples`` costs nothing here.
+        """
         bs = self.block_size
         n_full = len(token_ids) // bs
         # At least one token must be computed (its logits pick the next token), so a
         # prompt made only of full cached blocks recomputes its last block.
         n_lookup = n_full - 1 if n_full * bs == len(token_ids) else n_full
-        hits: list[int | None] = []
-        h = _ROOT_HASH
+        hits: list[int] = []
+        h, next_hash = _ROOT_HASH, None
         for i in range(n_lookup):
-            h, b = self._lookup(h, tuple(token_ids[i * bs : (i + 1) * bs]))
-            if b is None:
+            toks = tuple(token_ids[i * bs : (i + 1) * bs])
+            h = chain_hash(h, toks)
+            b = self.hash_to_block.get(h) if self.prefix_caching else None
+            if b is None or self.block_tokens[b] != toks:  # a miss (a hash collision is one too)
+                next_hash = h
                 break
             hits.append(b)
-        total = blocks_for_tokens(len(token_ids), bs)
         revived = sum(1 for b in hits if self.ref[b] == 0)
-        return hits, total - len(hits) + revived
+        cost = blocks_for_tokens(len(token_ids), bs) - len(hits) + revived
+        return PagedAdmitPlan(token_ids, num_samples, final_len, cached_tokens=len(hits) * bs,
+                              fits=cost + self.watermark_blocks <= self.num_free_blocks, generation=self.generation,
+                              hits=tuple(hits), next_hash=next_hash, new_blocks=cost)
 
-    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
-        _, cost = self._plan(token_ids)
-        return cost + self.watermark_blocks <= self.num_free_blocks
-
-    def admit(self, seq_id: int, token_ids: Sequence[int], final_len: int | None = None) -> int:
+    def admit(self, seq_id: int, plan: PagedAdmitPlan) -> int:
+        self._check_plan(plan)
         assert seq_id not in self.tables, f"sequence {seq_id} admitted twice"
-        hits, cost = self._plan(token_ids)
-        assert cost <= self.num_free_blocks, "admit() without can_admit()"
+        token_ids, hits = plan.token_ids, plan.hits
         bs, n, ref, filled = self.block_size, len(token_ids), self.ref, self.filled
         table: list[int] = []
         h = _ROOT_HASH
@@ -160,13 +180,15 @@ class BlockManager(KVAllocator):
             ref[b] += 1
             h = self.block_hash[b]
             table.append(b)
-        take, register, block_hash = self._take_block, self._register_full, self.block_hash
+        take, register, next_hash = self._take_block, self._register, plan.next_hash
         for start in range(len(hits) * bs, n, bs):
             b = take()
             if start + bs <= n:
                 filled[b] = bs
-                register(b, h, tuple(token_ids[start : start + bs]))
-                h = block_hash[b]
+                toks = tuple(token_ids[start : start + bs])
+                h = chain_hash(h, toks) if next_hash is None else next_hash  # the plan hashed the first miss
+                next_hash = None
+                register(b, h, toks)
             else:
                 filled[b] = n - start
             table.append(b)
@@ -174,14 +196,11 @@ class BlockManager(KVAllocator):
         self.tables[seq_id] = table
         self.tokens[seq_id] = list(token_ids)
         self._changed[seq_id] = 0
-        self._logical += len(token_ids)
+        self._logical += n
         cached = len(hits) * bs
         self.cache_hit_tokens += cached
+        self.generation += 1
         return cached
-
-    def cached_prefix_len(self, token_ids: Sequence[int]) -> int:
-        hits, _ = self._plan(token_ids)
-        return len(hits) * self.block_size
 
     # ---- growth -------------------------------------------------------------
     def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
@@ -194,10 +213,11 @@ class BlockManager(KVAllocator):
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         return self._blocks_to_append(seq_id, num_tokens) <= len(self.free) + len(self.evictable)
 
-    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[RowCopy]:
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
         bs = self.block_size
         table, toks = self.tables[seq_id], self.tokens[seq_id]
         off, n = len(toks) % bs, len(token_ids)
+        self.generation += 1
         if off and off + n <= bs and self.ref[table[-1]] == 1:
             # Fast path (most appends): into an owned, partly filled block, which they may fill.
             b = table[-1]
@@ -220,7 +240,7 @@ class BlockManager(KVAllocator):
             self._logical += n
             return []
         # Block by block, not token by token: the simulator appends many tokens at once.
-        copies: list[RowCopy] = []
+        copies: list[SlotCopy] = []
         done = 0
         while done < len(token_ids):
             off = len(toks) % bs
@@ -235,7 +255,7 @@ class BlockManager(KVAllocator):
                 self._filled_in_use += off
                 table[-1] = dst
                 self._mark_changed(seq_id, len(table) - 1)
-                copies.append(RowCopy(src * bs, dst * bs, off))
+                copies.append(SlotCopy(src * bs, dst * bs, off))
             b = table[-1]
             take = min(bs - off, len(token_ids) - done)
             toks.extend(token_ids[done : done + take])
@@ -258,7 +278,7 @@ class BlockManager(KVAllocator):
             return 0  # the next token needs a new block, or a copy of the shared one
         return self.block_size - off
 
-    def fork(self, parent_id: int, child_id: int) -> list[RowCopy]:
+    def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
         assert child_id not in self.tables, f"sequence {child_id} exists"
         table = list(self.tables[parent_id])
         for b in table:
@@ -267,10 +287,12 @@ class BlockManager(KVAllocator):
         self.tokens[child_id] = list(self.tokens[parent_id])
         self._changed[child_id] = 0
         self._logical += len(self.tokens[child_id])
+        self.generation += 1
         return []
 
     def release(self, seq_id: int) -> None:
         table = self.tables.pop(seq_id)
+        self.generation += 1
         self._changed.pop(seq_id, None)
         self._logical -= len(self.tokens.pop(seq_id))
         ref, filled, block_hash, cached, evictable = self.ref, self.filled, self.block_hash, self.hash_to_block, self.evictable
@@ -290,7 +312,7 @@ class BlockManager(KVAllocator):
         self._filled_in_use -= freed
 
     # ---- addressing and accounting ----------------------------------------
-    def rows(self, seq_id: int, start: int, end: int) -> list[int]:
+    def slots(self, seq_id: int, start: int, end: int) -> list[int]:
         bs, table = self.block_size, self.tables[seq_id]
         return [table[p // bs] * bs + p % bs for p in range(start, end)]
 
@@ -299,13 +321,13 @@ class BlockManager(KVAllocator):
 
     def usage_plus_written(self, num_tokens: int) -> CacheUsage:
         """Tokens appended without allocation fill slots of owned, partly filled last blocks:
-        each is one more token state and one slot less of fragmentation."""
+        each is one more used slot and one slot less of fragmentation."""
         reserved = self.num_used_blocks * self.block_size
         filled = self._filled_in_use + num_tokens
         return CacheUsage(
-            capacity_tokens=self.num_blocks * self.block_size,
+            pool_tokens=self.num_blocks * self.block_size,
             reserved_tokens=reserved,
-            token_states=filled,
+            used_tokens=filled,
             logical_tokens=self._logical + num_tokens,
             fragmentation_tokens=reserved - filled,
             reservation_waste_tokens=0,

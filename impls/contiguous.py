@@ -20,16 +20,16 @@ from kernels.sdpa import decode_sdpa
 
 @dataclass
 class _Decode:
-    rows: torch.Tensor  # [B] flat row of each new token
+    slot_mapping: torch.Tensor  # [B] flat slot of each new token
     mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
     max_len: int
-    # When the batch's slots are one dense range, attend over a view of the slab
+    # When the batch's sequence slots are one dense range, attend over a view of the slab
     # (no K/V gather); ``order`` puts the batch in slot order and ``inverse`` back
-    # (both None when it is in slot order already). Otherwise ``slots`` gathers K/V.
+    # (both None when it is in slot order already). Otherwise ``seq_slots`` gathers K/V.
     dense_start: int | None
     order: torch.Tensor | None
     inverse: torch.Tensor | None
-    slots: torch.Tensor | None  # [B] slot of each sequence, when not dense
+    seq_slots: torch.Tensor | None  # [B] slab index of each sequence, when not dense
 
 
 class ContiguousCache(KVCache):
@@ -37,7 +37,7 @@ class ContiguousCache(KVCache):
 
     def __init__(self, allocator: SlotAllocator, **tensor_args) -> None:
         super().__init__(allocator, allocator.num_slots, allocator.max_seq_len, **tensor_args)
-        self.gather_steps = 0  # decode steps whose slots were not one dense range (K/V copied out)
+        self.gather_steps = 0  # decode steps whose sequences' slab slots were not one dense range (K/V copied out)
 
     def counters(self) -> dict[str, int]:
         return {"kv_gather_steps": self.gather_steps}
@@ -50,17 +50,17 @@ class ContiguousCache(KVCache):
     def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
         alloc = self.allocator
         staging = staging or StagingBuffer(self.device)
-        slots = [alloc.slot(s) for s in seq_ids]
+        seq_slots = [alloc.slot(s) for s in seq_ids]
         lens = [alloc.num_tokens(s) for s in seq_ids]
-        rows = staging.add([slot * alloc.max_seq_len + n - 1 for slot, n in zip(slots, lens)])
+        slot_mapping = staging.add([slot * alloc.max_seq_len + n - 1 for slot, n in zip(seq_slots, lens)])
         max_len = max(lens)
-        ordered = sorted(range(len(slots)), key=slots.__getitem__)
-        lo = slots[ordered[0]]
-        dense = all(slots[i] == lo + j for j, i in enumerate(ordered))
+        ordered = sorted(range(len(seq_slots)), key=seq_slots.__getitem__)
+        lo = seq_slots[ordered[0]]
+        dense = all(seq_slots[i] == lo + j for j, i in enumerate(ordered))
         self.gather_steps += not dense
         order = inverse = gather = None
         if not dense:
-            gather = staging.add(slots)
+            gather = staging.add(seq_slots)
         elif ordered != list(range(len(ordered))):
             lens = [lens[i] for i in ordered]
             inverse_list = [0] * len(ordered)
@@ -71,24 +71,35 @@ class ContiguousCache(KVCache):
         staging.upload()
         mask = torch.arange(max_len, device=self.device)[None, :] < staging[lens_field][:, None]
         return _Decode(
-            staging[rows], mask[:, None, None, :], max_len, lo if dense else None,
+            staging[slot_mapping], mask[:, None, None, :], max_len, lo if dense else None,
             None if order is None else staging[order], None if inverse is None else staging[inverse],
             None if gather is None else staging[gather],
         )
 
-    def forward_layer(self, layer, q, k, v, meta):
+    def _write(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new tokens' K/V; return this layer's slab as views ``[slots, kv_heads, head_dim]``."""
         k_slab, v_slab = self.k[layer], self.v[layer]
         k_flat, v_flat = k_slab.view(-1, *k_slab.shape[2:]), v_slab.view(-1, *v_slab.shape[2:])
-        k_flat[meta.rows] = k
-        v_flat[meta.rows] = v
-        if isinstance(meta, FlatPrefill):
-            return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
+        k_flat[slot_mapping] = k
+        v_flat[slot_mapping] = v
+        return k_flat, v_flat
+
+    def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        meta: FlatPrefill) -> torch.Tensor:
+        k_flat, v_flat = self._write(layer, k, v, meta.slot_mapping)
+        return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
+
+    def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       meta: _Decode) -> torch.Tensor:
+        self._write(layer, k, v, meta.slot_mapping)
+        k_slab, v_slab = self.k[layer], self.v[layer]
         if meta.dense_start is not None:
             span = slice(meta.dense_start, meta.dense_start + q.shape[0])
             keys, values = k_slab[span, : meta.max_len], v_slab[span, : meta.max_len]
             if meta.order is not None:
                 q = q[meta.order]
         else:
-            keys, values = k_slab[meta.slots, : meta.max_len], v_slab[meta.slots, : meta.max_len]
+            keys, values = k_slab[meta.seq_slots, : meta.max_len], v_slab[meta.seq_slots, : meta.max_len]
         out = decode_sdpa(q, keys, values, self.scale, meta.mask)
         return out[meta.inverse] if meta.inverse is not None else out

@@ -1,6 +1,6 @@
-"""Prefill for caches that keep each sequence's tokens in one run of flat rows (a contiguous
-slot, an Orca region): the new tokens' K/V go to their rows, and each prompt attends over
-its own run of rows in place. Shared by ``ContiguousCache`` and ``RegionCache``.
+"""Prefill for caches that keep each sequence's tokens in one run of flat slots (a contiguous
+slot, an Orca region): the new tokens' K/V go to their slots, and each prompt attends over
+its own run of slots in place. Shared by ``ContiguousCache`` and ``RegionCache``.
 """
 
 from __future__ import annotations
@@ -17,31 +17,31 @@ from kernels.prefill import prefill_attention
 
 @dataclass
 class FlatPrefillSeq:
-    queries: slice  # this sequence's rows of the batch's new tokens
-    first_row: int  # flat row of its position 0
+    queries: slice  # this sequence's rows of the batch's new tokens (query rows, not KV slots)
+    first_slot: int  # flat slot of its position 0
     end: int  # context length once its new tokens are written
 
 
 @dataclass
 class FlatPrefill:
-    rows: torch.Tensor  # flat rows of every sequence's new tokens, concatenated
+    slot_mapping: torch.Tensor  # flat slots of every sequence's new tokens, concatenated
     seqs: list[FlatPrefillSeq]
 
 
-def prepare_flat_prefill(alloc: KVAllocator, first_row: Callable[[int], int], spans: Sequence[PrefillSpan],
+def prepare_flat_prefill(alloc: KVAllocator, first_slot: Callable[[int], int], spans: Sequence[PrefillSpan],
                          staging: StagingBuffer) -> FlatPrefill:
-    """Stage and upload the new tokens' rows; ``first_row(seq_id)`` is where a sequence starts."""
-    rows = staging.add([row for s in spans for row in alloc.rows(s.seq_id, s.start, s.end)])
-    seqs = [FlatPrefillSeq(queries, first_row(s.seq_id), s.end) for s, queries in zip(spans, query_slices(spans))]
+    """Stage and upload the new tokens' slots; ``first_slot(seq_id)`` is where a sequence starts."""
+    slot_mapping = staging.add([slot for s in spans for slot in alloc.slots(s.seq_id, s.start, s.end)])
+    seqs = [FlatPrefillSeq(queries, first_slot(s.seq_id), s.end) for s, queries in zip(spans, query_slices(spans))]
     staging.upload()
-    return FlatPrefill(staging[rows], seqs)
+    return FlatPrefill(staging[slot_mapping], seqs)
 
 
 def flat_prefill_attention(q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, meta: FlatPrefill,
                            scale: float) -> torch.Tensor:
-    """Each prompt's queries over its own rows ``[first_row, first_row + end)`` (already written)."""
+    """Each prompt's queries over its own slots ``[first_slot, first_slot + end)`` (already written)."""
     return torch.cat([
-        prefill_attention(q[s.queries], k_flat[s.first_row : s.first_row + s.end],
-                          v_flat[s.first_row : s.first_row + s.end], scale)
+        prefill_attention(q[s.queries], k_flat[s.first_slot : s.first_slot + s.end],
+                          v_flat[s.first_slot : s.first_slot + s.end], scale)
         for s in meta.seqs
     ])

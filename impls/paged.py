@@ -24,21 +24,21 @@ from impls.sizing import blocks_for_tokens
 
 @dataclass
 class _PrefillSeq:
-    queries: slice  # this sequence's rows of the batch's new tokens
+    queries: slice  # this sequence's rows of the batch's new tokens (query rows, not KV slots)
     table: torch.Tensor  # int32 [blocks]
     end: int  # context length once its new tokens are written
 
 
 @dataclass
 class _Prefill:
-    slots: torch.Tensor  # int64 [T]: every sequence's new tokens, concatenated
+    slot_mapping: torch.Tensor  # int64 [T]: the flat slot of every sequence's new tokens, concatenated
     seqs: list[_PrefillSeq]
     checked: bool = False  # the kernels' arguments were checked (at the first layer)
 
 
 @dataclass
 class _Decode:
-    slots: torch.Tensor  # int64 [B]
+    slot_mapping: torch.Tensor  # int64 [B]: the flat slot of each new token
     block_tables: torch.Tensor  # int32 [B, max_blocks]
     context_lens: torch.Tensor  # int32 [B]
     max_context: int  # max(context_lens), known on the host
@@ -84,12 +84,12 @@ class PagedCache(KVCache):
     def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> _Prefill:
         bm = self.allocator
         staging = staging or StagingBuffer(self.device)
-        slots = staging.add([row for s in spans for row in bm.rows(s.seq_id, s.start, s.end)])
+        slot_mapping = staging.add([slot for s in spans for slot in bm.slots(s.seq_id, s.start, s.end)])
         tables = [staging.add(bm.block_table(s.seq_id), torch.int32) for s in spans]
         staging.upload()
         seqs = [_PrefillSeq(queries, staging[table], s.end)
                 for s, queries, table in zip(spans, query_slices(spans), tables)]
-        return _Prefill(staging[slots], seqs)
+        return _Prefill(staging[slot_mapping], seqs)
 
     def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
         bm = self.allocator
@@ -97,26 +97,38 @@ class PagedCache(KVCache):
         staging = staging or StagingBuffer(self.device)
         tables = [bm.block_table(s) for s in seq_ids]
         lens = [bm.num_tokens(s) for s in seq_ids]
-        slots = staging.add([t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)])
+        slot_mapping = staging.add([t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)])
         context_lens = staging.add(lens, torch.int32)
         staged = self.tables.stage(seq_ids, tables, bm.table_changes(), staging)
         staging.upload()
-        return _Decode(staging[slots], self.tables.apply(staged, staging), staging[context_lens], max(lens))
+        return _Decode(staging[slot_mapping], self.tables.apply(staged, staging), staging[context_lens], max(lens))
 
-    def forward_layer(self, layer, q, k, v, meta):
-        k_pool, v_pool = self.k[layer], self.v[layer]
-        # Every layer passes tensors of the first one's shapes, dtypes and devices, so the
-        # first call of a step checks the kernels' arguments and the others skip it.
+    def _write(self, layer: int, k: torch.Tensor, v: torch.Tensor, meta: _Prefill | _Decode) -> bool:
+        """Store the new tokens' K/V; return whether the kernels check their arguments this layer.
+
+        Every layer passes tensors of the first one's shapes, dtypes and devices, so the
+        first call of a step checks the kernels' arguments and the others skip it.
+        """
         check, meta.checked = not meta.checked, True
         # The cache computed every slot on the host: none is < 0, none to skip.
-        self.kernel.write(k.contiguous(), v.contiguous(), k_pool, v_pool, meta.slots, may_skip=False, validate=check)
-        if isinstance(meta, _Prefill):
-            # Every new token of the batch is written above, before any sequence attends: a
-            # prompt whose prefix hit blocks that another prompt of this batch fills reads them filled.
-            outs = []
-            for s in meta.seqs:
-                k_ctx, v_ctx = gather_kv(k_pool, s.table, s.end), gather_kv(v_pool, s.table, s.end)
-                outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale))
-            return torch.cat(outs)
-        return self.kernel.decode(q.contiguous(), k_pool, v_pool, meta.block_tables, meta.context_lens, self.scale,
-                                  max_context=meta.max_context, validate=check)
+        self.kernel.write(k.contiguous(), v.contiguous(), self.k[layer], self.v[layer], meta.slot_mapping,
+                          may_skip=False, validate=check)
+        return check
+
+    def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        meta: _Prefill) -> torch.Tensor:
+        # Every new token of the batch is written first, before any sequence attends: a prompt
+        # whose prefix hit blocks that another prompt of this batch fills reads them filled.
+        self._write(layer, k, v, meta)
+        k_pool, v_pool = self.k[layer], self.v[layer]
+        outs = []
+        for s in meta.seqs:
+            k_ctx, v_ctx = gather_kv(k_pool, s.table, s.end), gather_kv(v_pool, s.table, s.end)
+            outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale))
+        return torch.cat(outs)
+
+    def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       meta: _Decode) -> torch.Tensor:
+        check = self._write(layer, k, v, meta)
+        return self.kernel.decode(q.contiguous(), self.k[layer], self.v[layer], meta.block_tables,
+                                  meta.context_lens, self.scale, max_context=meta.max_context, validate=check)

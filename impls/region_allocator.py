@@ -23,26 +23,35 @@ reservation waste (reserved, not yet written); every other slot is free.
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 from typing import Sequence
 
-from impls.base import CacheUsage, KVAllocator, RowCopy
+from impls.base import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 from impls.reservation import Reservation
 
 
+@dataclass(frozen=True)
+class RegionAdmitPlan(AdmitPlan):
+    """An admission of one region: its size, from the reservation policy."""
+
+    region_slots: int
+
+
 class RegionAllocator(KVAllocator):
-    def __init__(self, capacity_tokens: int, max_seq_len: int, reservation: Reservation) -> None:
-        if capacity_tokens < 1:
-            raise ValueError(f"capacity_tokens must be >= 1, got {capacity_tokens}")
-        self.capacity_tokens = capacity_tokens
+    def __init__(self, pool_tokens: int, max_seq_len: int, reservation: Reservation) -> None:
+        if pool_tokens < 1:
+            raise ValueError(f"pool_tokens must be >= 1, got {pool_tokens}")
+        self.pool_tokens = pool_tokens
         self.max_seq_len = max_seq_len
         self.reservation = reservation
         self.hole_starts: list[int] = [0]  # sorted; never two adjacent holes (they merge)
-        self.hole_len: dict[int, int] = {0: capacity_tokens}
+        self.hole_len: dict[int, int] = {0: pool_tokens}
         self.region: dict[int, tuple[int, int]] = {}  # seq_id -> (start, slots)
         self.length: dict[int, int] = {}
         self._tokens = 0
         self._reserved = 0
         self._waiting_slots: int | None = None  # reservation of the first waiting request
+        self.generation = 0
 
     # ---- policy and placement ----------------------------------------------------
     def reserved_slots(self, final_len: int | None) -> int:
@@ -88,63 +97,71 @@ class RegionAllocator(KVAllocator):
         return [(s, self.hole_len[s]) for s in self.hole_starts]
 
     def start(self, seq_id: int) -> int:
-        """First flat row of the sequence's region."""
+        """First flat slot of the sequence's region."""
         return self.region[seq_id][0]
 
     # ---- the KVAllocator interface ---------------------------------------------------
     def num_tokens(self, seq_id: int) -> int:
         return self.length[seq_id]
 
-    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
+    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1,
+                   final_len: int | None = None) -> RegionAdmitPlan:
         slots = self.reserved_slots(final_len)
-        if len(token_ids) > slots:
-            return False
-        # Place the sequence and its forks first-fit on a copy of the hole sizes.
+        return RegionAdmitPlan(token_ids, num_samples, final_len, cached_tokens=0,
+                               fits=len(token_ids) <= slots and self._places(slots, num_samples),
+                               generation=self.generation, region_slots=slots)
+
+    def _places(self, slots: int, count: int) -> bool:
+        """Whether ``count`` regions of ``slots`` go first-fit into the holes (on a copy of their sizes)."""
         sizes = [self.hole_len[s] for s in self.hole_starts]
-        for _ in range(num_samples):
+        for _ in range(count):
             i = next((i for i, size in enumerate(sizes) if size >= slots), None)
             if i is None:
                 return False
             sizes[i] -= slots
         return True
 
-    def admit(self, seq_id: int, token_ids: Sequence[int], final_len: int | None = None) -> int:
+    def admit(self, seq_id: int, plan: RegionAdmitPlan) -> int:
+        self._check_plan(plan)
         assert seq_id not in self.region, f"sequence {seq_id} admitted twice"
-        slots = self.reserved_slots(final_len)
-        assert len(token_ids) <= slots, f"sequence {seq_id} is longer than its reservation"
-        self.region[seq_id] = (self._take(slots), slots)
-        self.length[seq_id] = len(token_ids)
-        self._tokens += len(token_ids)
+        n = len(plan.token_ids)
+        self.region[seq_id] = (self._take(plan.region_slots), plan.region_slots)
+        self.length[seq_id] = n
+        self._tokens += n
+        self.generation += 1
         return 0
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         return self.length[seq_id] + num_tokens <= self.region[seq_id][1]
 
-    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[RowCopy]:
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
         assert self.can_append(seq_id, len(token_ids)), f"sequence {seq_id} outgrows its reservation"
         self.length[seq_id] += len(token_ids)
         self._tokens += len(token_ids)
+        self.generation += 1
         return []
 
-    def fork(self, parent_id: int, child_id: int) -> list[RowCopy]:
+    def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
         parent, slots = self.region[parent_id]
         child = self._take(slots)  # same final length, same reservation
         n = self.length[parent_id]
         self.region[child_id] = (child, slots)
         self.length[child_id] = n
         self._tokens += n
-        return [RowCopy(parent, child, n)]
+        self.generation += 1
+        return [SlotCopy(parent, child, n)]
 
     def release(self, seq_id: int) -> None:
         self._give(*self.region.pop(seq_id))
         self._tokens -= self.length.pop(seq_id)
+        self.generation += 1
 
-    def rows(self, seq_id: int, start: int, end: int) -> list[int]:
+    def slots(self, seq_id: int, start: int, end: int) -> list[int]:
         base = self.region[seq_id][0]
         return list(range(base + start, base + end))
 
     def max_sequence_tokens(self) -> int:
-        return min(self.capacity_tokens, self.max_seq_len)  # no region is longer than max_seq_len
+        return min(self.pool_tokens, self.max_seq_len)  # no region is longer than max_seq_len
 
     def appendable_without_alloc(self, seq_id: int) -> int:
         return self.region[seq_id][1] - self.length[seq_id]  # the region was reserved whole at admission
@@ -160,13 +177,13 @@ class RegionAllocator(KVAllocator):
 
     def usage(self) -> CacheUsage:
         return CacheUsage(
-            capacity_tokens=self.capacity_tokens,
+            pool_tokens=self.pool_tokens,
             reserved_tokens=self._reserved,
-            token_states=self._tokens,
+            used_tokens=self._tokens,
             logical_tokens=self._tokens,
             fragmentation_tokens=0,
             reservation_waste_tokens=self._reserved - self._tokens,
             num_sequences=len(self.region),
-            free_tokens=self.capacity_tokens - self._reserved,
+            free_tokens=self.pool_tokens - self._reserved,
             external_fragmentation_tokens=self.external_fragmentation(self._waiting_slots),
         )

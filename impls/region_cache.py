@@ -24,8 +24,8 @@ from kernels.sdpa import decode_sdpa
 
 @dataclass
 class _Decode:
-    rows: torch.Tensor  # [B] flat row of each new token
-    gather: torch.Tensor  # [B, max_len] flat row of each key (past a sequence's length: its last row, masked)
+    slot_mapping: torch.Tensor  # [B] flat slot of each new token
+    gather: torch.Tensor  # [B, max_len] flat slot of each key (past a sequence's length: its last slot, masked)
     mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
 
 
@@ -33,7 +33,7 @@ class RegionCache(KVCache):
     allocator: RegionAllocator
 
     def __init__(self, allocator: RegionAllocator, **tensor_args) -> None:
-        super().__init__(allocator, 1, allocator.capacity_tokens, **tensor_args)
+        super().__init__(allocator, 1, allocator.pool_tokens, **tensor_args)
         self.gather_steps = 0  # decode steps that copied K/V out of the regions (all of them)
 
     def counters(self) -> dict[str, int]:
@@ -47,20 +47,30 @@ class RegionCache(KVCache):
         staging = staging or StagingBuffer(self.device)
         starts = [alloc.start(s) for s in seq_ids]
         lens = [alloc.num_tokens(s) for s in seq_ids]
-        rows = staging.add([start + n - 1 for start, n in zip(starts, lens)])
+        slot_mapping = staging.add([start + n - 1 for start, n in zip(starts, lens)])
         starts_field, lens_field = staging.add(starts), staging.add(lens)
         staging.upload()
         self.gather_steps += 1
         positions = torch.arange(max(lens), device=self.device)[None, :]
         seq_lens = staging[lens_field][:, None]
-        # Rows past a sequence's length repeat its last row: inside its region, and masked out.
+        # Slots past a sequence's length repeat its last slot: inside its region, and masked out.
         gather = staging[starts_field][:, None] + torch.minimum(positions, seq_lens - 1)
-        return _Decode(staging[rows], gather, (positions < seq_lens)[:, None, None, :])
+        return _Decode(staging[slot_mapping], gather, (positions < seq_lens)[:, None, None, :])
 
-    def forward_layer(self, layer, q, k, v, meta):
+    def _write(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new tokens' K/V; return this layer's buffer ``[slots, kv_heads, head_dim]``."""
         k_flat, v_flat = self.k[layer][0], self.v[layer][0]
-        k_flat[meta.rows] = k
-        v_flat[meta.rows] = v
-        if isinstance(meta, FlatPrefill):
-            return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
+        k_flat[slot_mapping] = k
+        v_flat[slot_mapping] = v
+        return k_flat, v_flat
+
+    def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        meta: FlatPrefill) -> torch.Tensor:
+        k_flat, v_flat = self._write(layer, k, v, meta.slot_mapping)
+        return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
+
+    def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       meta: _Decode) -> torch.Tensor:
+        k_flat, v_flat = self._write(layer, k, v, meta.slot_mapping)
         return decode_sdpa(q, k_flat[meta.gather], v_flat[meta.gather], self.scale, meta.mask)  # [B, max_len, KVH, D]

@@ -2,14 +2,18 @@
 
 This is the baseline the PagedAttention paper and the seeds describe: a sequence
 owns a whole slot from admission to release, whatever its real length, and a fork
-(parallel sampling) needs a slot of its own plus a copy of the parent's rows.
+(parallel sampling) needs a slot of its own plus a copy of the parent's tokens.
+
+Here a sequence's *slot* is its run of ``max_seq_len`` token slots in the slab
+(``slot(seq_id)`` its index); ``slots(seq_id, start, end)`` gives its tokens' flat
+slots, as every allocator does.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from impls.base import CacheUsage, KVAllocator, RowCopy
+from impls.base import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 
 
 class SlotAllocator(KVAllocator):
@@ -22,6 +26,7 @@ class SlotAllocator(KVAllocator):
         self.slot_of: dict[int, int] = {}
         self.length: dict[int, int] = {}
         self._tokens = 0
+        self.generation = 0
 
     def slot(self, seq_id: int) -> int:
         return self.slot_of[seq_id]
@@ -29,39 +34,45 @@ class SlotAllocator(KVAllocator):
     def num_tokens(self, seq_id: int) -> int:
         return self.length[seq_id]
 
-    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
-        return len(token_ids) <= self.max_seq_len and len(self.free) >= num_samples
+    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> AdmitPlan:
+        fits = len(token_ids) <= self.max_seq_len and len(self.free) >= num_samples  # a slot per sample
+        return AdmitPlan(token_ids, num_samples, final_len, cached_tokens=0, fits=fits, generation=self.generation)
 
-    def admit(self, seq_id: int, token_ids: Sequence[int], final_len: int | None = None) -> int:
+    def admit(self, seq_id: int, plan: AdmitPlan) -> int:
+        self._check_plan(plan)
         assert seq_id not in self.slot_of, f"sequence {seq_id} admitted twice"
-        assert len(token_ids) <= self.max_seq_len
+        n = len(plan.token_ids)
         self.slot_of[seq_id] = self.free.pop()
-        self.length[seq_id] = len(token_ids)
-        self._tokens += len(token_ids)
+        self.length[seq_id] = n
+        self._tokens += n
+        self.generation += 1
         return 0
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         return self.length[seq_id] + num_tokens <= self.max_seq_len
 
-    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[RowCopy]:
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
         assert self.can_append(seq_id, len(token_ids)), f"sequence {seq_id} exceeds max_seq_len"
         self.length[seq_id] += len(token_ids)
         self._tokens += len(token_ids)
+        self.generation += 1
         return []
 
-    def fork(self, parent_id: int, child_id: int) -> list[RowCopy]:
+    def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
         slot = self.free.pop()
         n = self.length[parent_id]
         self.slot_of[child_id] = slot
         self.length[child_id] = n
         self._tokens += n
-        return [RowCopy(self.slot_of[parent_id] * self.max_seq_len, slot * self.max_seq_len, n)]
+        self.generation += 1
+        return [SlotCopy(self.slot_of[parent_id] * self.max_seq_len, slot * self.max_seq_len, n)]
 
     def release(self, seq_id: int) -> None:
         self.free.append(self.slot_of.pop(seq_id))
         self._tokens -= self.length.pop(seq_id)
+        self.generation += 1
 
-    def rows(self, seq_id: int, start: int, end: int) -> list[int]:
+    def slots(self, seq_id: int, start: int, end: int) -> list[int]:
         base = self.slot_of[seq_id] * self.max_seq_len
         return list(range(base + start, base + end))
 
@@ -74,9 +85,9 @@ class SlotAllocator(KVAllocator):
     def usage(self) -> CacheUsage:
         reserved = len(self.slot_of) * self.max_seq_len
         return CacheUsage(
-            capacity_tokens=self.num_slots * self.max_seq_len,
+            pool_tokens=self.num_slots * self.max_seq_len,
             reserved_tokens=reserved,
-            token_states=self._tokens,
+            used_tokens=self._tokens,
             logical_tokens=self._tokens,
             fragmentation_tokens=0,
             reservation_waste_tokens=reserved - self._tokens,

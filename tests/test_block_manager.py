@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import impls.block_manager
+from impls.base import StalePlanError
 from impls.block_manager import BlockManager
 
 
@@ -21,15 +23,29 @@ def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: 
     prefix = [rng.randrange(50) for _ in range(3 * block_size)]  # shared prompts make prefix hits
     live: list[int] = []
     next_id = 0
+    old_plan = None  # a plan kept past a change of state: admitting it must raise
     for _ in range(steps):
         op = rng.choice(["admit", "admit", "append", "append", "append", "fork", "release", "preempt"])
         if op == "admit":
             prompt = _prompt(rng, prefix)
-            if bm.can_admit(prompt):
+            plan = bm.plan_admit(prompt)
+            assert plan.fits == (plan.new_blocks <= bm.num_free_blocks) == bm.can_admit(prompt)
+            if old_plan is not None and old_plan.fits and old_plan.generation != bm.generation:
+                before = _state(bm)
+                with pytest.raises(StalePlanError):
+                    bm.admit(next_id, old_plan)
+                assert _state(bm) == before  # refused before touching anything
+            old_plan = plan
+            if plan.fits:
                 free_before = bm.num_free_blocks
-                cached = bm.admit(next_id, prompt)
-                assert cached % block_size == 0 and cached < len(prompt)
-                assert bm.num_free_blocks <= free_before
+                cached = bm.admit(next_id, plan)
+                assert cached == plan.cached_tokens and cached % block_size == 0 and cached < len(prompt)
+                assert bm.num_free_blocks == free_before - plan.new_blocks
+                # The hits lead the table, each a block holding that stretch of the prompt.
+                table = bm.block_table(next_id)
+                assert tuple(table[: cached // block_size]) == plan.hits
+                for i, b in enumerate(plan.hits):
+                    assert bm.block_tokens[b] == tuple(prompt[i * block_size : (i + 1) * block_size])
                 live.append(next_id)
                 next_id += 1
         elif op == "append" and live:
@@ -39,10 +55,10 @@ def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: 
                 before = bm.num_tokens(sid)
                 copies = bm.append(sid, [rng.randrange(50) for _ in range(k)])
                 # copy-on-write: the rows this sequence writes belong to it alone
-                for row in bm.rows(sid, before, before + k):
+                for row in bm.slots(sid, before, before + k):
                     assert bm.ref[row // block_size] == 1
                 for c in copies:
-                    assert c.dst // block_size in bm.block_table(sid) and 0 < c.num_rows < block_size
+                    assert c.dst // block_size in bm.block_table(sid) and 0 < c.num_slots < block_size
         elif op == "fork" and live:
             parent = rng.choice(live)
             bm.fork(parent, next_id)
@@ -53,14 +69,14 @@ def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: 
             bm.release(live.pop(rng.randrange(len(live))))
         bm.check_invariants()
         u = bm.usage()
-        assert u.reserved_tokens == u.token_states + u.fragmentation_tokens
-        assert u.reserved_tokens + u.free_tokens == u.capacity_tokens
+        assert u.reserved_tokens == u.used_tokens + u.fragmentation_tokens
+        assert u.reserved_tokens + u.free_tokens == u.pool_tokens
     for sid in live:
         bm.release(sid)
     bm.check_invariants()
     assert not bm.tables
     assert bm.num_free_blocks == num_blocks  # every block free or cached-and-free
-    assert bm.usage().token_states == 0
+    assert bm.usage().used_tokens == 0
 
 
 @settings(max_examples=60, deadline=None)
@@ -76,7 +92,7 @@ def test_random_operations_keep_invariants(seed, num_blocks, block_size, caching
 
 def test_allocates_on_demand():
     bm = BlockManager(10, 4, prefix_caching=False)
-    assert bm.admit(0, [1, 2, 3, 4, 5]) == 0
+    assert bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5])) == 0
     assert bm.num_used_blocks == 2
     bm.append(0, [6, 7, 8])  # fills block 2
     assert bm.num_used_blocks == 2
@@ -87,11 +103,11 @@ def test_allocates_on_demand():
 
 def test_fork_shares_then_copy_on_write():
     bm = BlockManager(10, 4)
-    bm.admit(0, [1, 2, 3, 4, 5, 6])
+    bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5, 6]))
     bm.fork(0, 1)
-    assert bm.num_used_blocks == 2 and bm.usage().logical_tokens == 12 and bm.usage().token_states == 6
+    assert bm.num_used_blocks == 2 and bm.usage().logical_tokens == 12 and bm.usage().used_tokens == 6
     copies = bm.append(1, [7])
-    assert len(copies) == 1 and copies[0].num_rows == 2
+    assert len(copies) == 1 and copies[0].num_slots == 2
     assert copies[0].src // 4 == bm.block_table(0)[1]
     assert bm.block_table(1)[0] == bm.block_table(0)[0]  # the full block stays shared
     assert bm.block_table(1)[1] != bm.block_table(0)[1]
@@ -102,24 +118,24 @@ def test_fork_shares_then_copy_on_write():
 def test_prefix_hit_reuses_blocks_and_rechecks_tokens():
     bm = BlockManager(16, 4)
     prompt = list(range(10))
-    assert bm.admit(0, prompt) == 0
-    assert bm.admit(1, prompt[:8] + [99, 98]) == 8
+    assert bm.admit(0, bm.plan_admit(prompt)) == 0
+    assert bm.admit(1, bm.plan_admit(prompt[:8] + [99, 98])) == 8
     assert bm.block_table(1)[:2] == bm.block_table(0)[:2]
     # A prompt made only of cached full blocks recomputes its last block.
-    assert bm.admit(2, prompt[:8]) == 4
+    assert bm.admit(2, bm.plan_admit(prompt[:8])) == 4
     # Freed blocks stay cached: a later request still hits.
     for sid in (0, 1, 2):
         bm.release(sid)
-    assert bm.admit(3, prompt) == 8
+    assert bm.admit(3, bm.plan_admit(prompt)) == 8
     bm.check_invariants()
 
 
 def test_cached_free_blocks_are_evicted_lru_when_needed():
     bm = BlockManager(4, 2)
-    bm.admit(0, [1, 2, 3, 4, 5])  # 3 blocks, two full and hashed
+    bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5]))  # 3 blocks, two full and hashed
     bm.release(0)
     assert len(bm.evictable) == 2 and bm.num_free_blocks == 4
-    bm.admit(1, [9, 9, 9, 9, 9, 9, 9])  # needs all 4 blocks: evicts both cached ones
+    bm.admit(1, bm.plan_admit([9, 9, 9, 9, 9, 9, 9]))  # needs all 4 blocks: evicts both cached ones
     assert not bm.evictable and not bm.hash_to_block.get(hash((0, (1, 2))))
     bm.check_invariants()
 
@@ -154,7 +170,7 @@ def test_appending_many_tokens_at_once_equals_one_at_a_time(seed, block_size, ca
         if op == "admit" or not live:
             prompt = [rng.randrange(4) for _ in range(rng.randint(1, 3 * block_size))]  # repeats make hits
             if bulk.can_admit(prompt):
-                assert bulk.admit(sid, prompt) == single.admit(sid, prompt)
+                assert bulk.admit(sid, bulk.plan_admit(prompt)) == single.admit(sid, single.plan_admit(prompt))
                 live.append(sid)
         elif op == "fork":
             parent = rng.choice(live)
@@ -179,3 +195,68 @@ def test_appending_many_tokens_at_once_equals_one_at_a_time(seed, block_size, ca
             bulk.release(seq), single.release(seq)
         assert _state(bulk) == _state(single)
         bulk.check_invariants()
+
+
+@pytest.fixture
+def hash_calls(monkeypatch) -> list[int]:
+    """Counts the block manager's block hashes (one entry per call)."""
+    calls: list[int] = []
+    real = impls.block_manager.chain_hash
+
+    def counting(parent_hash, tokens):
+        calls.append(1)
+        return real(parent_hash, tokens)
+
+    monkeypatch.setattr(impls.block_manager, "chain_hash", counting)
+    return calls
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_an_admission_hashes_each_full_block_of_the_prompt_once(hash_calls, caching):
+    """Planning hashes up to the first block not cached, admitting the rest: each block once, hits or not."""
+    bm = BlockManager(64, 4, prefix_caching=caching)
+    prompt = list(range(18))  # 4 full blocks and 2 tokens
+    for sid, toks in enumerate([prompt, prompt, prompt[:8] + [99] * 9, prompt[:16]]):  # miss, hits, partial, exact
+        hash_calls.clear()
+        bm.admit(sid, bm.plan_admit(toks))
+        assert len(hash_calls) == len(toks) // 4
+    bm.check_invariants()
+
+
+def test_a_scheduler_step_hashes_each_admitted_prompt_once(hash_calls):
+    """The scheduler plans an admission once: the prompt is not hashed again by admit or a budget check."""
+    from harness.scheduler import Scheduler
+    from harness.workload import Request
+
+    bm = BlockManager(256, 4)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=1000)
+    prompts = [tuple(range(17)), tuple(range(17)), tuple(range(8)) + (7,) * 9]  # a miss, a hit, a partial hit
+    for i, p in enumerate(prompts):
+        sched.add_request(Request(i, p, 4))
+    plan = sched.schedule()
+    assert len(plan.admitted) == 3
+    assert len(hash_calls) == sum(len(p) // 4 for p in prompts)
+    assert [a.seq.num_cached for a in plan.admitted] == [0, 16, 8]
+
+
+def test_a_plan_is_stale_once_the_pool_changes():
+    bm = BlockManager(16, 4)
+    bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5]))
+    for change in (lambda: bm.append(0, [6]), lambda: bm.fork(0, 1), lambda: bm.release(1),
+                   lambda: bm.admit(2, bm.plan_admit([7]))):
+        plan = bm.plan_admit([1, 2, 3, 4, 9])
+        change()
+        before = _state(bm)
+        with pytest.raises(StalePlanError):
+            bm.admit(3, plan)
+        assert _state(bm) == before
+    assert bm.admit(3, bm.plan_admit([1, 2, 3, 4, 9])) == 4  # planned afresh: the cached first block
+
+
+def test_a_plan_that_does_not_fit_is_refused():
+    bm = BlockManager(2, 4)
+    plan = bm.plan_admit(list(range(9)))  # 3 blocks
+    assert not plan.fits and plan.new_blocks == 3
+    with pytest.raises(ValueError, match="does not fit"):
+        bm.admit(0, plan)
+    assert not bm.tables and bm.num_free_blocks == 2

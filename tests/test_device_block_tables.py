@@ -37,7 +37,7 @@ def test_matches_the_allocator_under_random_admit_append_fork_release_preempt(se
     for _ in range(300):
         op = rng.random()
         if op < 0.15 and bm.can_admit(toks := prompt()):
-            bm.admit(next_id, toks)
+            bm.admit(next_id, bm.plan_admit(toks))
             live.append(next_id)
             next_id += 1
         elif op < 0.25 and live:  # a parallel sample: shares every block, copy-on-write later
@@ -53,7 +53,7 @@ def test_matches_the_allocator_under_random_admit_append_fork_release_preempt(se
             bm.release(sid)
         for sid, toks in list(preempted):
             if bm.can_admit(toks):
-                bm.admit(sid, toks)
+                bm.admit(sid, bm.plan_admit(toks))
                 live.append(sid)
                 preempted.remove((sid, toks))
         for sid in list(live):  # the decode step's appends (new blocks, copy-on-write)
@@ -77,8 +77,8 @@ def test_matches_the_allocator_under_random_admit_append_fork_release_preempt(se
 def test_only_changed_entries_travel():
     bm = BlockManager(32, 4)
     dbt = DeviceBlockTables(CPU)
-    bm.admit(0, list(range(6)))  # 2 blocks
-    bm.admit(1, list(range(10, 13)))  # 1 block
+    bm.admit(0, bm.plan_admit(list(range(6))))  # 2 blocks
+    bm.admit(1, bm.plan_admit(list(range(10, 13))))  # 1 block
     assert device_step(dbt, bm, [0, 1])[1] == 3  # new sequences: whole tables
     bm.append(0, [6])
     bm.append(1, [13])  # both fill their last block: no table changes

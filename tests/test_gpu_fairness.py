@@ -52,7 +52,7 @@ def test_contiguous_decode_never_falls_back_to_the_math_sdpa(dtype, dense):
     seq_ids = list(range(batch + 2))
     lens = [17, 255, 1, 100, 64, 33, 5, 9]
     for sid, n in zip(seq_ids, lens):
-        alloc.admit(sid, list(range(n)))
+        alloc.admit(sid, alloc.plan_admit(list(range(n))))
     # dense: slots 0-5, attended through a view; gathered: slots 0,2,3,5,6,7, copied out
     live = seq_ids[:batch] if dense else [s for s in seq_ids if s not in (1, 4)]
     for t in (cache.k[0], cache.v[0]):
@@ -60,9 +60,9 @@ def test_contiguous_decode_never_falls_back_to_the_math_sdpa(dtype, dense):
     meta = cache.prepare_decode(live)
     q, k, v = (torch.randn(len(live), h, head_dim, device="cuda", dtype=dtype) for h in (heads, kv_heads, kv_heads))
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
-        out = cache.forward_layer(0, q, k, v, meta)  # raises if only the math backend could run it
+        out = cache.forward_decode(0, q, k, v, meta)  # raises if only the math backend could run it
     with sdpa_kernel([SDPBackend.MATH]):
-        want = cache.forward_layer(0, q, k, v, meta)
+        want = cache.forward_decode(0, q, k, v, meta)
     torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)
     assert cache.counters()["kv_gather_steps"] == (0 if dense else 1)
 
@@ -151,7 +151,7 @@ def test_a_decode_step_never_waits_for_the_gpu(impl):
     cache.warmup()
     seq_ids = [0, 1, 2, 3]
     for sid, n in zip(seq_ids, [14, 16, 31, 40]):  # steps below cross block boundaries
-        cache.allocator.admit(sid, list(range(n)), final_len=n + 8)
+        cache.allocator.admit(sid, cache.allocator.plan_admit(list(range(n)), final_len=n + 8))
     q = torch.randn(len(seq_ids), heads, head_dim, device=dev, dtype=torch.bfloat16)
     k, v = (torch.randn(len(seq_ids), kv_heads, head_dim, device=dev, dtype=torch.bfloat16) for _ in range(2))
     for _ in range(3):
@@ -163,7 +163,7 @@ def test_a_decode_step_never_waits_for_the_gpu(impl):
             staging = StagingBuffer(dev)
             staging.add([1] * len(seq_ids))  # the engine's token ids ride along
             meta = cache.prepare_decode(seq_ids, staging)
-            outs = [cache.forward_layer(layer, q, k, v, meta) for layer in range(layers)]
+            outs = [cache.forward_decode(layer, q, k, v, meta) for layer in range(layers)]
         finally:
             torch.cuda.set_sync_debug_mode(0)
         assert all(torch.isfinite(o).all() for o in outs)

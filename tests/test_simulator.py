@@ -15,7 +15,6 @@ from harness.run import run_job
 from harness.scheduler import Scheduler
 from harness.simulator import simulate, synthetic_token
 from harness.workload import Request
-from impls.base import CacheStats
 from impls.block_manager import BlockManager
 from impls.slot_allocator import SlotAllocator
 
@@ -37,10 +36,10 @@ class Step:
 
 def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, arrival_s=None):
     """The reference: the decode engine's loop without a model, one scheduler step at a time."""
-    sched = Scheduler(alloc, max_num_seqs, max_tokens, max_seq_tokens=alloc.usage().capacity_tokens)
+    sched = Scheduler(alloc, max_num_seqs, max_tokens, max_seq_tokens=alloc.usage().pool_tokens)
     times = arrival_s or [0.0] * len(requests)
     order = sorted(range(len(requests)), key=lambda i: times[i])
-    now, arrived, steps, peaks = 0.0, 0, [], KVPeaks()
+    now, arrived, steps, peaks = 0.0, 0, [], KVPeaks(BPT)
     while True:
         while arrived < len(order) and times[order[arrived]] <= now:
             sched.add_request(requests[order[arrived]])
@@ -59,18 +58,18 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
             touched = plan.decodes
             tokens, read = len(touched), alloc.usage().logical_tokens
         else:  # everything preempted: no forward
-            peaks.update(CacheStats.from_usage(alloc.usage(), BPT))
+            peaks.update(alloc.usage())
             continue
         for s in touched:
             s.output_ids.append(synthetic_token(s, vocab))
-        stats = CacheStats.from_usage(alloc.usage(), BPT)
-        peaks.update(stats)
+        usage = alloc.usage()
+        peaks.update(usage)
         kind = "prefill" if plan.is_prefill else "decode"
         duration = 0.0
         if clock is not None:
             duration = clock.prefill_s(tokens) if plan.is_prefill else clock.decode_s(len(touched), read)
-        steps.append(Step(kind, len(touched), tokens, read, len(sched.waiting), stats.reserved_bytes,
-                          stats.token_bytes, now, duration))
+        steps.append(Step(kind, len(touched), tokens, read, len(sched.waiting), usage.reserved_tokens * BPT,
+                          usage.used_tokens * BPT, now, duration))
         now += duration
         sched.finish(touched)
     return sched, steps, peaks
@@ -83,8 +82,8 @@ def assert_same(make_alloc, requests, max_num_seqs, max_tokens, vocab, clock=Non
     sim = simulate(alloc, requests, max_num_seqs, max_tokens, vocab, BPT, clock, arrival_s,
                    observer=lambda rec, plan, done: seen.extend(done))
     assert sim.peaks == peaks
-    assert (sim.peak_running, sim.peak_running_before_preemption, sim.preemptions) == (
-        sched.peak_running, sched.peak_running_before_preemption, sched.num_preemptions)
+    assert (sim.peak_running, sim.max_concurrency, sim.preemptions) == (
+        sched.peak_running, sched.max_concurrency, sched.num_preemptions)
     assert [(s.request_id, s.sample, why) for s, why in sim.rejected] == [
         (s.request_id, s.sample, why) for s, why in sched.rejected]
     assert sim.prefill_steps == sum(s.kind == "prefill" for s in steps)
@@ -102,7 +101,7 @@ def assert_same(make_alloc, requests, max_num_seqs, max_tokens, vocab, clock=Non
         assert all(s.batch == rec.batch for s in group) and sum(s.tokens for s in group) == rec.tokens
         assert [s.kv_read for s in group] == [rec.kv_tokens_read + j * rec.batch for j in range(rec.steps)]
         last = group[-1]
-        assert (last.waiting, last.reserved, last.used) == (rec.waiting, rec.kv_bytes_reserved, rec.kv_bytes_used)
+        assert (last.waiting, last.reserved, last.used) == (rec.waiting, rec.kv_reserved_bytes, rec.kv_used_bytes)
         if clock is not None:
             assert rec.start_s == pytest.approx(group[0].start, rel=1e-9, abs=1e-12)
             assert rec.duration_s == pytest.approx(sum(s.duration for s in group), rel=1e-9)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from impls.base import StalePlanError
 from impls.slot_allocator import SlotAllocator
 
 
@@ -18,21 +19,21 @@ def check_against_model(alloc: SlotAllocator, lengths: dict[int, int]) -> None:
     assert len(set(held.values())) == len(held), "two sequences share a slot"
     assert set(held.values()).isdisjoint(alloc.free) and len(alloc.free) == len(set(alloc.free))
     assert set(held.values()) | set(alloc.free) == set(range(slots))
-    rows_seen: set[int] = set()
+    slots_seen: set[int] = set()
     for sid, n in lengths.items():
         assert alloc.num_tokens(sid) == n <= seq_len
-        rows = alloc.rows(sid, 0, n)
-        # A sequence's tokens are consecutive rows inside its own slot.
-        assert rows == list(range(held[sid] * seq_len, held[sid] * seq_len + n))
-        assert rows_seen.isdisjoint(rows)
-        rows_seen.update(rows)
+        token_slots = alloc.slots(sid, 0, n)
+        # A sequence's tokens are consecutive token slots inside its own slot of the slab.
+        assert token_slots == list(range(held[sid] * seq_len, held[sid] * seq_len + n))
+        assert slots_seen.isdisjoint(token_slots)
+        slots_seen.update(token_slots)
         assert alloc.can_append(sid, seq_len - n) and not alloc.can_append(sid, seq_len - n + 1)
         assert alloc.appendable_without_alloc(sid) == seq_len - n
     written = sum(lengths.values())
     u = alloc.usage()
-    assert u.capacity_tokens == slots * seq_len
+    assert u.pool_tokens == slots * seq_len
     assert u.reserved_tokens == len(lengths) * seq_len  # a whole slot from admission on
-    assert u.token_states == u.logical_tokens == written  # no sharing: every token has its own row
+    assert u.used_tokens == u.logical_tokens == written  # no sharing: every token has its own slot
     assert u.reservation_waste_tokens == u.reserved_tokens - written
     assert u.fragmentation_tokens == 0
     assert u.num_sequences == len(lengths)
@@ -44,16 +45,24 @@ def _run_ops(seed: int, num_slots: int, max_seq_len: int, steps: int) -> None:
     alloc = SlotAllocator(num_slots, max_seq_len)
     lengths: dict[int, int] = {}  # the model: live sequence -> tokens
     next_id = 0
+    old_plan = None  # a plan kept past a change of state: admitting it must raise
     for _ in range(steps):
         op = rng.choice(["admit", "admit", "append", "append", "append", "fork", "release"])
         if op == "admit":
             prompt = [rng.randrange(50) for _ in range(rng.randint(1, max_seq_len + 2))]
             samples = rng.randint(1, 3)
             fits = len(prompt) <= max_seq_len and num_slots - len(lengths) >= samples
-            assert alloc.can_admit(prompt, samples) == fits
-            if alloc.can_admit(prompt):
-                assert alloc.cached_prefix_len(prompt) == 0  # no prefix cache
-                assert alloc.admit(next_id, prompt) == 0
+            plan = alloc.plan_admit(prompt, samples)
+            assert plan.fits == fits == alloc.can_admit(prompt, samples)
+            assert plan.cached_tokens == 0  # no prefix cache
+            if old_plan is not None and old_plan.fits and old_plan.generation != alloc.generation:
+                free_before = list(alloc.free)
+                with pytest.raises(StalePlanError):
+                    alloc.admit(next_id, old_plan)
+                assert alloc.free == free_before and next_id not in lengths  # nothing happened
+            old_plan = plan
+            if fits:
+                assert alloc.admit(next_id, plan) == 0
                 lengths[next_id] = len(prompt)
                 next_id += 1
         elif op == "append" and lengths:
@@ -68,9 +77,9 @@ def _run_ops(seed: int, num_slots: int, max_seq_len: int, steps: int) -> None:
             n = lengths[parent]
             copies = alloc.fork(parent, next_id)
             lengths[next_id] = n
-            # The child's slot starts as a copy of the parent's rows.
-            assert [(c.src, c.dst, c.num_rows) for c in copies] == [
-                (alloc.rows(parent, 0, 1)[0], alloc.rows(next_id, 0, 1)[0], n)]
+            # The child's slot starts as a copy of the parent's tokens.
+            assert [(c.src, c.dst, c.num_slots) for c in copies] == [
+                (alloc.slots(parent, 0, 1)[0], alloc.slots(next_id, 0, 1)[0], n)]
             next_id += 1
         elif op == "release" and lengths:
             sid = rng.choice(list(lengths))
@@ -94,22 +103,31 @@ def test_fresh_slots_are_handed_out_in_order():
     """Slot 0 first, then 1, ...: sequences admitted together hold one dense range of the slab."""
     alloc = SlotAllocator(4, 8)
     for sid in range(3):
-        alloc.admit(sid, [1, 2])
+        alloc.admit(sid, alloc.plan_admit([1, 2]))
     assert [alloc.slot(sid) for sid in range(3)] == [0, 1, 2]
 
 
 def test_a_released_slot_is_reused_whole():
     alloc = SlotAllocator(2, 8)
-    alloc.admit(0, [1] * 8)
-    alloc.admit(1, [2, 3])
+    alloc.admit(0, alloc.plan_admit([1] * 8))
+    alloc.admit(1, alloc.plan_admit([2, 3]))
     assert not alloc.can_admit([4])  # both slots held, whatever their lengths
     alloc.release(0)
     assert alloc.can_admit([4] * 8) and not alloc.can_admit([4] * 9)  # the whole slot, not its leftover
-    alloc.admit(2, [4] * 8)
-    assert alloc.rows(2, 0, 8) == list(range(0, 8))
+    alloc.admit(2, alloc.plan_admit([4] * 8))
+    assert alloc.slots(2, 0, 8) == list(range(0, 8))
 
 
 @pytest.mark.parametrize("bad", [0, -1])
 def test_rejects_an_empty_pool(bad):
     with pytest.raises(ValueError, match="num_slots"):
         SlotAllocator(bad, 8)
+
+
+def test_a_plan_that_does_not_fit_is_refused():
+    alloc = SlotAllocator(1, 8)
+    plan = alloc.plan_admit([1] * 9)
+    assert not plan.fits
+    with pytest.raises(ValueError, match="does not fit"):
+        alloc.admit(0, plan)
+    assert alloc.usage().num_sequences == 0

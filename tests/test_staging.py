@@ -66,20 +66,20 @@ def test_row_copies_by_block_and_by_row_equal_a_row_by_row_reference():
 
     import torch
 
-    from impls.base import RowCopy, apply_row_copies
+    from impls.base import SlotCopy, apply_slot_copies
 
     rng = random.Random(0)
     for block_len in (1, 4, 16, 512):
         store = torch.randn(12, block_len, 2, 3)
-        copies = [RowCopy(5 * block_len, 9 * block_len, rng.randint(1, block_len)),  # copy-on-write
-                  RowCopy(2 * block_len + (1 if block_len > 1 else 0), 0, 1)]  # unaligned: by row
+        copies = [SlotCopy(5 * block_len, 9 * block_len, rng.randint(1, block_len)),  # copy-on-write
+                  SlotCopy(2 * block_len + (1 if block_len > 1 else 0), 0, 1)]  # unaligned: by row
         ref = store.clone().view(-1, 2, 3)
         for c in copies:
-            ref[c.dst:c.dst + c.num_rows] = ref[c.src:c.src + c.num_rows].clone()
+            ref[c.dst:c.dst + c.num_slots] = ref[c.src:c.src + c.num_slots].clone()
         got = store.clone()
-        apply_row_copies([got], copies)
+        apply_slot_copies([got], copies)
         flat = got.view(-1, 2, 3)
         for c in copies:  # the rows asked for match; a block copy may also bring the rest of its block
-            assert torch.equal(flat[c.dst:c.dst + c.num_rows], ref[c.dst:c.dst + c.num_rows])
+            assert torch.equal(flat[c.dst:c.dst + c.num_slots], ref[c.dst:c.dst + c.num_slots])
         untouched = [r for r in range(12 * block_len) if not (9 * block_len <= r < 10 * block_len) and r != 0]
         assert torch.equal(flat[untouched], ref[untouched])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impls.base import RowCopy
+from impls.base import SlotCopy, StalePlanError
 from impls.region_allocator import RegionAllocator
 from impls.reservation import RESERVATIONS, reserve_oracle, reserve_pow2
 
@@ -15,9 +15,9 @@ MAX_SEQ_LEN = 48
 
 def _owners(alloc: RegionAllocator) -> list[int | None]:
     """Slot -> the sequence whose region holds it; asserts no two regions overlap."""
-    owner: list[int | None] = [None] * alloc.capacity_tokens
+    owner: list[int | None] = [None] * alloc.pool_tokens
     for seq, (start, slots) in alloc.region.items():
-        assert 0 <= start and start + slots <= alloc.capacity_tokens
+        assert 0 <= start and start + slots <= alloc.pool_tokens
         for slot in range(start, start + slots):
             assert owner[slot] is None, f"slot {slot} in two regions"
             owner[slot] = seq
@@ -52,15 +52,15 @@ def _check(alloc: RegionAllocator, waiting_slots: int | None) -> None:
     u = alloc.usage()
     free = sum(length for _, length in runs)
     assert u.reserved_tokens == sum(slots for _, slots in alloc.region.values())
-    assert u.token_states == sum(alloc.length.values()) == u.logical_tokens
-    assert u.reserved_tokens == u.token_states + u.reservation_waste_tokens and u.fragmentation_tokens == 0
-    assert u.capacity_tokens == u.token_states + u.reservation_waste_tokens + u.free_tokens
+    assert u.used_tokens == sum(alloc.length.values()) == u.logical_tokens
+    assert u.reserved_tokens == u.used_tokens + u.reservation_waste_tokens and u.fragmentation_tokens == 0
+    assert u.pool_tokens == u.used_tokens + u.reservation_waste_tokens + u.free_tokens
     assert u.free_tokens == free == owner.count(None)
     want = 0 if waiting_slots is None else sum(length for _, length in runs if length < waiting_slots)
     assert u.external_fragmentation_tokens == want
     for seq, (start, slots) in alloc.region.items():
         n = alloc.num_tokens(seq)
-        assert n <= slots and alloc.rows(seq, 0, n) == list(range(start, start + n))
+        assert n <= slots and alloc.slots(seq, 0, n) == list(range(start, start + n))
 
 
 OPS = st.lists(
@@ -96,14 +96,15 @@ def test_random_operations_match_a_slot_model(ops, capacity, policy):
                 owner[at : at + slots] = [-1] * slots
             prompt = list(range(prompt_len))
             fits = len(places) == samples
-            assert alloc.can_admit(prompt, samples, final) == fits
+            plan = alloc.plan_admit(prompt, samples, final)
+            assert plan.fits == fits and plan.region_slots == slots and plan.cached_tokens == 0
             if fits:
-                assert alloc.admit(next_id, prompt, final) == 0
+                assert alloc.admit(next_id, plan) == 0
                 assert alloc.start(next_id) == places[0]
                 parent, live = next_id, [*live, next_id]
                 next_id += 1
                 for at in places[1:]:
-                    assert alloc.fork(parent, next_id) == [RowCopy(places[0], at, prompt_len)]
+                    assert alloc.fork(parent, next_id) == [SlotCopy(places[0], at, prompt_len)]
                     assert alloc.start(next_id) == at
                     live.append(next_id)
                     next_id += 1
@@ -129,7 +130,7 @@ def test_external_fragmentation_is_free_memory_split_below_the_next_request():
     """The paper's Figure 2/3 case: enough free slots in total, none of them in one piece."""
     alloc = RegionAllocator(10, 10, reserve_oracle)
     for seq, length in enumerate([4, 2, 4]):
-        alloc.admit(seq, [1], final_len=length)
+        alloc.admit(seq, alloc.plan_admit([1], final_len=length))
     assert [alloc.start(s) for s in range(3)] == [0, 4, 6]
     alloc.release(0)
     alloc.release(2)
@@ -148,12 +149,12 @@ def test_external_fragmentation_is_free_memory_split_below_the_next_request():
 def test_first_fit_takes_the_lowest_hole_that_holds_the_region():
     alloc = RegionAllocator(20, 20, reserve_oracle)
     for seq, length in enumerate([3, 2, 6, 2, 7]):
-        alloc.admit(seq, [1], final_len=length)
+        alloc.admit(seq, alloc.plan_admit([1], final_len=length))
     alloc.release(0)  # hole [0, 3)
     alloc.release(2)  # hole [5, 11)
-    alloc.admit(5, [1], final_len=4)  # too big for [0, 3): the first hole that holds it
+    alloc.admit(5, alloc.plan_admit([1], final_len=4))  # too big for [0, 3): the first hole that holds it
     assert alloc.start(5) == 5
-    alloc.admit(6, [1], final_len=3)
+    alloc.admit(6, alloc.plan_admit([1], final_len=3))
     assert alloc.start(6) == 0
 
 
@@ -163,3 +164,21 @@ def test_pow2_reserves_the_next_power_of_two_capped_at_max_seq_len(final, pow2):
     assert reserve_pow2(final, 600) == min(pow2, max(final, 600))
     assert reserve_oracle(final, 4096) == final
     assert reserve_oracle(final, 4096) <= reserve_pow2(final, 4096) <= RESERVATIONS["max"](final, 4096)
+
+
+def test_a_plan_is_stale_once_the_allocator_changes():
+    """A plan holds the region size first fit would place now; any admit, append, fork or release voids it."""
+    alloc = RegionAllocator(20, 20, reserve_oracle)
+    first = alloc.plan_admit([1], final_len=4)
+    second = alloc.plan_admit([1], final_len=4)
+    alloc.admit(0, first)
+    with pytest.raises(StalePlanError):
+        alloc.admit(1, second)
+    assert alloc.holes() == [(4, 16)]  # the refused admission took nothing
+    for change in (lambda: alloc.append(0, [2]), lambda: alloc.fork(0, 1), lambda: alloc.release(1)):
+        plan = alloc.plan_admit([1], final_len=4)
+        change()
+        with pytest.raises(StalePlanError):
+            alloc.admit(2, plan)
+    alloc.admit(2, alloc.plan_admit([1], final_len=4))
+    assert alloc.start(2) == 4  # where the fork was

@@ -59,7 +59,7 @@ def concurrency_points(ctx: RunContext, kv_bytes: int) -> pd.DataFrame:
                          "dtype": cfg.dtype, "block_size": cfg.block_size, "max_seq_len": cfg.max_seq_len,
                          "workload": cfg.workload.name, "n": cfg.workload.n,
                          "shared_prefix_len": cfg.workload.shared_prefix_len,
-                         "kv_bytes_reserved": sim.peaks.reserved_bytes, "kv_bytes_used": sim.peaks.token_bytes,
+                         "kv_bytes_reserved": sim.peaks.reserved_bytes, "kv_bytes_used": sim.peaks.used_bytes,
                          "budget_kv_bytes": kv_bytes, "device_slug": ctx.fingerprint.device_slug,
                          "run_id": run_id(ctx.run_dir)})
     return pd.DataFrame(rows)
@@ -102,7 +102,7 @@ def simulated_row(ctx: RunContext, impl: ImplConfig, points: bool = False) -> di
         "wall_s": wall,
         "decode_steps": sim.decode_steps,  # as the decode engine counts them (prefill steps apart)
         "peak_concurrency": sim.peak_running,
-        "max_concurrency": sim.peak_running_before_preemption,
+        "max_concurrency": sim.max_concurrency,
         "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, mean_len),
         "preemptions": sim.preemptions,
         "rejected": len(sim.rejected),

@@ -80,7 +80,7 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
         "prefill_tokens": res.prefill_tokens,
         "cache_hit_tokens": res.cache_hit_tokens,
         "peak_concurrency": res.peak_running,
-        "max_concurrency": res.peak_running_before_preemption,
+        "max_concurrency": res.max_concurrency,
         "max_concurrency_analytic": max_conc,
         "preemptions": res.preemptions,
         "rejected": len(res.rejected),

@@ -58,7 +58,7 @@ def test_bench_block_manager_decode_steps(benchmark):
         rng = random.Random(0)
         bm = BlockManager(4096, 16)
         for sid in range(64):
-            bm.admit(sid, [rng.randrange(1000) for _ in range(rng.randint(20, 200))])
+            bm.admit(sid, bm.plan_admit([rng.randrange(1000) for _ in range(rng.randint(20, 200))]))
         for _ in range(256):
             for sid in range(64):
                 bm.append(sid, [1])

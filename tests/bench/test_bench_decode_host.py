@@ -1,7 +1,7 @@
 """pytest-benchmark: the host side of one decode step, per impl (`make bench`).
 
 What every GPU figure pays before the GPU does anything: ``prepare_decode`` plus 32
-``forward_layer`` calls at batch 256, on CPU with tiny tensors, the attention (and
+``forward_decode`` calls at batch 256, on CPU with tiny tensors, the attention (and
 the Triton launches, which would run in the interpreter) replaced by no-ops. Between
 rounds, untimed, every sequence appends a token like a real step, so block tables
 grow and finished sequences make room for new ones. A regression in per-step or
@@ -79,7 +79,7 @@ class _Batch:
 
     def _admit(self, length: int) -> int:
         sid, self.next_id = self.next_id, self.next_id + 1
-        self.alloc.admit(sid, [self.rng.randrange(1000) for _ in range(length)])
+        self.alloc.admit(sid, self.alloc.plan_admit([self.rng.randrange(1000) for _ in range(length)]))
         return sid
 
     def step(self):
@@ -103,7 +103,7 @@ def test_bench_decode_step_host(benchmark, monkeypatch, impl):
     def step(seq_ids: list[int]) -> torch.Tensor:
         meta = cache.prepare_decode(seq_ids)
         for layer in range(LAYERS):
-            out = cache.forward_layer(layer, q, kv, kv, meta)
+            out = cache.forward_decode(layer, q, kv, kv, meta)
         return out
 
     out = benchmark.pedantic(step, setup=batch.step, rounds=60, warmup_rounds=5)
