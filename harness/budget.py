@@ -35,6 +35,7 @@ class MemoryBudget:
     activation_bytes: int
     kv_bytes: int  # what is left for the KV cache
     source: str  # where device_bytes came from
+    graph_bytes: int = 0  # held by the decode CUDA graphs (cuda_graph=true), charged before the KV cache
 
     def as_row(self) -> dict[str, int | str]:
         return {f"budget_{k}": v for k, v in asdict(self).items()}
@@ -65,6 +66,7 @@ def kv_budget(
     measured_weight_bytes: int | None = None,
     measured_activation_bytes: int | None = None,
     prompt_lens: Sequence[int] | None = None,
+    graph_bytes: int = 0,
 ) -> MemoryBudget:
     if cfg.device.memory_gb is not None:
         device_bytes = int(cfg.device.memory_gb * GB)
@@ -81,21 +83,24 @@ def kv_budget(
     act = (measured_activation_bytes if measured_activation_bytes is not None
            else activation_bytes_estimate(cfg.model, cfg.dtype, forward_tokens_bound(cfg, prompt_lens),
                                           logits_rows_bound(cfg)))
-    kv = usable - weights - act
+    kv = usable - weights - act - graph_bytes
     if cfg.device.kv_cache_gb is not None:
         if cfg.device.kv_cache_gb * GB > device_bytes:
             raise ConfigError(f"device.kv_cache_gb={cfg.device.kv_cache_gb:g} is larger than the device "
                               f"({device_bytes / GB:.3g} GB, from {source}); lower device.kv_cache_gb"
                               + (" or raise device.memory_gb" if source == "device.memory_gb" else ""))
-        return MemoryBudget(device_bytes, usable, weights, act, int(cfg.device.kv_cache_gb * GB), "device.kv_cache_gb")
+        return MemoryBudget(device_bytes, usable, weights, act, int(cfg.device.kv_cache_gb * GB), "device.kv_cache_gb",
+                            graph_bytes)
     if kv <= 0:
         gpu = f"gpu={cfg.gpu.name} x gpu.count={cfg.gpu.count}: " if cfg.gpu is not None else ""
         raise ConfigError(
             f"{gpu}device.memory_gb={device_bytes / GB:.2f} GB x device.utilization={cfg.device.utilization} "
             f"= {usable / GB:.2f} GB leaves nothing for the KV cache: weights need {weights / GB:.2f} GB "
-            f"and activations {act / GB:.2f} GB (model={cfg.model.name}, dtype={cfg.dtype})"
+            f"and activations {act / GB:.2f} GB"
+            + (f" and CUDA graphs {graph_bytes / GB:.2f} GB" if graph_bytes else "")
+            + f" (model={cfg.model.name}, dtype={cfg.dtype})"
         )
-    return MemoryBudget(device_bytes, usable, weights, act, kv, source)
+    return MemoryBudget(device_bytes, usable, weights, act, kv, source, graph_bytes)
 
 
 def simulated(cfg: Config) -> bool:

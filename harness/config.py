@@ -180,6 +180,9 @@ class Config:
     # process: each impl runs in a spawned process of its own, so its memory peaks, NVML
     # baseline and any crash are its alone; auto: process on CUDA, none (in-process) on CPU.
     isolation: str = "auto"
+    # Decode steps of up to `batch` sequences replay CUDA graphs of the model's dense work
+    # between attention calls (harness/model/piecewise.py); the caches' attention stays eager.
+    cuda_graph: bool = False
 
 
 def register_configs() -> None:

@@ -42,8 +42,9 @@ class RunContext:
         """A context for a probe run with ``cfg`` (same folder and fingerprint; the built model shared,
         its own tables and tokens)."""
         probe = RunContext(cfg, self.run_dir, self.fingerprint)
-        if "model" in self.__dict__:
-            probe.__dict__["model"] = self.__dict__["model"]
+        for shared in ("model", "decode_pieces"):
+            if shared in self.__dict__:
+                probe.__dict__[shared] = self.__dict__[shared]
         return probe
 
     @property
@@ -82,6 +83,16 @@ class RunContext:
         if self.device.type == "cpu":  # process-wide: a sweep's later job must not inherit an earlier one's
             torch.set_num_threads(self.cfg.cpu_threads or _DEFAULT_THREADS)
         return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed)
+
+    @cached_property
+    def decode_pieces(self):
+        """cuda_graph=true: the model's decode forward as pieces around the attention, captured as
+        CUDA graphs once per run for batches up to ``batch`` (harness/model/piecewise.py); else None."""
+        if not self.cfg.cuda_graph:
+            return None
+        from harness.model.piecewise import PiecewiseDecode
+
+        return PiecewiseDecode(self.model, self.cfg.batch, capture=self.device.type == "cuda")
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -130,6 +141,7 @@ class RunContext:
             "seed": cfg.seed,
             "repeat": cfg.repeat,
             "cpu_threads": cfg.cpu_threads if self.device.type == "cpu" else None,
+            "cuda_graph": cfg.cuda_graph,
             "workload_digest": workload_digest(self.requests) if cfg.scenario.name != "kernel" else None,
             "trace_sha256": self.workload.trace_sha256 if cfg.scenario.name != "kernel" else None,
             **self.fingerprint.as_dict(),

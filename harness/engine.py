@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from harness.model.llama import LlamaModel
+from harness.model.piecewise import PiecewiseDecode
 from harness.scheduler import Admission, Scheduler
 from harness.sequence import Sequence
 from harness.timeline import StepRecord
@@ -52,6 +53,7 @@ class EngineResult:
     memory_bound_steps: int = 0  # decode steps with room in the batch while an arrived request waited for KV
     cache_hit_tokens: int = 0
     counters: dict[str, int] | None = None  # KVCache.counters() at the end of the run
+    piecewise_steps: int = 0  # decode steps run as pieces (CUDA graphs on a GPU)
 
 
 class Engine:
@@ -63,8 +65,13 @@ class Engine:
         max_num_batched_tokens: int,
         sync: Callable[[], None] = lambda: None,
         progress: Callable[[int], None] | None = None,
+        pieces: PiecewiseDecode | None = None,
     ) -> None:
         self.model = model
+        # Decode steps of at most pieces.max_batch sequences run as pieces (CUDA graphs on a GPU)
+        # around the cache's attention; larger ones, and every prefill, run the model eagerly.
+        self.pieces = pieces
+        self.piecewise_steps = 0
         self.cache = cache
         self.max_num_seqs = max_num_seqs
         self.sync = sync  # waits for the device, so step times are real
@@ -80,6 +87,13 @@ class Engine:
         through ``attend`` (the cache's ``forward_prefill`` or ``forward_decode``) with ``meta``."""
         at = staging[logits_at] if logits_at is not None else None
         return self.model(staging[ids], staging[positions], lambda layer, q, k, v: attend(layer, q, k, v, meta), at)
+
+    def _decode_forward(self, staging: StagingBuffer, ids: int, positions: int, meta: Any, batch: int):
+        if self.pieces is None or batch > self.pieces.max_batch:
+            return self._forward(staging, ids, positions, self.cache.forward_decode, meta)
+        self.piecewise_steps += 1
+        decode = self.cache.forward_decode
+        return self.pieces(staging[ids], staging[positions], lambda layer, q, k, v: decode(layer, q, k, v, meta))
 
     def _prefill(self, admitted: list[Admission]) -> int:
         """One forward over every admitted prompt's uncached tokens; returns how many it computed."""
@@ -110,6 +124,7 @@ class Engine:
         t0 = time.perf_counter()
         clock = lambda: time.perf_counter() - t0  # noqa: E731
         prefill_tokens, idle_s, memory_bound_steps = 0, 0.0, 0
+        self.piecewise_steps = 0
         step_s: list[float] = []
         host_s: list[float] = []
         steps: list[StepRecord] = []
@@ -149,7 +164,7 @@ class Engine:
                 ids = staging.add([s.output_ids[-1] for s in seqs])
                 positions = staging.add([s.num_tokens - 1 for s in seqs])
                 meta = cache.prepare_decode([s.seq_id for s in seqs], staging)
-                logits = self._forward(staging, ids, positions, cache.forward_decode, meta)
+                logits = self._decode_forward(staging, ids, positions, meta, len(seqs))
                 host_s.append(time.perf_counter() - ts)  # enqueued; on a GPU nothing has waited for it yet
                 for s, tok in zip(seqs, logits.argmax(dim=-1).tolist()):
                     s.output_ids.append(tok)
@@ -198,4 +213,5 @@ class Engine:
             memory_bound_steps=memory_bound_steps,
             cache_hit_tokens=cache.allocator.cache_hit_tokens,
             counters=cache.counters(),
+            piecewise_steps=self.piecewise_steps,
         )

@@ -155,6 +155,8 @@ def validate(cfg: Config) -> None:
     _check(1 <= bs <= MAX_BLOCK_SIZE and bs & (bs - 1) == 0,
            f"block_size={bs} must be a power of two in [1, {MAX_BLOCK_SIZE}] (1, 2, 4, ..., {MAX_BLOCK_SIZE})")
     d = cfg.device
+    _check(not cfg.cuda_graph or d.name == "cuda",
+           f"cuda_graph=true needs device=cuda (CUDA graphs record GPU work); device={d.name}: leave it false")
     _check(0 < d.utilization <= 1, f"device.utilization={d.utilization} must be in (0, 1]")
     _check(d.memory_gb is None or d.memory_gb > 0, f"device.memory_gb={d.memory_gb} must be > 0")
     _check(d.kv_cache_gb is None or d.kv_cache_gb > 0, f"device.kv_cache_gb={d.kv_cache_gb} must be > 0")

@@ -27,6 +27,7 @@ from harness.model.rope import RotaryEmbedding, apply_rotary
 #   -> [T, heads, head_dim]. q and k carry RoPE already; the callee applies the
 #   softmax scale head_dim ** -0.5. q, k and v are contiguous.
 AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 Device = torch.device | str
 
@@ -57,7 +58,7 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    """Fused q/k/v projection (one GEMM), RoPE, then the cache's attention, then o_proj."""
+    """Fused q/k/v projection (one GEMM) and RoPE before the cache's attention, o_proj after it."""
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: Device) -> None:
         super().__init__()
@@ -66,22 +67,19 @@ class Attention(nn.Module):
         self.qkv_proj = _linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.qkv_bias, dtype, device)
         self.o_proj = _linear(cfg.q_size, cfg.hidden_size, has_o_bias(cfg), dtype, device)
 
-    def forward(
-        self,
-        layer_idx: int,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        attention: AttentionFn,
-    ) -> torch.Tensor:
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
+        """What the cache's attention takes: q and k with RoPE applied, v; each dense ``[T, heads, D]``."""
         tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = apply_rotary(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
         k = apply_rotary(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
         # v is a strided view into the fused output; kernels want dense rows.
         v = v.reshape(tokens, self.num_kv_heads, self.head_dim).contiguous()
-        out = attention(layer_idx, q, k, v)
-        return self.o_proj(out.reshape(tokens, self.q_size))
+        return q, k, v
+
+    def project_out(self, attn: torch.Tensor) -> torch.Tensor:
+        """``[T, heads, D]`` attention output -> ``[T, hidden]``."""
+        return self.o_proj(attn.reshape(attn.shape[0], self.q_size))
 
 
 class MLP(nn.Module):
@@ -105,6 +103,16 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
         self.mlp = MLP(cfg, dtype, device)
 
+    # A layer is two halves around the cache's attention, so a decode forward can run the
+    # dense work between two attentions as one piece (harness/model/piecewise.py).
+    def before_attention(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
+        return self.self_attn.qkv(self.input_layernorm(h), cos, sin)
+
+    def after_attention(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        # Same add/norm order as HF (no fused add+norm) so fp32 results match it.
+        h = h + self.self_attn.project_out(attn)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
     def forward(
         self,
         layer_idx: int,
@@ -113,9 +121,7 @@ class DecoderLayer(nn.Module):
         sin: torch.Tensor,
         attention: AttentionFn,
     ) -> torch.Tensor:
-        # Same add/norm order as HF (no fused add+norm) so fp32 results match it.
-        h = h + self.self_attn(layer_idx, self.input_layernorm(h), cos, sin, attention)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        return self.after_attention(h, attention(layer_idx, *self.before_attention(h, cos, sin)))
 
 
 class LlamaModel(nn.Module):
@@ -168,13 +174,21 @@ class LlamaModel(nn.Module):
         last prompt token), so prefill skips the vocab GEMM for the rest.
         Returns ``[len(logits_indices) or T, vocab_size]``.
         """
-        h = self.embed_tokens(input_ids)
-        cos, sin = self.rotary(positions, h.dtype)
+        h, cos, sin = self.embed(input_ids, positions)
         for layer_idx, layer in enumerate(self.layers):
             h = layer(layer_idx, h, cos, sin, attention)
         if logits_indices is not None:
             h = h[logits_indices]
-        h = self.norm(h)
+        return self.logits(h)
+
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The first hidden states and the RoPE cos/sin every layer shares."""
+        h = self.embed_tokens(input_ids)
+        cos, sin = self.rotary(positions, h.dtype)
+        return h, cos, sin
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm and the vocab projection, as float32."""
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(h, head).float()
+        return F.linear(self.norm(h), head).float()
 

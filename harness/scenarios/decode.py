@@ -29,7 +29,8 @@ def _run_once(ctx: RunContext, impl: ImplConfig, budget: MemoryBudget, requests:
     cache = build_cache(impl, ctx.cfg, budget.kv_bytes, ctx.device)
     total = sum(r.output_len * r.n for r in requests)
     update, close = ctx.progress(total, impl.name) if track else (None, lambda: None)
-    engine = Engine(ctx.model, cache, ctx.cfg.batch, ctx.cfg.max_num_batched_tokens, sync=ctx.sync, progress=update)
+    engine = Engine(ctx.model, cache, ctx.cfg.batch, ctx.cfg.max_num_batched_tokens, sync=ctx.sync, progress=update,
+                    pieces=ctx.decode_pieces)
     tracker = MemoryTracker(ctx.device.type)
     try:
         with tracker:
@@ -73,6 +74,7 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
         "step_ms_p99": ms(percentile(res.step_s, 99)),
         "host_ms_p50": ms(percentile(res.host_s, 50)),
         "host_ms_p90": ms(percentile(res.host_s, 90)),
+        "piecewise_steps": res.piecewise_steps,  # decode steps run as pieces (graph replays when cuda_graph)
         **service_columns(ctx.cfg.arrival, ctx.cfg.slo, requests, res.sequences, res.wall_s, res.idle_s, "wall"),
         "decode_steps": res.decode_steps,
         "output_tokens": output_tokens,
@@ -90,6 +92,7 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
         "budget_kv_bytes": budget.kv_bytes,
         "budget_device_bytes": budget.device_bytes,
         "budget_source": budget.source,
+        "budget_graph_bytes": budget.graph_bytes,
         **{k: v for k, v in mem.as_row().items() if k not in ("samples", "notes")},
         "energy_per_output_token_j": mem.energy_per_token_j(output_tokens),
         "output_digest": next(iter(digests)) if len(digests) == 1 else ",".join(sorted(digests)),
