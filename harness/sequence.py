@@ -13,8 +13,9 @@ class Sequence:
     prompt_ids: tuple[int, ...] | list[int]  # the request's own tuple: never copied, never changed
     max_new_tokens: int
     output_ids: list[int] = field(default_factory=list)
-    # Prompt tokens whose K/V were already in the cache at admission (prefix-cache hits): the
-    # prefill computes from here. Set by the scheduler from the allocator's ``admit``; 0 after a preemption.
+    # Leading tokens (the prompt's; a recomputed sequence's earlier output too) whose K/V were already
+    # in the cache at admission (prefix-cache hits): the prefill computes from here. Set by the scheduler
+    # from the allocator's ``admit``; 0 after a preemption, until the sequence is admitted again.
     num_cached: int = 0
     preempted: int = 0  # times preempted (recomputed)
     # Service timeline, in seconds on the run's clock (wall or simulated), from its start.
