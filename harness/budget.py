@@ -108,21 +108,30 @@ def simulated(cfg: Config) -> bool:
     return cfg.scenario.name == "capacity" or (cfg.scenario.name == "max_concurrency" and cfg.scenario.probe == "capacity")
 
 
+def _memory_values(cfg: Config) -> list[tuple[str, float]]:
+    return [(key, value) for key, value in (("device.memory_gb", cfg.device.memory_gb),
+                                            ("device.kv_cache_gb", cfg.device.kv_cache_gb)) if value is not None]
+
+
+def check_memory_values(cfg: Config) -> None:
+    """``device.memory_gb`` and ``device.kv_cache_gb``: finite and > 0 (what needs no device)."""
+    for key, value in _memory_values(cfg):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{key}={value} must be a finite number of GB > 0")
+
+
 def check_memory_bounds(cfg: Config, gpu_total_bytes: int | None) -> None:
     """``device.memory_gb`` and ``device.kv_cache_gb``: finite, > 0, at most the device they describe.
 
     The device is the GPU (``gpu_total_bytes``) when the run allocates on it, else a
     simulated one of at most ``MAX_SIMULATED_GB``.
     """
+    check_memory_values(cfg)
     if gpu_total_bytes is not None and not simulated(cfg):
         bound, what = gpu_total_bytes / GB, "the GPU's memory"
     else:
         bound, what = MAX_SIMULATED_GB, "the largest simulated device"
-    for key, value in (("device.memory_gb", cfg.device.memory_gb), ("device.kv_cache_gb", cfg.device.kv_cache_gb)):
-        if value is None:
-            continue
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{key}={value} must be a finite number of GB > 0")
+    for key, value in _memory_values(cfg):
         if value > bound:
             raise ConfigError(f"{key}={value:g} is larger than {what}; at most {bound:.6g} GB")
 

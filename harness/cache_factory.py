@@ -10,7 +10,7 @@ import torch
 from harness.budget import check_host_pool, raise_budget_advice
 from harness.config import Config, ImplConfig
 from harness.errors import ConfigError
-from harness.kv_math import TORCH_DTYPES, kv_bytes_per_token
+from harness.kv_math import kv_bytes_per_token, torch_dtype
 from impls.base import KVAllocator, KVCache
 from impls.kinds import PoolSpec, TensorSpec, cache_kind
 from impls.sizing import CacheSizeError
@@ -52,5 +52,5 @@ def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.devi
         check_host_pool(kv_bytes, psutil.virtual_memory().available)
     m = cfg.model
     tensors = TensorSpec(num_layers=m.num_layers, num_heads=m.num_heads, kv_heads=m.num_kv_heads,
-                         head_dim=m.head_dim, dtype=TORCH_DTYPES[cfg.dtype], device=torch.device(device))
+                         head_dim=m.head_dim, dtype=torch_dtype(cfg.dtype), device=torch.device(device))
     return _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.cache(spec, tensors, impl.kernel))

@@ -77,8 +77,7 @@ def base_identifiers(task_cfg: DictConfig | None) -> dict:
 
 def write_failed_job(run_dir: Path, message: str, overrides: list[str], base: DictConfig | None = None) -> dict:
     """The error row of a job that did not compose, written into ``run_dir``; returns it."""
-    from harness.context import run_id
-    from harness.results import write_run
+    from harness.results import run_id, write_run
 
     row = {"run_id": run_id(run_dir), **base_identifiers(base), **override_identifiers(overrides),
            "status": "error", "error": f"ConfigError: {message}"}

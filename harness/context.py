@@ -12,21 +12,13 @@ import torch
 
 from harness.arrivals import arrival_times
 from harness.config import Config, ImplConfig
-from harness.kv_math import TORCH_DTYPES, kv_bytes_per_token
+from harness.kv_math import kv_bytes_per_token, torch_dtype
 from harness.measure.fingerprint import Fingerprint
+from harness.results import run_id
 from harness.workload import Request, Workload, draw_workload, workload_digest
 
 
 _DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice, before any run changes it
-
-
-def run_id(run_dir: Path) -> str:
-    """The run folder relative to the working directory (unique across sweeps), else its path."""
-    path = run_dir.resolve()
-    try:
-        return str(path.relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 @dataclass
@@ -53,7 +45,7 @@ class RunContext:
 
     @property
     def dtype(self) -> torch.dtype:
-        return TORCH_DTYPES[self.cfg.dtype]
+        return torch_dtype(self.cfg.dtype)
 
     @property
     def bytes_per_token(self) -> int:

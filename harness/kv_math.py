@@ -1,16 +1,27 @@
-"""The sizing formulas every part of kvbench uses (one place, explicit)."""
+"""The sizing formulas every part of kvbench uses (one place, explicit).
+
+Plain numbers only: config validation reads this module, and must not load torch.
+"""
 
 from __future__ import annotations
 
-
-import torch
+from typing import TYPE_CHECKING
 
 from harness.model.config import ModelConfig
 from impls import sizing
 
+if TYPE_CHECKING:
+    import torch
+
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 GB = 1e9
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a config's ``dtype`` name (``float32``, ``float16``, ``bfloat16``)."""
+    import torch  # here, not at the top: only a run that builds tensors asks
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str) -> int:

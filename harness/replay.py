@@ -21,10 +21,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import Config, register_configs
-from harness.context import run_id
 from harness.errors import ConfigError
 from harness.measure.fingerprint import Fingerprint, collect
-from harness.results import FINGERPRINT
+from harness.results import FINGERPRINT, run_id
 from harness.run_folder import read_table
 
 

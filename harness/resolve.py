@@ -2,7 +2,9 @@
 
 Resolves the ``auto`` choices (device, dtype, model), fills defaults that depend
 on other keys, and checks every key, raising ``ConfigError`` with the key's name
-and the allowed values.
+and the allowed values. The keys that do not depend on the device are checked
+first; torch is imported only to ask about a GPU (harness/cuda_available.py: not at
+all on a CPU-only build) and by the impl registries, so most bad values fail fast.
 """
 
 from __future__ import annotations
@@ -12,27 +14,22 @@ import importlib.util
 import math
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.budget import check_memory_bounds
+from harness.budget import check_memory_bounds, check_memory_values
 from harness.config import (
     ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, SCENARIOS,
     TRACE_SAMPLES, Config, GpuConfig, ImplConfig,
 )
 from harness.cost_model import GpuSpec, gpu_spec
+from harness.cuda_available import cuda_available
 from harness.errors import ConfigError
 from harness.kv_math import GB, weight_bytes
 from harness.model.hf_config import resolve_model_config
 from harness.model.config import ModelConfig
 from harness.strict import check_known_keys, check_model_name, hydra_choice
-from impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS
-from kernels.registry import PAGED_KERNELS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-CACHE_KINDS = tuple(KINDS)  # impls/kinds.py
-RESERVATIONS = tuple(CONTIGUOUS_RESERVATIONS)  # impls/kinds.py: max | pow2 | oracle
-KERNELS = ("sdpa", *PAGED_KERNELS)  # built-in names; a kernel module's dotted path is allowed too
 CPU_MODEL, GPU_MODEL = "tiny-llama", "llama-3.1-8b"
 CPU_MEMORY_GB = 0.25
 
@@ -73,13 +70,19 @@ def resolve(raw: DictConfig | Config) -> Config:
         check_model_name(raw, hydra_choice("model"))
     cfg = to_config(raw)
     _one_of("device.name", cfg.device.name, DEVICES)
+    if cfg.dtype != "auto":
+        _one_of("dtype", cfg.dtype, DTYPES)
+    _one_of("isolation", cfg.isolation, ISOLATIONS)
+    if cfg.scenario.name == "max_rate" and cfg.arrival.rate is None:
+        cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
+    if cfg.workload.num_requests is None:
+        cfg.workload.num_requests = cfg.batch
+    validate(cfg)  # the keys that do not depend on the device, before the device is looked for
     if cfg.device.name == "auto":
-        cfg.device.name = "cuda" if torch.cuda.is_available() else "cpu"
-    _check(cfg.device.name != "cuda" or torch.cuda.is_available(), "device.name=cuda but no CUDA GPU is visible")
+        cfg.device.name = "cuda" if cuda_available() else "cpu"
+    _check(cfg.device.name != "cuda" or cuda_available(), "device.name=cuda but no CUDA GPU is visible")
     if cfg.dtype == "auto":  # a simulated GPU counts as a GPU
         cfg.dtype = "bfloat16" if cfg.device.name == "cuda" or _simulated_gpu(cfg) else "float32"
-    _one_of("dtype", cfg.dtype, DTYPES)
-    _one_of("isolation", cfg.isolation, ISOLATIONS)
     if cfg.isolation == "auto":
         cfg.isolation = "process" if cfg.device.name == "cuda" else "none"
     if cfg.model.name == "auto" and not cfg.model.path:
@@ -89,15 +92,16 @@ def resolve(raw: DictConfig | Config) -> Config:
         _resolve_gpu(cfg)
     if cfg.device.name == "cpu" and cfg.device.memory_gb is None:
         cfg.device.memory_gb = CPU_MEMORY_GB
-    if cfg.scenario.name == "max_rate" and cfg.arrival.rate is None:
-        cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
-    check_memory_bounds(cfg, torch.cuda.get_device_properties(0).total_memory if cfg.device.name == "cuda" else None)
-    if cfg.workload.num_requests is None:
-        cfg.workload.num_requests = cfg.batch
-    validate(cfg)
+    check_memory_bounds(cfg, _gpu_total_bytes() if cfg.device.name == "cuda" else None)
     if cfg.workload.distribution == "trace":
         describe_trace(cfg)
     return cfg
+
+
+def _gpu_total_bytes() -> int:
+    import torch  # only a run on the GPU asks, and it loads torch anyway
+
+    return torch.cuda.get_device_properties(0).total_memory
 
 
 def describe_trace(cfg: Config) -> None:
@@ -158,8 +162,7 @@ def validate(cfg: Config) -> None:
     _check(not cfg.cuda_graph or d.name == "cuda",
            f"cuda_graph=true needs device=cuda (CUDA graphs record GPU work); device={d.name}: leave it false")
     _check(0 < d.utilization <= 1, f"device.utilization={d.utilization} must be in (0, 1]")
-    _check(d.memory_gb is None or d.memory_gb > 0, f"device.memory_gb={d.memory_gb} must be > 0")
-    _check(d.kv_cache_gb is None or d.kv_cache_gb > 0, f"device.kv_cache_gb={d.kv_cache_gb} must be > 0")
+    check_memory_values(cfg)  # their bounds need the device (check_memory_bounds, in resolve)
     _check(0 <= d.watermark < 1, f"device.watermark={d.watermark} must be in [0, 1)")
     w = cfg.workload
     _one_of("workload.distribution", w.distribution, DISTRIBUTIONS)
@@ -243,19 +246,24 @@ def validate_arrival(cfg: Config) -> None:
 
 
 def validate_impl(impl: ImplConfig) -> None:
-    _one_of("impl.cache", impl.cache, CACHE_KINDS)
+    # The registries import torch (the kinds build tensors; kernels/ sets Triton up on import).
+    from impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS
+    from kernels.registry import PAGED_KERNELS
+
+    kernels = ("sdpa", *PAGED_KERNELS)  # built-in names; a kernel module's dotted path is allowed too
+    _one_of("impl.cache", impl.cache, tuple(KINDS))
     if "." in impl.kernel:  # a kernel module by dotted path (kernels/registry.py)
         _check(importlib.util.find_spec(impl.kernel.rsplit(".", 1)[0]) is not None
                and importlib.util.find_spec(impl.kernel) is not None,
                f"impl.kernel={impl.kernel!r}: no such module on the Python path; "
-               f"allowed: {', '.join(KERNELS)}, or a kernel module's dotted path")
+               f"allowed: {', '.join(kernels)}, or a kernel module's dotted path")
     else:
-        _one_of("impl.kernel", impl.kernel, KERNELS)
+        _one_of("impl.kernel", impl.kernel, kernels)
     if impl.cache == "contiguous":
         _check(impl.kernel == "sdpa", f"impl.kernel={impl.kernel!r}: the contiguous cache attends with 'sdpa'")
     else:
         _check(impl.kernel != "sdpa", "impl.kernel='sdpa' needs impl.cache=contiguous; paged caches take torch, triton or cuda")
-    _one_of("impl.reservation", impl.reservation, RESERVATIONS)
+    _one_of("impl.reservation", impl.reservation, tuple(CONTIGUOUS_RESERVATIONS))
     _check(impl.cache == "contiguous" or impl.reservation == "max",
            f"impl.reservation={impl.reservation!r} needs impl.cache=contiguous; "
            f"a {impl.cache} cache allocates as tokens arrive (allowed: max)")

@@ -60,6 +60,15 @@ TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", 
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 
 
+def run_id(run_dir: Path) -> str:
+    """The run folder relative to the working directory (unique across sweeps), else its path."""
+    path = run_dir.resolve()
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def tidy(rows: Iterable[dict]) -> pd.DataFrame:
     """Rows as a frame with the schema's columns first (missing ones empty), extras after."""
     df = pd.DataFrame(list(rows))

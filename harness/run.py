@@ -16,17 +16,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.budget import out_of_memory_message
 from harness.config import Config, ImplConfig
-from harness.context import RunContext, run_id
 from harness.errors import ConfigError
-from harness.impl_runner import ImplResult, run_impl
 from harness.interrupts import JobInterrupted, stop_on_signals
-from harness.isolation import run_in_process
 from harness.job_identity import job_id
 from harness.measure.fingerprint import collect
 from harness.resolve import impls_to_run, resolve
-from harness.results import atomic_write, write_json, write_run
+from harness.results import atomic_write, run_id, write_json, write_run
 from harness.run_folder import RunFolder, RunFolderError
 
 
@@ -76,6 +72,11 @@ def _run_locked(raw_cfg: DictConfig, folder: RunFolder, extra: dict) -> tuple[li
         row = {**_raw_identifiers(raw_cfg, run_dir), **extra, "status": "error", "error": f"ConfigError: {e}"}
         write_run(run_dir, [row])
         return [row], 2
+    # Imported once the config resolved: they load torch and the impls, which a config error never needs.
+    from harness.context import RunContext
+    from harness.impl_runner import ImplResult, run_impl
+    from harness.isolation import run_in_process
+
     fingerprint = collect(cfg.device.name)
     jid = job_id(cfg, fingerprint.device_slug)
     previous = folder.claim(jid, fingerprint.device_slug, cfg.resume)

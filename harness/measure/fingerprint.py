@@ -80,18 +80,18 @@ def _cpu_name() -> str:
 
 def device_slug(device: str) -> str:
     """Folder name for published results: the GPU's name, or the CPU core count."""
-    import torch  # lazily: reading a config must not load torch
-
     if device == "cuda":
+        import torch  # lazily: reading a config must not load torch
+
         return slugify(torch.cuda.get_device_properties(0).name)
     return f"cpu-{os.cpu_count() or 1}core"
 
 
 def auto_device_slug() -> str:
     """This machine's results folder name: the GPU's when torch sees one, else the CPU's."""
-    import torch  # lazily: reading a config must not load torch
+    from harness.cuda_available import cuda_available
 
-    return device_slug("cuda" if torch.cuda.is_available() else "cpu")
+    return device_slug("cuda" if cuda_available() else "cpu")
 
 
 def register_slug_resolver() -> None:

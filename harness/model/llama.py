@@ -18,7 +18,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils import skip_init
 
 from harness.model.config import ModelConfig
 from harness.model.rope import RotaryEmbedding, apply_rotary
@@ -37,10 +36,26 @@ def has_o_bias(cfg: ModelConfig) -> bool:
     return cfg.qkv_bias and cfg.architecture == "llama"
 
 
-def _linear(n_in: int, n_out: int, bias: bool, dtype: torch.dtype, device: Device) -> nn.Linear:
-    # skip_init: allocate only; build_model fills every weight (dummy or checkpoint),
-    # so a default kaiming init of a 70B model would be wasted work.
-    return skip_init(nn.Linear, n_in, n_out, bias=bias, dtype=dtype, device=device)
+def _empty(*shape: int, dtype: torch.dtype, device: Device) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device))
+
+
+class Linear(nn.Module):
+    """``nn.Linear`` (same parameters, same order), allocated and never initialised.
+
+    build_model fills every weight (dummy or checkpoint), so nn.Linear's kaiming init of
+    a 70B model would be wasted work; ``skip_init``, which avoids it by building on the
+    meta device, costs about a second on its first call (the meta device loads sympy
+    and torch._dynamo).
+    """
+
+    def __init__(self, n_in: int, n_out: int, bias: bool, dtype: torch.dtype, device: Device) -> None:
+        super().__init__()
+        self.weight = _empty(n_out, n_in, dtype=dtype, device=device)
+        self.bias = _empty(n_out, dtype=dtype, device=device) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
 
 
 class RMSNorm(nn.Module):
@@ -48,7 +63,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, size: int, eps: float, dtype: torch.dtype, device: Device) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(size, dtype=dtype, device=device))
+        self.weight = _empty(size, dtype=dtype, device=device)
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -64,8 +79,8 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
-        self.qkv_proj = _linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.qkv_bias, dtype, device)
-        self.o_proj = _linear(cfg.q_size, cfg.hidden_size, has_o_bias(cfg), dtype, device)
+        self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.qkv_bias, dtype, device)
+        self.o_proj = Linear(cfg.q_size, cfg.hidden_size, has_o_bias(cfg), dtype, device)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
         """What the cache's attention takes: q and k with RoPE applied, v; each dense ``[T, heads, D]``."""
@@ -87,8 +102,8 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: Device) -> None:
         super().__init__()
-        self.gate_up_proj = _linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype, device)
-        self.down_proj = _linear(cfg.intermediate_size, cfg.hidden_size, False, dtype, device)
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype, device)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, dtype, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -134,8 +149,9 @@ class LlamaModel(nn.Module):
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: Device) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = skip_init(
-            nn.Embedding, cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device
+        # An nn.Embedding over an allocated, uninitialised matrix (as Linear, for the same reason).
+        self.embed_tokens = nn.Embedding.from_pretrained(
+            torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device), freeze=True
         )
         self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, device) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
@@ -143,7 +159,7 @@ class LlamaModel(nn.Module):
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
-            else _linear(cfg.hidden_size, cfg.vocab_size, False, dtype, device)
+            else Linear(cfg.hidden_size, cfg.vocab_size, False, dtype, device)
         )
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, device)
         self.requires_grad_(False)
