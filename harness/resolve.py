@@ -81,6 +81,8 @@ def resolve(raw: DictConfig | Config) -> Config:
     if cfg.device.name == "auto":
         cfg.device.name = "cuda" if cuda_available() else "cpu"
     _check(cfg.device.name != "cuda" or cuda_available(), "device.name=cuda but no CUDA GPU is visible")
+    _check(not cfg.cuda_graph or cfg.device.name == "cuda",
+           f"cuda_graph=true needs a CUDA device (CUDA graphs record GPU work); device={cfg.device.name}: leave it false")
     if cfg.dtype == "auto":  # a simulated GPU counts as a GPU
         cfg.dtype = "bfloat16" if cfg.device.name == "cuda" or _simulated_gpu(cfg) else "float32"
     if cfg.isolation == "auto":
@@ -159,8 +161,6 @@ def validate(cfg: Config) -> None:
     _check(1 <= bs <= MAX_BLOCK_SIZE and bs & (bs - 1) == 0,
            f"block_size={bs} must be a power of two in [1, {MAX_BLOCK_SIZE}] (1, 2, 4, ..., {MAX_BLOCK_SIZE})")
     d = cfg.device
-    _check(not cfg.cuda_graph or d.name == "cuda",
-           f"cuda_graph=true needs device=cuda (CUDA graphs record GPU work); device={d.name}: leave it false")
     _check(0 < d.utilization <= 1, f"device.utilization={d.utilization} must be in (0, 1]")
     check_memory_values(cfg)  # their bounds need the device (check_memory_bounds, in resolve)
     _check(0 <= d.watermark < 1, f"device.watermark={d.watermark} must be in [0, 1)")
