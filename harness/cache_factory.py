@@ -11,7 +11,8 @@ from harness.budget import check_host_pool, raise_budget_advice
 from harness.config import Config, ImplConfig
 from harness.errors import ConfigError
 from harness.kv_math import kv_bytes_per_token, torch_dtype
-from impls.base import KVAllocator, KVCache
+from impls.allocator import KVAllocator
+from impls.base import KVCache
 from impls.kinds import PoolSpec, TensorSpec, cache_kind
 from impls.sizing import CacheSizeError
 

@@ -18,7 +18,7 @@ from typing import Callable, Sequence as Seq
 
 from harness.sequence import Sequence
 from harness.workload import Request
-from impls.base import AdmitPlan, KVAllocator, SlotCopy
+from impls.allocator import AdmitPlan, KVAllocator, SlotCopy
 
 # (sequence, number of tokens) -> the token ids whose slots are reserved this step
 TokenSource = Callable[[Sequence, int], Seq[int]]

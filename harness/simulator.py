@@ -30,7 +30,7 @@ from harness.measure.kv_peaks import KVPeaks
 from harness.scheduler import Scheduler, StepPlan
 from harness.sequence import Sequence
 from harness.workload import Request
-from impls.base import KVAllocator
+from impls.allocator import KVAllocator
 
 
 def synthetic_token(seq: Sequence, vocab: int) -> int:

@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from impls.base import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
+from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 from impls.sizing import blocks_for_tokens
 
 _ROOT_HASH = 0

@@ -10,7 +10,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from impls.base import KVAllocator, PrefillSpan, query_slices
+from impls.allocator import KVAllocator
+from impls.base import PrefillSpan, query_slices
 from impls.staging import StagingBuffer
 from kernels.prefill import prefill_attention
 

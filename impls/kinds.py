@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from impls.base import KVAllocator, KVCache
+from impls.allocator import KVAllocator
+from impls.base import KVCache
 from impls.block_manager import BlockManager
 from impls.region_allocator import RegionAllocator
 from impls.reservation import RESERVATIONS

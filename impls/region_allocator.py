@@ -26,7 +26,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Sequence
 
-from impls.base import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
+from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 from impls.reservation import Reservation
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from impls.base import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
+from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 
 
 class SlotAllocator(KVAllocator):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import impls.block_manager
-from impls.base import StalePlanError
+from impls.allocator import StalePlanError
 from impls.block_manager import BlockManager
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impls.base import StalePlanError
+from impls.allocator import StalePlanError
 from impls.slot_allocator import SlotAllocator
 
 

@@ -66,7 +66,8 @@ def test_row_copies_by_block_and_by_row_equal_a_row_by_row_reference():
 
     import torch
 
-    from impls.base import SlotCopy, apply_slot_copies
+    from impls.allocator import SlotCopy
+    from impls.base import apply_slot_copies
 
     rng = random.Random(0)
     for block_len in (1, 4, 16, 512):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impls.base import SlotCopy, StalePlanError
+from impls.allocator import SlotCopy, StalePlanError
 from impls.region_allocator import RegionAllocator
 from impls.reservation import RESERVATIONS, reserve_oracle, reserve_pow2
 

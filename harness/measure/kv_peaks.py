@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impls.base import CacheUsage
+from impls.allocator import CacheUsage
 
 
 @dataclass

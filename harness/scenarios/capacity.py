@@ -23,7 +23,7 @@ from harness.service_metrics import service_columns
 from harness.simulator import simulate
 from harness.timeline import append_table, requests_table, simulated_steps_table
 from harness.workload import Request, generate_requests
-from impls.base import KVAllocator
+from impls.allocator import KVAllocator
 from impls.block_manager import BlockManager
 from harness.cache_factory import analytic_max_concurrency, build_allocator
 from impls.slot_allocator import SlotAllocator

@@ -1,0 +1,163 @@
+"""The bookkeeping half of the KV-cache interface: pure Python, no tensors.
+
+A ``KVAllocator`` decides which slots of a flat KV store each sequence owns. A *slot*
+is one token's place: its K (or V) for one layer, at a flat index (``slot_mapping``
+in the kernels). A contiguous slab is a pool whose single block per sequence is
+``max_seq_len`` slots long, a paged pool has blocks of ``block_size`` slots. Copies
+(fork, copy-on-write) are ``SlotCopy`` ranges. Admission is planned once
+(``plan_admit``) and then carried out (``admit``). The capacity scenario runs these
+alone, at 70B scale, and config validation reads the cache kinds without loading torch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+@dataclass(frozen=True)
+class SlotCopy:
+    """Copy ``num_slots`` slots starting at flat slot ``src`` to flat slot ``dst`` (every layer, K and V)."""
+
+    src: int
+    dst: int
+    num_slots: int
+
+
+@dataclass(frozen=True)
+class CacheUsage:
+    """Slot accounting at one instant, in tokens (the only form the caches report it in).
+
+    A figure in bytes is made where a row is: these times the KV bytes per token (every
+    layer, K and V). ``pool``, ``reserved``, ``used`` and ``logical`` become the row columns
+    ``kv_pool_bytes``, ``kv_bytes_reserved``, ``kv_bytes_used`` and ``kv_bytes_logical``.
+    """
+
+    pool_tokens: int  # slots the pool holds
+    reserved_tokens: int  # slots held by live sequences (their slots / blocks)
+    used_tokens: int  # slots holding a real token's K/V (shared slots counted once)
+    logical_tokens: int  # tokens summed over sequences (what storage without sharing needs)
+    fragmentation_tokens: int  # paged: unfilled slots of held blocks (partly filled last blocks)
+    reservation_waste_tokens: int  # contiguous: reserved slots not (yet) written
+    num_sequences: int
+    free_tokens: int  # slots that could still be handed out
+    # Variable-size regions: free slots in holes too small for the first waiting request's
+    # reservation (impls/region_allocator.py). Fixed-size slots and blocks have none.
+    external_fragmentation_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class AdmitPlan:
+    """One admission, worked out once by ``KVAllocator.plan_admit`` and carried out by ``admit``.
+
+    A plan describes the allocator as it was when planned: it is valid only until the
+    allocator's state next changes (any admit, append, fork or release). ``generation``
+    records that state, and ``admit`` raises ``StalePlanError`` on a plan of another.
+    Allocators extend it with what their ``admit`` needs (a paged pool: its prefix hits).
+    """
+
+    token_ids: Sequence[int]
+    num_samples: int  # the sequence and its num_samples - 1 forks
+    final_len: int | None
+    cached_tokens: int  # leading tokens already in the cache (prefix-cache hits): not computed again
+    fits: bool  # the sequence and its forks fit now
+    generation: int  # the allocator's state counter when planned
+
+
+class StalePlanError(RuntimeError):
+    """``admit`` got a plan made before the allocator's state last changed."""
+
+
+class KVAllocator(ABC):
+    """Bookkeeping of KV slots; check/act pairs so the scheduler never half-admits."""
+
+    cache_hit_tokens: int = 0  # prompt tokens served from a prefix cache over the run
+    # Counts changes of state (admit, append, fork, release): an ``AdmitPlan`` is valid for one.
+    generation: int = 0
+
+    # ``final_len`` is the sequence's length once it finishes (prompt + every output token),
+    # which the scheduler knows (output lengths are fixed). Only allocators that reserve a
+    # sequence's whole region at admission use it; the others ignore it.
+
+    @abstractmethod
+    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> AdmitPlan:
+        """What admitting ``token_ids`` (and ``num_samples - 1`` forks) would take now; no state change.
+
+        The one place a prompt is examined (a paged pool hashes its blocks here): the
+        scheduler reads ``fits`` and ``cached_tokens`` off the plan and hands it to ``admit``.
+        """
+
+    @abstractmethod
+    def admit(self, seq_id: int, plan: AdmitPlan) -> int:
+        """Reserve slots for ``plan``'s tokens; return how many leading tokens are already cached.
+
+        ``plan`` must come from this allocator's ``plan_admit`` with no change of state since
+        (``StalePlanError`` otherwise) and must fit (``ValueError`` otherwise).
+        """
+
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
+        """Whether a new sequence (and its ``num_samples - 1`` forks) fits now."""
+        return self.plan_admit(token_ids, num_samples, final_len).fits
+
+    def _check_plan(self, plan: AdmitPlan) -> None:
+        """``admit``'s guard: the plan is of the current state, and it fits."""
+        if plan.generation != self.generation:
+            raise StalePlanError(f"admission plan of state {plan.generation}, but the allocator is at state "
+                                 f"{self.generation}: plan again after any admit, append, fork or release")
+        if not plan.fits:
+            raise ValueError("admit() of a plan that does not fit (check plan.fits first)")
+
+    def note_waiting(self, final_len: int | None) -> None:
+        """The ``final_len`` of the request first in the waiting queue (None: none waits).
+
+        The scheduler notes it after every step. External fragmentation is measured
+        against it; allocators without variable-size regions have none and ignore it.
+        """
+
+    @abstractmethod
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool: ...
+
+    @abstractmethod
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
+        """Reserve slots for the next tokens; return copies the tensors must do first."""
+
+    @abstractmethod
+    def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
+        """The child starts with the parent's tokens (shared or copied)."""
+
+    @abstractmethod
+    def release(self, seq_id: int) -> None: ...
+
+    @abstractmethod
+    def slots(self, seq_id: int, start: int, end: int) -> list[int]:
+        """Flat slot of each token position in ``[start, end)`` of the sequence."""
+
+    @abstractmethod
+    def num_tokens(self, seq_id: int) -> int: ...
+
+    @abstractmethod
+    def appendable_without_alloc(self, seq_id: int) -> int:
+        """Tokens the sequence can append now with no new slot and no copy (0: the next one needs one).
+
+        The event-driven simulator lets a sequence "ride" that many steps without calling the allocator.
+        """
+
+    @abstractmethod
+    def usage(self) -> CacheUsage: ...
+
+    def max_sequence_tokens(self) -> int:
+        """The longest sequence this allocator can ever hold (prompt and output): the whole pool,
+        unless a sequence's space is capped below it (a contiguous slot of max_seq_len)."""
+        return self.usage().pool_tokens
+
+    def usage_plus_written(self, num_tokens: int) -> CacheUsage:
+        """``usage()`` once ``num_tokens`` more tokens are appended into slots their sequences already hold.
+
+        Such appends (``appendable_without_alloc``) allocate nothing, so only used and
+        logical tokens grow, and the unwritten reserved slots shrink by as much. Here those are
+        reservation waste (slots reserved at admission); an allocator whose unwritten slots count
+        as fragmentation (paged) overrides this. The simulator accounts riding tokens this way.
+        """
+        u = self.usage()
+        return replace(u, used_tokens=u.used_tokens + num_tokens, logical_tokens=u.logical_tokens + num_tokens,
+                       reservation_waste_tokens=u.reservation_waste_tokens - num_tokens)
