@@ -3,7 +3,7 @@
 Resolves the ``auto`` choices (device, dtype, model), fills defaults that depend
 on other keys, and checks every key, raising ``ConfigError`` with the key's name
 and the allowed values. The keys that do not depend on the device are checked
-first; torch is imported only to ask about a GPU (harness/cuda_available.py: not at
+first; torch is imported only to ask about a GPU (kernels/cuda_available.py: not at
 all on a CPU-only build) and by the impl registries, so most bad values fail fast.
 """
 
@@ -22,7 +22,7 @@ from harness.config import (
     TRACE_SAMPLES, Config, GpuConfig, ImplConfig,
 )
 from harness.cost_model import GpuSpec, gpu_spec
-from harness.cuda_available import cuda_available
+from kernels.cuda_available import cuda_available
 from harness.errors import ConfigError
 from harness.kv_math import GB, weight_bytes
 from harness.model.hf_config import resolve_model_config

@@ -7,7 +7,7 @@ Importing this package on a machine without CUDA turns on the Triton interpreter
 
 import os
 
-import torch
+from kernels.cuda_available import cuda_available
 
-if not torch.cuda.is_available():
+if not cuda_available():  # torch is not imported for it where its build has no GPU backend
     os.environ.setdefault("TRITON_INTERPRET", "1")

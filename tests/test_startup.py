@@ -2,7 +2,7 @@
 
 Each command runs in a subprocess whose Python path starts with a ``torch`` package that
 raises on import, beside the ``version.py`` of a CPU-only build (what resolving
-``device=auto`` reads instead of importing torch: harness/cuda_available.py). A command
+``device=auto`` reads instead of importing torch: kernels/cuda_available.py). A command
 that imported torch would end in that ImportError's traceback instead of its answer.
 """
 
@@ -64,9 +64,9 @@ def test_a_config_error_does_not_import_torch(no_torch, tmp_path, override, expe
 
 
 def test_the_version_file_reads_as_torch_says():
-    """What harness/cuda_available.py reads from torch/version.py is what the installed torch reports."""
+    """What kernels/cuda_available.py reads from torch/version.py is what the installed torch reports."""
     import torch
 
-    from harness.cuda_available import _gpu_backend_built
+    from kernels.cuda_available import _gpu_backend_built
 
     assert _gpu_backend_built() is (torch.version.cuda is not None or torch.version.hip is not None)

@@ -89,7 +89,7 @@ def device_slug(device: str) -> str:
 
 def auto_device_slug() -> str:
     """This machine's results folder name: the GPU's when torch sees one, else the CPU's."""
-    from harness.cuda_available import cuda_available
+    from kernels.cuda_available import cuda_available
 
     return device_slug("cuda" if cuda_available() else "cpu")
 

@@ -1,5 +1,8 @@
 """Whether torch sees a CUDA GPU, without importing torch where its build has no GPU backend.
 
+In kernels/ (the lowest layer) because kernels/__init__.py asks it before any Triton import;
+the harness asks it to resolve ``device=auto``.
+
 Importing torch takes about a second, and resolving ``device=auto`` is all that config
 validation wants of it. A build made without CUDA and ROCm (``torch/version.py``: ``cuda``
 and ``hip`` are None) can never see a GPU, and that file is read without importing torch;
