@@ -100,7 +100,7 @@ def kv_budget(
 
 def simulated(cfg: Config) -> bool:
     """The run only does bookkeeping against its budget: nothing of that size is allocated."""
-    return cfg.scenario.name == "capacity" or (cfg.scenario.name == "max_concurrency" and cfg.scenario.probe == "capacity")
+    return cfg.scenario.bookkeeping
 
 
 def check_memory_bounds(cfg: Config, gpu_total_bytes: int | None) -> None:
