@@ -20,11 +20,12 @@ from harness.errors import ConfigError
 from harness.gpu_slots import pin_gpu_for_launcher, register_gpu_count_resolver
 from harness.measure.fingerprint import register_slug_resolver
 from harness.summary import print_summary
-from harness.sweeper import job_outcome_value
+from harness.sweeper import job_outcome_value, register_sweep_folder_resolver
 
 register_configs()
 register_slug_resolver()
 register_gpu_count_resolver()
+register_sweep_folder_resolver()
 
 
 # An absolute path: from a module (not ``__main__``) Hydra would read a relative one as a package.

@@ -105,7 +105,7 @@ def kv_budget(
 
 def simulated(cfg: Config) -> bool:
     """The run only does bookkeeping against its budget: nothing of that size is allocated."""
-    return cfg.scenario.name == "capacity" or (cfg.scenario.name == "max_concurrency" and cfg.scenario.probe == "capacity")
+    return cfg.scenario.bookkeeping
 
 
 def _memory_values(cfg: Config) -> list[tuple[str, float]]:

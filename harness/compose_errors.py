@@ -40,7 +40,8 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, OmegaConfBaseException):
         cause = exc
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
-        return unknown_key_message(cause.full_key)
+        # object_type: the node's dataclass, e.g. the chosen scenario's, whose keys the message lists
+        return unknown_key_message(cause.full_key, owner=getattr(cause, "object_type", None))
     head = _first_line(exc)
     if cause is not None:
         # "Error merging override batch=abc" + "Value 'abc' of type 'str' could not be converted to Integer"

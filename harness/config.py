@@ -17,7 +17,6 @@ from harness.model.config import ModelConfig
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
-SCENARIOS = ("decode", "capacity", "kernel", "max_concurrency", "max_rate")
 PROBES = ("decode", "capacity")
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "trace")
 ARRIVALS = ("burst", "poisson", "gamma", "constant", "trace")
@@ -129,28 +128,94 @@ class GpuConfig:
 
 @dataclass
 class ScenarioConfig:
-    name: str = "decode"  # decode | capacity | kernel | max_concurrency | max_rate
-    warmup: int = 1  # decode: warm-up passes; kernel: warm-up calls
-    # capacity: numbers of concurrent requests for the memory-vs-concurrency table
+    """What every scenario has. Each scenario's dataclass below adds its own keys; its
+    conf/scenario/NAME.yaml composes that dataclass first (its defaults list), so a key
+    that belongs to another scenario is an error naming the scenario's keys (harness/strict.py)."""
+
+    name: str = MISSING
+
+    @property
+    def bookkeeping(self) -> bool:
+        """No model and no tensors at scale: the scheduler and the cache bookkeeping against a budget."""
+        return False
+
+
+@dataclass
+class DecodeScenario(ScenarioConfig):
+    """End-to-end generation with a real model (harness/scenarios/decode.py)."""
+
+    name: str = "decode"
+    warmup: int = 1  # warm-up passes over a few requests before the measured run
+
+
+@dataclass
+class CapacityScenario(ScenarioConfig):
+    """No model compute: the scheduler and cache bookkeeping at full scale (harness/scenarios/capacity.py)."""
+
+    name: str = "capacity"
+    # Numbers of concurrent requests for the memory-vs-concurrency table
     concurrency_points: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 100, 128, 256])
-    # kernel: the grid
-    batches: List[int] = field(default_factory=lambda: [1, 16, 64])
-    contexts: List[int] = field(default_factory=lambda: [128, 1024, 4096])
-    block_sizes: List[int] = field(default_factory=lambda: [16])
-    num_heads: int = 32
-    num_kv_heads: int = 8
-    head_dim: int = 128
-    iters: int = 20
-    # max_concurrency: how each probe runs (decode: the model; capacity: bookkeeping only)
+
+    @property
+    def bookkeeping(self) -> bool:
+        return True
+
+
+@dataclass
+class KernelScenario(ScenarioConfig):
+    """Decode attention alone at one point (harness/scenarios/kernel.py): the batch and block size
+    are the top-level ``batch`` and ``block_size``, the heads the model's; sweep them with ``-m``."""
+
+    name: str = "kernel"
+    context_len: int = 1024  # tokens of K and V every sequence of the batch attends to
+    warmup: int = 3  # untimed calls first
+    iters: int = 20  # timed calls: the rows give their median and 10th/90th percentiles
+    # A contiguous slab has no blocks, so block_size changes nothing it reads: a sweep over block_size
+    # times it in the job whose block_size is this one, and skips it in the others. None: every job.
+    slab_block_size: Optional[int] = None
+
+
+@dataclass
+class SearchScenario(ScenarioConfig):
+    """A search whose every probe is a run: a decode run (the model on the device) or a
+    capacity run (bookkeeping only)."""
+
     probe: str = "decode"
-    search_limit: float = 4096  # max_concurrency: stop growing the batch here; max_rate: the rate (req/s)
-    # max_rate: the first rate probed (then doubled until the SLO fails, then bisected)
-    start_rps: float = 1.0
-    tolerance_rps: float = 0.25  # max_rate: stop bisecting when the bracket is this narrow
+
+    @property
+    def bookkeeping(self) -> bool:
+        return self.probe == "capacity"
+
+
+@dataclass
+class MaxConcurrencyScenario(SearchScenario):
+    """The largest batch served with every sequence resident (harness/scenarios/max_concurrency.py)."""
+
+    name: str = "max_concurrency"
+    search_limit: int = 4096  # stop growing the batch here
+
+
+@dataclass
+class MaxRateScenario(SearchScenario):
+    """The largest arrival rate that passes the SLO (harness/scenarios/max_rate.py)."""
+
+    name: str = "max_rate"
+    warmup: int = 1  # warm-up passes before the first decode probe (the later ones find everything warm)
+    start_rps: float = 1.0  # the first rate probed (then doubled until the SLO fails, then bisected)
+    tolerance_rps: float = 0.25  # stop bisecting when the bracket is this narrow
+    search_limit: float = 256  # the highest rate probed (req/s)
+
+
+# scenario=NAME: each scenario's schema, stored for Hydra as scenario_schema_NAME (register_configs).
+SCENARIOS: dict[str, type[ScenarioConfig]] = {
+    "decode": DecodeScenario, "capacity": CapacityScenario, "kernel": KernelScenario,
+    "max_concurrency": MaxConcurrencyScenario, "max_rate": MaxRateScenario,
+}
 
 
 @dataclass
 class Config:
+    # The chosen scenario's dataclass (SCENARIOS), merged over this base by conf/scenario/NAME.yaml.
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
@@ -186,6 +251,11 @@ class Config:
 
 
 def register_configs() -> None:
-    # Only the root schema: the group files in conf/ are validated against the
-    # typed fields of ``Config`` when Hydra merges them.
-    ConfigStore.instance().store(name="schema", node=Config)
+    # The root schema, and one schema per scenario that conf/scenario/NAME.yaml composes
+    # through its defaults list; the other group files in conf/ are validated against the
+    # typed fields of ``Config`` when Hydra merges them. The scenario schemas are stored
+    # outside the scenario group, so they are not options of it (``--help``, error messages).
+    store = ConfigStore.instance()
+    store.store(name="schema", node=Config)
+    for name, schema in SCENARIOS.items():
+        store.store(name=f"scenario_schema_{name}", node=schema)

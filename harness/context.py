@@ -101,9 +101,7 @@ class RunContext:
 
     def kernel_backend(self, impl: ImplConfig | None) -> str | None:
         """The kernel that really ran (kernels.registry.kernel_backend); none for bookkeeping-only runs."""
-        if impl is None or self.cfg.scenario.name == "capacity":
-            return None
-        if self.cfg.scenario.name in ("max_concurrency", "max_rate") and self.cfg.scenario.probe == "capacity":
+        if impl is None or self.cfg.scenario.bookkeeping:
             return None
         from impls.kinds import cache_kind
         from kernels.registry import kernel_backend

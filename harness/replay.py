@@ -20,7 +20,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config import Config, register_configs
+from harness.config import SCENARIOS, Config, ScenarioConfig, register_configs
 from harness.errors import ConfigError
 from harness.measure.fingerprint import Fingerprint, collect
 from harness.results import FINGERPRINT, run_id
@@ -33,7 +33,10 @@ def load_config(run_dir: Path) -> Config:
     if not path.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml; RUN_DIR must be a kvbench run folder")
     try:
-        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path)))
+        saved = OmegaConf.load(path)
+        # The scenario's own dataclass, which the saved keys are merged over (as scenario=NAME composes it).
+        scenario = SCENARIOS.get(str(OmegaConf.select(saved, "scenario.name", default="")), ScenarioConfig)
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config(scenario=scenario())), saved))
     except OmegaConfBaseException as e:
         raise ConfigError(f"{path} does not match this kvbench's config schema: {e}".splitlines()[0]) from None
     cfg.resume = False

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.budget import check_memory_bounds, check_memory_values
 from harness.config import (
     ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, SCENARIOS,
-    TRACE_SAMPLES, Config, GpuConfig, ImplConfig,
+    TRACE_SAMPLES, Config, GpuConfig, ImplConfig, KernelScenario, MaxRateScenario, SearchScenario,
 )
 from harness.cost_model import GpuSpec, gpu_spec
 from kernels.cuda_available import cuda_available
@@ -73,7 +73,7 @@ def resolve(raw: DictConfig | Config) -> Config:
     if cfg.dtype != "auto":
         _one_of("dtype", cfg.dtype, DTYPES)
     _one_of("isolation", cfg.isolation, ISOLATIONS)
-    if cfg.scenario.name == "max_rate" and cfg.arrival.rate is None:
+    if isinstance(cfg.scenario, MaxRateScenario) and cfg.arrival.rate is None:
         cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
     if cfg.workload.num_requests is None:
         cfg.workload.num_requests = cfg.batch
@@ -122,7 +122,7 @@ def describe_trace(cfg: Config) -> None:
 
 def _simulated_gpu(cfg: Config) -> bool:
     """A GPU spec is chosen and the scenario runs bookkeeping only (no real device memory)."""
-    return cfg.gpu is not None and (cfg.scenario.name == "capacity" or cfg.scenario.probe == "capacity")
+    return cfg.gpu is not None and cfg.scenario.bookkeeping
 
 
 def _resolve_gpu(cfg: Config) -> None:
@@ -150,15 +150,14 @@ def _resolve_gpu(cfg: Config) -> None:
 
 
 def validate(cfg: Config) -> None:
-    _one_of("scenario.name", cfg.scenario.name, SCENARIOS)
-    _one_of("scenario.probe", cfg.scenario.probe, PROBES)
+    validate_scenario(cfg)
     _check(cfg.batch >= 1, f"batch={cfg.batch} must be >= 1")
     _check(cfg.max_num_batched_tokens >= 1, f"max_num_batched_tokens={cfg.max_num_batched_tokens} must be >= 1")
     _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
     _check(cfg.cpu_threads is None or cfg.cpu_threads >= 1, f"cpu_threads={cfg.cpu_threads} must be >= 1 (or null: torch's default)")
     _check(cfg.max_seq_len >= 2, f"max_seq_len={cfg.max_seq_len} must be >= 2")
     bs = cfg.block_size
-    _check(1 <= bs <= MAX_BLOCK_SIZE and bs & (bs - 1) == 0,
+    _check(_power_of_two_block(bs),
            f"block_size={bs} must be a power of two in [1, {MAX_BLOCK_SIZE}] (1, 2, 4, ..., {MAX_BLOCK_SIZE})")
     d = cfg.device
     _check(0 < d.utilization <= 1, f"device.utilization={d.utilization} must be in (0, 1]")
@@ -188,6 +187,27 @@ def validate(cfg: Config) -> None:
         validate_impl(cfg.impl)
 
 
+def _power_of_two_block(bs: int) -> bool:
+    return 1 <= bs <= MAX_BLOCK_SIZE and bs & (bs - 1) == 0
+
+
+def validate_scenario(cfg: Config) -> None:
+    sc = cfg.scenario
+    _one_of("scenario.name", sc.name, SCENARIOS)
+    chosen = next((name for name, schema in SCENARIOS.items() if type(sc) is schema), None)
+    _check(chosen == sc.name, f"scenario.name={sc.name!r} only relabels the rows (the keys and the run stay those of "
+                              f"scenario={chosen}); choose the scenario with scenario={sc.name}")
+    if isinstance(sc, SearchScenario):
+        _one_of("scenario.probe", sc.probe, PROBES)
+    if isinstance(sc, KernelScenario):
+        _check(sc.context_len >= 1, f"scenario.context_len={sc.context_len} must be >= 1")
+        _check(sc.warmup >= 0, f"scenario.warmup={sc.warmup} must be >= 0")
+        _check(sc.iters >= 1, f"scenario.iters={sc.iters} must be >= 1")
+        _check(sc.slab_block_size is None or _power_of_two_block(sc.slab_block_size),
+               f"scenario.slab_block_size={sc.slab_block_size} must be a block_size (a power of two in "
+               f"[1, {MAX_BLOCK_SIZE}]) or null")
+
+
 def slo_set(cfg: Config) -> bool:
     return any(getattr(cfg.slo, k) is not None for k in ("ttft_ms", "tpot_ms", "e2el_ms", "normalized_latency_s"))
 
@@ -198,9 +218,7 @@ def validate_slo(cfg: Config) -> None:
     for key in ("ttft_ms", "tpot_ms", "e2el_ms", "normalized_latency_s"):
         value = getattr(slo, key)
         _check(value is None or value > 0, f"slo.{key}={value} must be > 0 (or null: not checked)")
-    bookkeeping = cfg.scenario.name == "capacity" or (cfg.scenario.name in ("max_rate", "max_concurrency")
-                                                      and cfg.scenario.probe == "capacity")
-    if bookkeeping and cfg.gpu is None:
+    if cfg.scenario.bookkeeping and cfg.gpu is None:
         _check(cfg.arrival.name == "burst" and not slo_set(cfg),
                f"arrival={cfg.arrival.name} and slo={cfg.slo.name} need a clock: the bookkeeping runs "
                f"(scenario=capacity, scenario.probe=capacity) take the simulated one from gpu=NAME "

@@ -26,6 +26,19 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 SHOWN_FAILURES = 5  # failing folders named in the summary line
+# conf/sweep/ files are named for the device they are the default sweep of (make sweep)
+DEVICE_PREFIXES = ("cpu_", "gpu_")
+
+
+def sweep_folder(sweep: str) -> str:
+    """The results folder of the conf/sweep/ file ``sweep``: its name less the device prefix (cpu_kernel: kernel)."""
+    return next((sweep.removeprefix(p) for p in DEVICE_PREFIXES if sweep.startswith(p)), sweep)
+
+
+def register_sweep_folder_resolver() -> None:
+    """``${kvbench_sweep_folder:NAME}`` in configs (conf/hydra/sweep_results.yaml): ``sweep_folder(NAME)``."""
+    if not OmegaConf.has_resolver("kvbench_sweep_folder"):
+        OmegaConf.register_new_resolver("kvbench_sweep_folder", sweep_folder)
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,35 @@ class TensorSpec:
     device: torch.device
 
 
+@dataclass(frozen=True)
+class KernelPool:
+    """The kernel scenario's K/V (harness/scenarios/kernel.py): a block pool of random values, the
+    batch's block tables in each layout, and every sequence's length (all ``context_len``)."""
+
+    k_cache: torch.Tensor  # [num_blocks, block_size, kv_heads, head_dim]
+    v_cache: torch.Tensor
+    # layout -> [batch, blocks per sequence]: "paged" (shuffled blocks), "contiguous" (in order from block 0)
+    tables: dict[str, torch.Tensor]
+    context_lens: torch.Tensor  # [batch] int32
+    context_len: int
+
+
+@dataclass(frozen=True)
+class DecodeInputs:
+    """A batch's K/V as a decode kernel reads it (kernels/registry.py): the kernel's arguments."""
+
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    block_tables: torch.Tensor | None
+    context_lens: torch.Tensor | None
+
+
 class CacheKind(ABC):
     name: str
     gathers = False  # decode copies each sequence's K/V out before attending (named in kernel_backend)
+    # Why the kernel scenario times no kernel for this kind (its skipped row); None: it times
+    # the impl's kernel on each of ``kernel_layouts``.
+    kernel_skip_reason: str | None = None
 
     @abstractmethod
     def pool_size(self, spec: PoolSpec) -> int:
@@ -63,6 +89,10 @@ class CacheKind(ABC):
     @abstractmethod
     def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
         """Sequences of ``tokens_per_request`` tokens the budget holds at once (vLLM's start-up figure)."""
+
+    def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:
+        """Per layout of ``pool`` (a key of ``pool.tables``), what this kind's decode kernel reads there."""
+        raise NotImplementedError(f"cache kind {self.name!r} gives the kernel scenario no layout (kernel_layouts)")
 
 
 class ContiguousKind(CacheKind):
@@ -90,6 +120,15 @@ class ContiguousKind(CacheKind):
 
     def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
         return spec.kv_bytes // (spec.max_seq_len * spec.bytes_per_token)
+
+    def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:
+        # The in-order blocks seen as a slab [batch, blocks x block_size, kv_heads, head_dim]: a view of
+        # the pool, so the kernel (SDPA) reads the sequences' keys where they are, with no mask.
+        table = pool.tables["contiguous"]
+        batch, kv_shape = table.shape[0], pool.k_cache.shape[2:]
+        k, v = (c[: table.numel()].reshape(batch, -1, *kv_shape)[:, : pool.context_len]
+                for c in (pool.k_cache, pool.v_cache))
+        return {"contiguous": DecodeInputs(k, v, None, None)}
 
 
 class PagedKind(CacheKind):
@@ -124,6 +163,12 @@ class PagedKind(CacheKind):
     def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
         return self.num_blocks(spec) // blocks_for_tokens(tokens_per_request, spec.block_size)
 
+    def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:
+        # Shuffled blocks, as a pool fills; and the same kernel on in-order blocks, which is what
+        # paging costs over a contiguous read.
+        return {layout: DecodeInputs(pool.k_cache, pool.v_cache, table, pool.context_lens)
+                for layout, table in pool.tables.items()}
+
 
 class RegionKind(CacheKind):
     """One buffer of token slots; a contiguous region per sequence, sized by a reservation
@@ -134,6 +179,9 @@ class RegionKind(CacheKind):
 
     def __init__(self, reservation: str) -> None:
         self.reservation = reservation
+        # A reservation policy changes memory, not the kernel: the contiguous impl's rows time SDPA.
+        self.kernel_skip_reason = (f"impl.reservation={reservation}: a memory policy over the contiguous impl's "
+                                   "SDPA; see the contiguous rows")
 
     def pool_size(self, spec: PoolSpec) -> int:
         tokens = spec.kv_bytes // spec.bytes_per_token

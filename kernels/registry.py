@@ -1,4 +1,9 @@
-"""The paged decode kernels by name; all take the same tensors (kernels/reference.py)."""
+"""The decode kernels by name; all take the same arguments (kernels/reference.py).
+
+The paged kernels read a block pool through block tables. ``sdpa`` reads a contiguous
+slab, which is the same thing with one block per sequence (its slot): torch SDPA over
+each sequence's row, the contiguous impl's kernel (kernels/sdpa.py ``slab_decode``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Callable
 import torch
 
 PAGED_KERNELS = ("torch", "triton", "cuda")
+KERNELS = ("sdpa", *PAGED_KERNELS)  # the built-in names; a kernel module's dotted path is allowed too
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,11 @@ class PagedKernel:
     decode: Callable[..., torch.Tensor]
     # (key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True) -> None, in place
     write: Callable[..., None]
+    # decode writes its result into ``out`` itself; False: it makes its own tensor, copied into ``out``
+    # when one is given (a caller that times the kernel alone passes none)
+    out_variant: bool = True
+    # runs in an interpreter (Triton's on CPU, TRITON_INTERPRET=1): orders of magnitude slower than compiled
+    interpreted: bool = False
 
 
 _SOURCES = {
@@ -36,6 +47,10 @@ _SOURCES = {
     "triton": ("kernels.triton_paged", "paged_decode_attention_triton", "write_kv_triton"),
     "cuda": ("kernels.cuda_op", "paged_decode_attention_cuda", "write_kv_cuda"),
 }
+
+
+def _triton_interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def kernel_backend(kernel: str, device_type: str, gather: bool = False) -> str:
@@ -52,7 +67,7 @@ def kernel_backend(kernel: str, device_type: str, gather: bool = False) -> str:
     if kernel == "cuda":
         return "cuda" if device_type == "cuda" else "cpp-cpu"
     if kernel == "triton":
-        return "triton-interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "triton"
+        return "triton-interpreter" if _triton_interpreted() else "triton"
     return kernel
 
 
@@ -72,7 +87,18 @@ def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[...,
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
         write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip)
 
-    return PagedKernel("torch", decode, write)
+    return PagedKernel("torch", decode, write, out_variant=False)
+
+
+def _sdpa() -> PagedKernel:
+    """SDPA over a slab; a slab's slot is a block of ``max_seq_len`` slots, so the reference writes it."""
+    from kernels.reference import write_kv_ref
+    from kernels.sdpa import slab_decode
+
+    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
+        write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip)
+
+    return PagedKernel("sdpa", slab_decode, write, out_variant=False)
 
 
 def _cuda_decode(decode_op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -111,7 +137,7 @@ def _plugin(name: str) -> PagedKernel:
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
         module.write(key, value, k_cache, v_cache, slot_mapping)
 
-    return PagedKernel(name, decode, write)
+    return PagedKernel(name, decode, write, out_variant=False)
 
 
 def is_plugin(name: str) -> bool:
@@ -119,11 +145,13 @@ def is_plugin(name: str) -> bool:
 
 
 def get_paged_kernel(name: str) -> PagedKernel:
-    """A built-in kernel by short name, or any module by dotted path (``_plugin``)."""
+    """A built-in kernel by short name (``KERNELS``), or any module by dotted path (``_plugin``)."""
     if is_plugin(name):
         return _plugin(name)
+    if name == "sdpa":
+        return _sdpa()
     if name not in _SOURCES:
-        raise ValueError(f"unknown paged kernel {name!r}; allowed: {', '.join(PAGED_KERNELS)}, "
+        raise ValueError(f"unknown kernel {name!r}; allowed: {', '.join(KERNELS)}, "
                          "or a module's dotted path")
     module_name, decode_name, write_name = _SOURCES[name]
     module = importlib.import_module(module_name)
@@ -132,4 +160,4 @@ def get_paged_kernel(name: str) -> PagedKernel:
         return _reference(decode, write)
     if name == "cuda":
         decode = _cuda_decode(decode)
-    return PagedKernel(name, decode, _masked_store_write(write))
+    return PagedKernel(name, decode, _masked_store_write(write), interpreted=name == "triton" and _triton_interpreted())

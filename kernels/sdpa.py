@@ -75,3 +75,30 @@ def decode_sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale
     (the layout a slab or a gather gives), ``mask`` ``[B, 1, 1, L]`` -> ``[B, H, D]``."""
     return grouped_sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), scale,
                         mask=mask, varying_shapes=True).squeeze(2)
+
+
+def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, block_tables: torch.Tensor | None,
+                context_lens: torch.Tensor | None, scale: float, out: torch.Tensor | None = None, *,
+                max_context: int | None = None, validate: bool = True) -> torch.Tensor:
+    """Decode attention over a contiguous slab with the paged kernels' signature (kernels/registry.py).
+
+    A slab ``[slots, L, kv_heads, head_dim]`` is a block pool whose blocks are one sequence's
+    slot of ``L`` tokens: ``block_tables`` ``[B, 1]`` names each sequence's slot (its K/V
+    are gathered: a copy), or is None when sequence ``b`` is slot ``b`` (a view: SDPA alone
+    reads the slab). Keys past ``context_lens[b]`` are masked; ``context_lens`` None means
+    every sequence holds ``max_context`` keys (default ``L``), and SDPA runs without a mask.
+    ``out`` receives a copy of the result (SDPA writes no caller's buffer); ``validate`` has
+    nothing to check that SDPA does not.
+    """
+    length = k_slab.shape[1] if max_context is None else max_context
+    if block_tables is not None:
+        slots = block_tables[:, 0].long()
+        k_slab, v_slab = k_slab.index_select(0, slots), v_slab.index_select(0, slots)
+    keys, values = k_slab[:, :length], v_slab[:, :length]
+    mask = None
+    if context_lens is not None:
+        visible = torch.arange(length, device=q.device)[None, :] < context_lens.to(q.device)[:, None]
+        mask = visible[:, None, None, :]
+    # Fixed shapes per call site (the kernel scenario): SDPA picks among all its backends.
+    res = grouped_sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), scale, mask=mask).squeeze(2)
+    return res if out is None else out.copy_(res)

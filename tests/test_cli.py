@@ -82,6 +82,9 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path):
         ("workload.promptlen=5", "workload.promptlen is not a config key; did you mean workload.prompt_len?"),
         ("+workload.promptlen=5", "workload.promptlen is not a config key; did you mean workload.prompt_len?"),
         ("model.name=llama-2-7b", "choose it with model=llama-2-7b"),
+        # a key of another scenario (each scenario has its own dataclass)
+        ("scenario.warmup=0", "scenario.warmup belongs to scenario=decode, kernel, max_rate, not scenario=capacity "
+                              "(scenario=capacity keys: name, concurrency_points)"),
     ],
 )
 def test_hydra_level_errors_are_one_line_with_a_row(tmp_path, override, expected):

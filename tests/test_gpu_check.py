@@ -29,19 +29,22 @@ def wheels(tmp_path_factory) -> Path:
     return folder
 
 
-def dry_run(out: Path, wheels: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DRY": "1", "OUT": str(out), "WHEELS": str(wheels)}
+def dry_run(out: Path, wheels: Path, **knobs: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DRY": "1", "OUT": str(out), "WHEELS": str(wheels), **knobs}
     return subprocess.run(["bash", str(SCRIPT)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_dry_run_installs_composes_and_packs_within_the_return_limits(tmp_path, wheels):
     out = tmp_path / "out"
-    proc = dry_run(out, wheels)
+    # One kernel job per point: the knob gives the values to sweep (2 batches x 1 context x 2 block sizes).
+    proc = dry_run(out, wheels, KERNEL_OVERRIDES="+impl=paged_triton batch=1,64 scenario.context_len=4096 block_size=16,128",
+                   DECODE_BATCHES="1,128")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     log = (out / "gpu-check.log").read_text()
     assert "installed into" in log and "/kvbench-site." in log  # the --target path, put on PYTHONPATH
     for sweep in sorted((REPO_ROOT / "conf" / "sweep").glob("gpu_*.yaml")):
         assert f"{sweep.name}: " in log and "jobs compose" in log
+    assert "gpu_kernel.yaml: 4 jobs compose" in log and "gpu_decode.yaml: 6 jobs compose" in log
     files = [p for p in out.rglob("*") if p.is_file()]
     assert 0 < len(files) <= 8 and all(len(p.relative_to(out).parts) <= 3 for p in files)
     assert all(p.stat().st_size <= 16 * 2**20 for p in files)
@@ -66,6 +69,21 @@ def test_sweep_jobs_is_the_product_of_the_sweeper_values(tmp_path):
     sweep.write_text("hydra:\n  sweeper:\n    params:\n      +impl: contiguous,paged\n      batch: 1,8,64\n")
     jobs = sweep_jobs(sweep)
     assert len(jobs) == 6 and ["+sweep=gpu_demo", "+impl=paged", "batch=64"] in jobs
+
+
+def test_sweep_jobs_take_the_command_lines_values_over_the_files(tmp_path):
+    sweep = tmp_path / "gpu_demo.yaml"
+    sweep.write_text("hydra:\n  sweeper:\n    params:\n      +impl: contiguous,paged\n      batch: 1,8,64\n")
+    jobs = sweep_jobs(sweep, ["batch=2,4", "scenario.context_len=128"])
+    assert len(jobs) == 4 and ["+sweep=gpu_demo", "+impl=paged", "batch=4", "scenario.context_len=128"] in jobs
+
+
+def test_sweep_check_reports_old_kernel_keys_in_one_line(capsys):
+    kernel = REPO_ROOT / "conf" / "sweep" / "gpu_kernel.yaml"
+    assert check([kernel], overrides=["+impl=paged_cuda", "batch=64", "scenario.context_len=4096", "block_size=16",
+                                      "scenario.batches=[1,16]"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL +sweep=gpu_kernel" in out and "scenario.batches" in out and "Could not override" not in out
 
 
 def test_sweep_check_reports_a_job_that_does_not_validate(capsys):

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from harness.budget import kv_budget
-from harness.config import Config, GpuConfig, ScenarioConfig
+from harness.config import CapacityScenario, Config, GpuConfig
 from harness.cost_model import cost_model_for, gpu_spec
 from harness.errors import ConfigError
 from harness.model.config import ModelConfig
@@ -57,7 +57,7 @@ def test_gpu_budget_in_a_capacity_row(compose, tmp_path):
 
 
 def test_a_python_gpu_config_takes_the_spec_figures_it_leaves_out():
-    cfg = resolve(Config(scenario=ScenarioConfig(name="capacity"), model=ModelConfig(name="llama-2-7b"),
+    cfg = resolve(Config(scenario=CapacityScenario(), model=ModelConfig(name="llama-2-7b"),
                          gpu=GpuConfig(name="h100-sxm", bandwidth_gbps=3000)))
     assert cfg.gpu.bandwidth_gbps == 3000 and cfg.gpu.tflops == 989 and cfg.device.memory_gb == 80
 

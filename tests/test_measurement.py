@@ -279,9 +279,9 @@ def test_max_concurrency_search_matches_the_analytic_figure(compose, tmp_path):
 
 
 def test_kernel_scenario_rows(compose, tmp_path):
-    rows, code = run_job(compose(["scenario=kernel", "dtype=float32", "scenario.batches=[2]",
-                                  "scenario.contexts=[40]", "scenario.block_sizes=[8]", "scenario.num_heads=4",
-                                  "scenario.num_kv_heads=2", "scenario.head_dim=64", "scenario.iters=2",
+    # tiny-llama's heads: 4 query / 2 KV x 64
+    rows, code = run_job(compose(["scenario=kernel", "model=tiny-llama", "dtype=float32", "batch=2",
+                                  "scenario.context_len=40", "block_size=8", "scenario.iters=2",
                                   "scenario.warmup=1"]), tmp_path)
     assert code == 0
     ok = [r for r in rows if r["status"] != "skipped"]

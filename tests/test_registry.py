@@ -96,3 +96,42 @@ def test_cpu_and_auto_simulate_the_same_device(compose):
     auto = resolve(compose(["device=auto"]))
     if auto.device.name == "cpu":  # on a GPU machine auto picks the GPU
         assert auto.device.memory_gb == CPU_MEMORY_GB
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("bfloat16", 2e-2)])
+def test_the_sdpa_kernel_is_the_reference_on_a_slab_of_one_block_per_sequence(dtype, tol):
+    """A slab [slots, L, kv_heads, D] is a pool of blocks of L slots: the registry's ``sdpa`` kernel
+    reads it as the reference kernel does, with tables naming each sequence's slot, or none (in order)."""
+    import torch
+
+    from kernels.reference import paged_decode_attention_ref, write_kv_ref
+    from kernels.registry import get_paged_kernel
+
+    sdpa = get_paged_kernel("sdpa")
+    assert sdpa.name == "sdpa" and not sdpa.out_variant
+    gen = torch.Generator().manual_seed(7)
+    dt = getattr(torch, dtype)
+    slots, length, heads, kv_heads, dim = 6, 97, 8, 2, 64
+    k = torch.randn(slots, length, kv_heads, dim, generator=gen).to(dt)
+    v = torch.randn(slots, length, kv_heads, dim, generator=gen).to(dt)
+    q = torch.randn(4, heads, dim, generator=gen).to(dt)
+    tables = torch.tensor([[5], [0], [3], [1]], dtype=torch.int32)
+    lens = torch.tensor([1, 17, 54, 97], dtype=torch.int32)
+    scale = dim**-0.5
+    ref = paged_decode_attention_ref(q, k, v, tables, lens, scale)
+    out = torch.full_like(q, float("nan"))
+    got = sdpa.decode(q, k, v, tables, lens, scale, out, max_context=97)
+    assert got is out and (got.float() - ref.float()).abs().max() < tol
+    # In order, every key visible: SDPA over a view of the first slots, with no mask.
+    in_order = torch.arange(4, dtype=torch.int32)[:, None]
+    full = torch.full((4,), 54, dtype=torch.int32)
+    ref = paged_decode_attention_ref(q, k, v, in_order, full, scale)
+    got = sdpa.decode(q, k[:4, :54], v[:4, :54], None, None, scale)
+    assert (got.float() - ref.float()).abs().max() < tol
+    # Its write is the reference's: slot s, position p is row s * L + p.
+    key, value = torch.randn(2, kv_heads, dim, generator=gen).to(dt), torch.randn(2, kv_heads, dim, generator=gen).to(dt)
+    mapping = torch.tensor([2 * length + 5, 4 * length], dtype=torch.long)
+    expect_k, expect_v = k.clone(), v.clone()
+    write_kv_ref(key, value, expect_k, expect_v, mapping)
+    sdpa.write(key, value, k, v, mapping)
+    assert torch.equal(k, expect_k) and torch.equal(v, expect_v) and torch.equal(k[2, 5], key[0])

@@ -200,10 +200,11 @@ def test_capacity_counts_the_decode_engines_steps(compose, tmp_path):
     same steps, preempt the same sequences and hold the same memory."""
     common = ["+impl=paged_torch", "model=tiny-llama", "dtype=float32", "device=cpu", "max_seq_len=128",
               "batch=6", "workload.num_requests=10", "workload.prompt_len=40", "workload.output_len=24",
-              "device.kv_cache_gb=0.0006", "scenario.warmup=0", "scenario.concurrency_points=[1]"]
-    (decode,), code = run_job(compose(["scenario=decode", *common]), tmp_path / "decode")
+              "device.kv_cache_gb=0.0006"]
+    (decode,), code = run_job(compose(["scenario=decode", "scenario.warmup=0", *common]), tmp_path / "decode")
     assert code == 0, decode.get("error")
-    (capacity,), code = run_job(compose(["scenario=capacity", *common]), tmp_path / "capacity")
+    (capacity,), code = run_job(compose(["scenario=capacity", "scenario.concurrency_points=[1]", *common]),
+                                tmp_path / "capacity")
     assert code == 0, capacity.get("error")
     assert decode["preemptions"] > 0  # the pool is tight enough to matter
     for key in ("decode_steps", "preemptions", "peak_concurrency", "max_concurrency", "kv_bytes_reserved",

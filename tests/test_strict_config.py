@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from omegaconf import OmegaConf
 
+from harness.compose_errors import describe
+from harness.config import SCENARIOS
 from harness.errors import ConfigError
 from harness.resolve import resolve
 from harness.strict import check_model_name, unknown_key_message
@@ -21,6 +25,40 @@ def test_plus_keys_the_schema_does_not_know_are_errors(compose, override, expect
     cfg = compose([*extra, "scenario=capacity", override])
     with pytest.raises(ConfigError, match="^" + expected.replace("?", r"\?")):
         resolve(cfg)
+
+
+@pytest.mark.parametrize("scenario, override, expected", [
+    ("kernel", "+scenario.probe=x", "scenario.probe belongs to scenario=max_concurrency, max_rate, not scenario=kernel "
+                                    "(scenario=kernel keys: name, context_len, warmup, iters, slab_block_size)"),
+    ("capacity", "+scenario.warmup=0", "scenario.warmup belongs to scenario=decode, kernel, max_rate, not "
+                                       "scenario=capacity (scenario=capacity keys: name, concurrency_points)"),
+    ("kernel", "+scenario.iter=3", "scenario.iter is not a config key; did you mean scenario.iters? (scenario=kernel keys:"),
+])
+def test_a_key_of_another_scenario_is_an_error_naming_the_scenarios_keys(compose, scenario, override, expected):
+    cfg = compose([f"scenario={scenario}", override])
+    with pytest.raises(ConfigError, match="^" + re.escape(expected)):
+        resolve(cfg)
+
+
+def test_a_key_of_another_scenario_does_not_compose_and_says_why(compose):
+    """Without +, Hydra refuses the key while composing; the CLI and the sweeper describe it in one line."""
+    from hydra.errors import HydraException
+
+    with pytest.raises(HydraException) as e:
+        compose(["scenario=kernel", "scenario.probe=x"])
+    assert describe(e.value) == ("scenario.probe belongs to scenario=max_concurrency, max_rate, not scenario=kernel "
+                                 "(scenario=kernel keys: name, context_len, warmup, iters, slab_block_size)")
+
+
+def test_each_scenario_composes_its_own_dataclass(compose):
+    for name, schema in SCENARIOS.items():
+        cfg = resolve(compose([f"scenario={name}", *(["arrival=poisson", "slo=interactive"] if name == "max_rate" else [])]))
+        assert type(cfg.scenario) is schema and cfg.scenario.name == name
+
+
+def test_a_relabelled_scenario_is_an_error(compose):
+    with pytest.raises(ConfigError, match=r"scenario.name='decode' only relabels the rows .* scenario=kernel\)"):
+        resolve(compose(["scenario=kernel", "scenario.name=decode"]))
 
 
 def test_the_message_lists_the_allowed_keys():

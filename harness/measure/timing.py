@@ -1,17 +1,24 @@
-"""Timing of one callable: CUDA via triton.testing.do_bench, CPU via perf_counter.
+"""Timing of one callable: ``warmup`` untimed calls, then ``iters`` timed calls, one sample each.
 
-Both warm up first and report the median and the 10th/90th percentiles in seconds.
+The loop is the same on every device; only the clock differs. On CPU each call is timed
+with ``time.perf_counter``. On CUDA each call sits between two CUDA events, read after
+one synchronisation at the end, and the L2 cache is flushed before each call (outside
+the events), as ``triton.testing.do_bench`` does, so a small batch's K/V are read from
+HBM on every call, not from the L2 the previous call left them in. Reports the median
+and the 10th/90th percentiles in seconds.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
 from harness.metrics import percentile
+
+L2_FLUSH_BYTES = 256 * 2**20  # larger than any GPU's L2 cache (an H200 has 60 MB)
 
 
 @dataclass(frozen=True)
@@ -22,21 +29,61 @@ class Timing:
     method: str
 
 
-def time_call(fn: Callable[[], object], device: torch.device, warmup: int, iters: int) -> Timing:
-    if device.type == "cuda":
-        import triton.testing
+class Clock(Protocol):
+    method: str
 
-        # do_bench flushes L2 between runs and times with CUDA events.
-        med, p10, p90 = triton.testing.do_bench(fn, warmup=25, rep=100, quantiles=[0.5, 0.1, 0.9])
-        return Timing(med / 1e3, p10 / 1e3, p90 / 1e3, "triton.testing.do_bench")
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(max(1, iters)):
+    def time(self, fn: Callable[[], object]) -> object:
+        """Call ``fn`` once; a handle on its duration."""
+
+    def seconds(self, handles: list) -> list[float]:
+        """The durations behind ``handles``, in seconds."""
+
+
+class HostClock:
+    method = "perf_counter"
+
+    def time(self, fn: Callable[[], object]) -> float:
         t0 = time.perf_counter()
         fn()
-        samples.append(time.perf_counter() - t0)
-    return Timing(percentile(samples, 50), percentile(samples, 10), percentile(samples, 90), "perf_counter")
+        return time.perf_counter() - t0
+
+    def seconds(self, handles: list) -> list[float]:
+        return handles
+
+
+class CudaEventClock:
+    """Device time per call between CUDA events, read once at the end (no sync between calls)."""
+
+    method = "cuda-events"
+
+    def __init__(self, device: torch.device) -> None:
+        self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+
+    def time(self, fn: Callable[[], object]) -> tuple:
+        self._flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        return start, end
+
+    def seconds(self, handles: list) -> list[float]:
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) / 1e3 for start, end in handles]
+
+
+def clock_for(device: torch.device) -> Clock:
+    return CudaEventClock(device) if device.type == "cuda" else HostClock()
+
+
+def time_call(fn: Callable[[], object], device: torch.device, warmup: int, iters: int,
+              clock: Clock | None = None) -> Timing:
+    """``warmup`` untimed calls of ``fn``, then ``iters`` (at least 1) timed ones on ``device``'s clock."""
+    clock = clock or clock_for(device)
+    for _ in range(warmup):
+        fn()
+    samples = clock.seconds([clock.time(fn) for _ in range(max(1, iters))])
+    return Timing(percentile(samples, 50), percentile(samples, 10), percentile(samples, 90), clock.method)
 
 
 def copy_bandwidth_gbps(device: torch.device, num_bytes: int, warmup: int = 2, iters: int = 5) -> float:

@@ -100,8 +100,13 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
 
 
 def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+    return measure(ctx, impl, ctx.cfg.scenario.warmup)
+
+
+def measure(ctx: RunContext, impl: ImplConfig, warmup: int) -> list[dict]:
+    """The decode row after ``warmup`` warm-up passes: the scenario's, or a search's probe (which says how many)."""
     budget = budget_for(ctx)
-    for _ in range(ctx.cfg.scenario.warmup):
+    for _ in range(warmup):
         _run_once(ctx, impl, budget, warmup_requests(ctx.requests), track=False)
     results, mem, max_conc = [], None, 0
     for _ in range(ctx.cfg.repeat):

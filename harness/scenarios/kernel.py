@@ -1,28 +1,30 @@
-"""scenario=kernel: decode attention alone, per impl, over batch x context x block size.
+"""scenario=kernel: decode attention alone, per impl, at one point.
 
-Fresh random caches (larger than the L2 cache on GPU), shuffled block tables for
-the paged layout and identity tables for a "contiguous" layout read by the same
-paged kernel, torch SDPA over a contiguous slab for the contiguous impl. Reports
+The point is the top-level ``batch`` and ``block_size``, the model's heads (``model=``)
+and ``scenario.context_len``; a grid is a Hydra multirun (conf/sweep/*_kernel.yaml).
+Fresh random K/V in a block pool (larger than the L2 cache on GPU), with the batch's
+block tables shuffled ("paged" layout) and in order ("contiguous" layout). The impl's
+cache kind says which layouts its kernel reads and how (``CacheKind.kernel_layouts``:
+a paged kind's kernel reads both through the tables, the contiguous kind's SDPA reads
+the in-order blocks as a slab), and the kernel comes from kernels/registry.py. Reports
 median latency and effective bandwidth (bytes of K, V, Q and output / time) as a
-fraction of the peak and of a device-to-device copy measured in the same run.
+fraction of the peak and of a device-to-device copy measured in the same job, and each
+point's largest difference from the torch reference.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
 from harness.config import ImplConfig
 from harness.context import RunContext
 from harness.measure.bandwidth import peak_bandwidth_gbps
-from harness.measure.timing import copy_bandwidth_gbps, time_call
+from harness.measure.timing import L2_FLUSH_BYTES, copy_bandwidth_gbps, time_call
 from harness.metrics import attention_bytes, bandwidth_gbps
-from kernels.reference import paged_decode_attention_ref
-from kernels.sdpa import grouped_sdpa
+from impls.kinds import KernelPool, cache_kind
 from impls.sizing import blocks_for_tokens
+from kernels.reference import paged_decode_attention_ref
 
-L2_FLUSH_BYTES = 256 * 2**20  # GPU pools at least this big, so K/V come from HBM, not L2
 # The Triton interpreter runs programs one by one in numpy: bound the work per call on CPU.
 INTERPRETER_MAX_WORK = 2**16  # batch * kv_heads * context
 
@@ -31,7 +33,9 @@ def _skip(reason: str) -> dict:
     return {"status": "skipped", "error": reason}
 
 
-def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, int], dtype, device, gen):
+def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, int], dtype, device,
+            gen: torch.Generator) -> tuple[torch.Tensor, KernelPool]:
+    """Random queries, and random K/V for ``batch`` sequences of ``context`` tokens with their tables in both layouts."""
     heads, kv_heads, head_dim = shape
     blocks_per_seq = blocks_for_tokens(context, block_size)
     elem = torch.finfo(dtype).bits // 8
@@ -44,70 +48,57 @@ def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, in
     shuffled = perm.view(batch, blocks_per_seq).to(torch.int32)
     identity = torch.arange(batch * blocks_per_seq, device=device, dtype=torch.int32).view(batch, -1)
     lens = torch.full((batch,), context, dtype=torch.int32, device=device)
-    return q, k_cache, v_cache, {"paged": shuffled, "contiguous": identity}, lens
-
-
-def _sdpa_call(q, k_cache, v_cache, table, context, scale):
-    """Contiguous impl: SDPA over a [B, L, KVH, D] slab (the blocks of the identity layout)."""
-    batch = q.shape[0]
-    k = k_cache[: table.numel()].reshape(batch, -1, *k_cache.shape[2:])[:, :context]
-    v = v_cache[: table.numel()].reshape(batch, -1, *v_cache.shape[2:])[:, :context]
-    kh, vh, qh = k.transpose(1, 2), v.transpose(1, 2), q.unsqueeze(2)
-    return lambda: grouped_sdpa(qh, kh, vh, scale).squeeze(2)
+    return q, KernelPool(k_cache, v_cache, {"paged": shuffled, "contiguous": identity}, lens, context)
 
 
 def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     from kernels.registry import get_paged_kernel
 
-    cfg, sc, device = ctx.cfg, ctx.cfg.scenario, ctx.device
-    if impl.reservation != "max":
-        # A reservation policy changes memory, not the kernel: the contiguous impl's rows time SDPA.
-        return [_skip(f"impl.reservation={impl.reservation}: a memory policy over the contiguous impl's SDPA; "
-                      "see the contiguous rows")]
-    dtype = ctx.dtype
-    shape = (sc.num_heads, sc.num_kv_heads, sc.head_dim)
-    scale = sc.head_dim**-0.5
-    elem = torch.finfo(dtype).bits // 8
-    if "copy_bw_gbps" not in ctx.memo:
+    kind = cache_kind(impl.cache, impl.reservation)
+    if kind.kernel_skip_reason is not None:
+        return [_skip(kind.kernel_skip_reason)]
+    cfg, sc, device, model = ctx.cfg, ctx.cfg.scenario, ctx.device, ctx.cfg.model
+    batch, context = cfg.batch, sc.context_len
+    shape = (model.num_heads, model.num_kv_heads, model.head_dim)
+    scale = model.head_dim**-0.5
+    elem = torch.finfo(ctx.dtype).bits // 8
+    if "copy_bw_gbps" not in ctx.memo:  # once per job, for all its impls
         ctx.memo["copy_bw_gbps"] = copy_bandwidth_gbps(device, 1 << 30 if device.type == "cuda" else 1 << 27)
-    copy_bw = ctx.memo["copy_bw_gbps"]
-    peak_bw = peak_bandwidth_gbps(device)
-    kernel = get_paged_kernel(impl.kernel) if impl.cache == "paged" else None
-    interpreted = impl.kernel == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
+    copy_bw, peak_bw = ctx.memo["copy_bw_gbps"], peak_bandwidth_gbps(device)
+    kernel = get_paged_kernel(impl.kernel)
+    too_slow = kernel.interpreted and batch * shape[1] * context > INTERPRETER_MAX_WORK
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    q, pool = _inputs(batch, context, cfg.block_size, shape, ctx.dtype, device, gen)
     rows = []
-    block_sizes = sc.block_sizes if impl.cache == "paged" else [max(sc.block_sizes)]
-    for batch in sc.batches:
-        for context in sc.contexts:
-            for block_size in block_sizes:
-                q, k_cache, v_cache, tables, lens = _inputs(batch, context, block_size, shape, dtype, device, gen)
-                layouts = ("paged", "contiguous") if kernel else ("contiguous",)
-                for layout in layouts:
-                    base = {"layout": layout, "kernel_batch": batch, "context_len": context,
-                            "block_size": block_size if kernel else None, "num_heads": shape[0],
-                            "num_kv_heads": shape[1], "head_dim": shape[2], "copy_bw_gbps": copy_bw,
-                            "peak_bw_gbps": peak_bw}
-                    if interpreted and batch * shape[1] * context > INTERPRETER_MAX_WORK:
-                        rows.append({**base, **_skip(
-                            f"Triton interpreter on CPU: batch*kv_heads*context > {INTERPRETER_MAX_WORK}")})
-                        continue
-                    table = tables[layout]
-                    if kernel:
-                        out = torch.full_like(q, float("nan"))
-                        fn = lambda: kernel.decode(  # noqa: E731
-                            q, k_cache, v_cache, table, lens, scale, out, max_context=context)
-                    else:
-                        fn = _sdpa_call(q, k_cache, v_cache, table, context, scale)
-                    result = fn()
-                    ref = paged_decode_attention_ref(q, k_cache, v_cache, table, lens, scale)
-                    err = (result.float() - ref.float()).abs().max().item()
-                    t = time_call(fn, device, sc.warmup, sc.iters)
-                    moved = attention_bytes(batch, context, *shape, elem)
-                    bw = bandwidth_gbps(moved, t.median_s)
-                    rows.append({**base, "status": "ok", "notes": t.method,
-                                 "latency_us_p50": t.median_s * 1e6, "latency_us_p10": t.p10_s * 1e6,
-                                 "latency_us_p90": t.p90_s * 1e6, "bytes_moved": moved,
-                                 "bandwidth_gbps": bw, "frac_copy_bw": bw / copy_bw,
-                                 "frac_peak_bw": bw / peak_bw if peak_bw else None, "max_abs_err": err})
-                del q, k_cache, v_cache, tables
+    for layout, inputs in kind.kernel_layouts(pool).items():
+        base = {"layout": layout, "kernel_batch": batch, "context_len": context,
+                # a slab has no blocks: its rows name none
+                "block_size": cfg.block_size if inputs.block_tables is not None else None,
+                "num_heads": shape[0], "num_kv_heads": shape[1], "head_dim": shape[2],
+                "copy_bw_gbps": copy_bw, "peak_bw_gbps": peak_bw}
+        if too_slow:
+            rows.append({**base, **_skip(f"Triton interpreter on CPU: batch*kv_heads*context > {INTERPRETER_MAX_WORK}")})
+            continue
+        if inputs.block_tables is None and sc.slab_block_size not in (None, cfg.block_size):
+            rows.append({**base, "block_size": cfg.block_size, **_skip(
+                f"a slab has no blocks: timed in the block_size={sc.slab_block_size} job "
+                "(scenario.slab_block_size), not again at every block size")})
+            continue
+        # A kernel that writes into a caller's buffer gets one (NaN first: it must write every element);
+        # one that makes its own output (SDPA) is timed alone, with no copy into a buffer.
+        out = torch.full_like(q, float("nan")) if kernel.out_variant else None
+        fn = lambda: kernel.decode(  # noqa: E731
+            q, inputs.k_cache, inputs.v_cache, inputs.block_tables, inputs.context_lens, scale, out,
+            max_context=context)
+        result = fn()
+        ref = paged_decode_attention_ref(q, pool.k_cache, pool.v_cache, pool.tables[layout], pool.context_lens, scale)
+        err = (result.float() - ref.float()).abs().max().item()
+        t = time_call(fn, device, sc.warmup, sc.iters)
+        moved = attention_bytes(batch, context, *shape, elem)
+        bw = bandwidth_gbps(moved, t.median_s)
+        rows.append({**base, "status": "ok", "notes": t.method,
+                     "latency_us_p50": t.median_s * 1e6, "latency_us_p10": t.p10_s * 1e6,
+                     "latency_us_p90": t.p90_s * 1e6, "bytes_moved": moved,
+                     "bandwidth_gbps": bw, "frac_copy_bw": bw / copy_bw,
+                     "frac_peak_bw": bw / peak_bw if peak_bw else None, "max_abs_err": err})
     return rows

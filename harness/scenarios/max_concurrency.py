@@ -27,7 +27,6 @@ def _probe_ctx(ctx: RunContext, b: int) -> RunContext:
     cfg = copy.deepcopy(ctx.cfg)
     cfg.batch = b
     cfg.workload.num_requests = b
-    cfg.scenario.warmup = 0
     cfg.repeat = 1
     return ctx.derive(cfg)
 
@@ -45,7 +44,7 @@ def _passes(ctx: RunContext, impl: ImplConfig, b: int) -> bool:
     from harness.scenarios import decode
 
     try:
-        (row,) = decode.run(probe, impl)
+        (row,) = decode.measure(probe, impl, warmup=0)
     except (torch.OutOfMemoryError, ConfigError):
         return False
     finally:

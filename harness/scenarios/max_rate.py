@@ -55,8 +55,6 @@ def _probe(ctx: RunContext, impl: ImplConfig, rate: float, first: bool) -> dict:
     cfg = copy.deepcopy(ctx.cfg)
     cfg.arrival.rate = rate
     cfg.repeat = 1
-    if not first:  # kernels and caches are warm after the first probe
-        cfg.scenario.warmup = 0
     probe = ctx.derive(cfg)
     if cfg.scenario.probe == "capacity":  # the simulated clock (gpu=NAME): bookkeeping at full scale
         from harness.scenarios.capacity import simulated_row
@@ -64,7 +62,8 @@ def _probe(ctx: RunContext, impl: ImplConfig, rate: float, first: bool) -> dict:
         return simulated_row(probe, impl)
     from harness.scenarios import decode
 
-    (row,) = decode.run(probe, impl)
+    # kernels and caches are warm after the first probe
+    (row,) = decode.measure(probe, impl, warmup=cfg.scenario.warmup if first else 0)
     return row
 
 
