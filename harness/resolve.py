@@ -264,27 +264,26 @@ def validate_arrival(cfg: Config) -> None:
 
 
 def validate_impl(impl: ImplConfig) -> None:
-    # The registries import torch (the kinds build tensors; kernels/ sets Triton up on import).
-    from impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS
-    from kernels.registry import PAGED_KERNELS
+    # The registries load no torch (it is imported where tensors are built).
+    from impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS, cache_kind
+    from kernels.registry import KERNELS, is_plugin
 
-    kernels = ("sdpa", *PAGED_KERNELS)  # built-in names; a kernel module's dotted path is allowed too
     _one_of("impl.cache", impl.cache, tuple(KINDS))
-    if "." in impl.kernel:  # a kernel module by dotted path (kernels/registry.py)
+    if is_plugin(impl.kernel):  # a kernel module by dotted path (kernels/registry.py)
         _check(importlib.util.find_spec(impl.kernel.rsplit(".", 1)[0]) is not None
                and importlib.util.find_spec(impl.kernel) is not None,
                f"impl.kernel={impl.kernel!r}: no such module on the Python path; "
-               f"allowed: {', '.join(kernels)}, or a kernel module's dotted path")
+               f"allowed: {', '.join(KERNELS)}, or a kernel module's dotted path")
     else:
-        _one_of("impl.kernel", impl.kernel, kernels)
-    if impl.cache == "contiguous":
-        _check(impl.kernel == "sdpa", f"impl.kernel={impl.kernel!r}: the contiguous cache attends with 'sdpa'")
-    else:
-        _check(impl.kernel != "sdpa", "impl.kernel='sdpa' needs impl.cache=contiguous; paged caches take torch, triton or cuda")
+        _one_of("impl.kernel", impl.kernel, KERNELS)
     _one_of("impl.reservation", impl.reservation, tuple(CONTIGUOUS_RESERVATIONS))
-    _check(impl.cache == "contiguous" or impl.reservation == "max",
-           f"impl.reservation={impl.reservation!r} needs impl.cache=contiguous; "
-           f"a {impl.cache} cache allocates as tokens arrive (allowed: max)")
+    try:
+        kind = cache_kind(impl.cache, impl.reservation)
+    except KeyError:  # a reservation policy of a cache that allocates as tokens arrive
+        raise ConfigError(f"impl.reservation={impl.reservation!r} does not apply to impl.cache={impl.cache!r}, "
+                          "which allocates as tokens arrive (allowed: max)") from None
+    kind_error = kind.kernel_error(impl.kernel)
+    _check(kind_error is None, f"impl.kernel={impl.kernel!r} does not fit impl.cache={impl.cache!r}: {kind_error}")
 
 
 def impl_dirs() -> list[Path]:

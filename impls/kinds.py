@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from impls.allocator import KVAllocator
-from impls.base import KVCache
 from impls.block_manager import BlockManager
 from impls.region_allocator import RegionAllocator
 from impls.reservation import RESERVATIONS
 from impls.sizing import CacheSizeError, blocks_for_tokens
 from impls.slot_allocator import SlotAllocator
+from kernels.registry import PAGED_KERNELS, SLAB_KERNELS, is_plugin
+
+if TYPE_CHECKING:  # config validation reads the kinds without loading torch
+    import torch
+
+    from impls.base import KVCache
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,16 @@ class CacheKind(ABC):
     # Why the kernel scenario times no kernel for this kind (its skipped row); None: it times
     # the impl's kernel on each of ``kernel_layouts``.
     kernel_skip_reason: str | None = None
+
+    # The built-in kernels (kernels/registry.py) that read this kind's layout.
+    kernels: tuple[str, ...] = SLAB_KERNELS
+
+    def kernel_error(self, kernel: str) -> str | None:
+        """Why ``kernel`` (a built-in name or a module's dotted path) cannot attend over this kind; None: it can."""
+        if kernel in self.kernels or (is_plugin(kernel) and self.kernels == PAGED_KERNELS):
+            return None
+        plugins = ", or a kernel module's dotted path" if self.kernels == PAGED_KERNELS else ""
+        return f"a {self.name} cache attends with {', '.join(self.kernels)}{plugins}"
 
     @abstractmethod
     def pool_size(self, spec: PoolSpec) -> int:
@@ -135,6 +149,7 @@ class PagedKind(CacheKind):
     """Blocks of ``block_size`` slots handed out as tokens arrive (PagedAttention)."""
 
     name = "paged"
+    kernels = PAGED_KERNELS
 
     def num_blocks(self, spec: PoolSpec) -> int:
         return spec.kv_bytes // (spec.block_size * spec.bytes_per_token)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:  # config validation reads the names without loading torch
+    import torch
 
-PAGED_KERNELS = ("torch", "triton", "cuda")
-KERNELS = ("sdpa", *PAGED_KERNELS)  # the built-in names; a kernel module's dotted path is allowed too
+PAGED_KERNELS = ("torch", "triton", "cuda")  # over a block pool
+SLAB_KERNELS = ("sdpa",)  # over a contiguous slab
+KERNELS = (*SLAB_KERNELS, *PAGED_KERNELS)  # the built-in names; a kernel module's dotted path is allowed too
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def test_orca_max_is_an_alias_of_contiguous(compose, tmp_path):
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (["+impl=contiguous", "impl.reservation=half"], "impl.reservation='half' is not allowed; allowed: max, pow2, oracle"),
-    (["+impl=paged_torch", "impl.reservation=pow2"], "impl.reservation='pow2' needs impl.cache=contiguous"),
+    (["+impl=paged_torch", "impl.reservation=pow2"], "impl.reservation='pow2' does not apply to impl.cache='paged'"),
 ])
 def test_bad_reservation_is_a_config_error(compose, tmp_path, overrides, message):
     row, code = one_row(compose, tmp_path, [*overrides, "scenario=capacity", *TINY])

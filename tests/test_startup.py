@@ -54,9 +54,15 @@ def test_reading_the_config_does_not_import_torch(no_torch, args):
     ("arrival=poisson", "arrival=poisson needs arrival.rate"),
     ("device.memory_gb=99999", "device.memory_gb=99999 is larger than"),  # needs the device: device=auto is resolved
     ("+impl=nope", "impl=nope is unknown"),  # Hydra cannot compose it (harness/preflight.py)
+    # the impl's own keys: the cache kinds and the kernel registry are read without torch
+    ("+impl=paged_torch impl.kernel=sdpa", "impl.kernel='sdpa' does not fit impl.cache='paged'"),
+    ("+impl=contiguous impl.kernel=nope", "impl.kernel='nope' is not allowed"),
+    ("+impl=paged_torch impl.reservation=pow2", "impl.reservation='pow2' does not apply"),
+    ("scenario=kernel scenario.probe=x", "scenario.probe belongs to"),
+    ("cuda_graph=true", "cuda_graph=true needs a CUDA device"),
 ])
 def test_a_config_error_does_not_import_torch(no_torch, tmp_path, override, expected):
-    p = harness_without_torch(no_torch, override, f"hydra.run.dir={tmp_path}")
+    p = harness_without_torch(no_torch, *override.split(), f"hydra.run.dir={tmp_path}")
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().count("\n") == 0 and expected in p.stderr, p.stderr  # one line, no traceback
     row = pd.read_parquet(tmp_path / "rows.parquet").iloc[0]
