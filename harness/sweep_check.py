@@ -5,7 +5,8 @@ rename or a typo is found in seconds, not in the first minutes of a rare GPU lea
 Each sweep is composed as ``python -m harness -m +sweep=NAME`` would compose it, once per
 combination of its sweeper values (and of the ``key=values`` given after the files, as they
 would be on the sweep's command line), and the result goes through the same validation as a
-run (``harness.resolve.validate``), with the device forced to what this machine has. The
+run (``harness.resolve.validate``), with the device forced to what this machine has (and, on
+a machine without a GPU, the GPU-only switches off: ``GPU_ONLY``). The
 folder each sweep writes to (``hydra.sweep.dir``) is resolved too.
 """
 
@@ -36,6 +37,18 @@ def sweep_jobs(path: Path, overrides: list[str] | None = None) -> list[list[str]
     return [base + job for batch in expand(parsed, None) for job in batch]
 
 
+# Switches that only validate on a GPU, and their value elsewhere: on a CPU machine a GPU sweep's
+# job is checked with them off (it still composes with the sweep's value; the rest validates).
+GPU_ONLY = {"cuda_graph": "false"}
+
+
+def on_this_machine(job: list[str], has_gpu: bool) -> list[str]:
+    """``job`` as this machine can validate it: without a GPU, the GPU-only switches are off."""
+    if has_gpu:
+        return job
+    return [f"{key}={GPU_ONLY[key]}" if (key := o.split("=", 1)[0]) in GPU_ONLY else o for o in job]
+
+
 def _one_line(exc: Exception) -> str:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -64,6 +77,7 @@ def check(paths: list[Path], extra: list[str] | None = None, overrides: list[str
     from harness.measure.fingerprint import register_slug_resolver
     from harness.resolve import resolve
     from harness.sweeper import register_sweep_folder_resolver
+    from kernels.cuda_available import cuda_available
 
     register_configs()
     register_slug_resolver()
@@ -74,8 +88,10 @@ def check(paths: list[Path], extra: list[str] | None = None, overrides: list[str
             jobs = sweep_jobs(path, overrides)
             for job in jobs:
                 try:
-                    cfg = compose("config", overrides=[*job, "device=auto", *(extra or [])])
-                    resolve(cfg)
+                    runnable = on_this_machine(job, cuda_available())
+                    if runnable != job:
+                        compose("config", overrides=[*job, "device=auto", *(extra or [])])  # as the sweep gives it
+                    resolve(compose("config", overrides=[*runnable, "device=auto", *(extra or [])]))
                 except Exception as e:  # noqa: BLE001 - a ConfigError or a Hydra error: report every job
                     failures += 1
                     print(f"FAIL {' '.join(job)}: {_one_line(e)}")

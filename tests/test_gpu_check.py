@@ -44,7 +44,7 @@ def test_dry_run_installs_composes_and_packs_within_the_return_limits(tmp_path, 
     assert "installed into" in log and "/kvbench-site." in log  # the --target path, put on PYTHONPATH
     for sweep in sorted((REPO_ROOT / "conf" / "sweep").glob("gpu_*.yaml")):
         assert f"{sweep.name}: " in log and "jobs compose" in log
-    assert "gpu_kernel.yaml: 4 jobs compose" in log and "gpu_decode.yaml: 6 jobs compose" in log
+    assert "gpu_kernel.yaml: 4 jobs compose" in log and "gpu_decode.yaml: 12 jobs compose" in log
     files = [p for p in out.rglob("*") if p.is_file()]
     assert 0 < len(files) <= 8 and all(len(p.relative_to(out).parts) <= 3 for p in files)
     assert all(p.stat().st_size <= 16 * 2**20 for p in files)
@@ -106,3 +106,12 @@ def test_crash_probe_reports_each_error_source(tmp_path):
     assert len(verdicts) == 3
     assert all("exit 0; raised:" in ln for ln in verdicts), verdicts
     assert any("block_tables[0, 0] = 9" in ln for ln in verdicts)
+
+
+def test_gpu_only_switches_are_off_where_there_is_no_gpu():
+    from harness.sweep_check import on_this_machine
+
+    job = ["+sweep=gpu_decode", "+impl=paged_cuda", "batch=64", "cuda_graph=true"]
+    assert on_this_machine(job, has_gpu=False) == ["+sweep=gpu_decode", "+impl=paged_cuda", "batch=64",
+                                                   "cuda_graph=false"]
+    assert on_this_machine(job, has_gpu=True) == job
