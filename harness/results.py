@@ -42,7 +42,7 @@ METRICS = [
     "torch_reserved_bytes", "rss_bytes",
     "energy_j", "avg_power_w", "energy_per_output_token_j",  # NVML's board energy counter over the run
     "output_digest",
-    "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent slots
+    "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent lanes
     # service (harness/service_metrics.py): arrivals, per-request latency, SLO and goodput
     "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "gpu", "slo",
     *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],

@@ -2,9 +2,9 @@
 
 A ``KVAllocator`` decides which slots of a flat KV store each sequence owns. A *slot*
 is one token's place: its K (or V) for one layer, at a flat index (``slot_mapping``
-in the kernels). A contiguous slab is a pool whose single block per sequence is
-``max_seq_len`` slots long, a paged pool has blocks of ``block_size`` slots. Copies
-(fork, copy-on-write) are ``SlotCopy`` ranges. Admission is planned once
+in the kernels). A contiguous slab is a pool whose single block per sequence (its
+*lane*) is ``max_seq_len`` slots long, a paged pool has blocks of ``block_size``
+slots. Copies (fork, copy-on-write) are ``SlotCopy`` ranges. Admission is planned once
 (``plan_admit``) and then carried out (``admit``). The capacity scenario runs these
 alone, at 70B scale, and config validation reads the cache kinds without loading torch.
 """
@@ -34,7 +34,7 @@ class CacheUsage:
     """
 
     pool_tokens: int  # slots the pool holds
-    reserved_tokens: int  # slots held by live sequences (their slots / blocks)
+    reserved_tokens: int  # slots held by live sequences (their lanes, regions or blocks)
     used_tokens: int  # slots holding a real token's K/V (shared slots counted once)
     logical_tokens: int  # tokens summed over sequences (what storage without sharing needs)
     fragmentation_tokens: int  # paged: unfilled slots of held blocks (partly filled last blocks)
@@ -42,7 +42,7 @@ class CacheUsage:
     num_sequences: int
     free_tokens: int  # slots that could still be handed out
     # Variable-size regions: free slots in holes too small for the first waiting request's
-    # reservation (impls/region_allocator.py). Fixed-size slots and blocks have none.
+    # reservation (impls/region_allocator.py). Fixed-size lanes and blocks have none.
     external_fragmentation_tokens: int = 0
 
 
@@ -147,7 +147,7 @@ class KVAllocator(ABC):
 
     def max_sequence_tokens(self) -> int:
         """The longest sequence this allocator can ever hold (prompt and output): the whole pool,
-        unless a sequence's space is capped below it (a contiguous slot of max_seq_len)."""
+        unless a sequence's space is capped below it (a contiguous cache's lane of max_seq_len)."""
         return self.usage().pool_tokens
 
     def usage_plus_written(self, num_tokens: int) -> CacheUsage:

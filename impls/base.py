@@ -42,8 +42,8 @@ def query_slices(spans: Sequence[PrefillSpan]) -> list[slice]:
 
 
 # Copies that start on a block boundary and fit in one block go block by block up to this
-# block length (a paged pool's copy-on-write); longer blocks (a contiguous slab of
-# max_seq_len slots) copy only the slots asked for.
+# block length (a paged pool's copy-on-write); longer blocks (a contiguous slab's
+# lanes of max_seq_len slots) copy only the slots asked for.
 WHOLE_BLOCK_COPY_MAX = 128
 
 
@@ -81,7 +81,7 @@ class KVCache(ABC):
     """Tensors of one implementation. The engine only calls these methods.
 
     Every layer has a K and a V store of ``[num_blocks, block_len, kv_heads, head_dim]``:
-    a contiguous slab is ``[slots, max_seq_len, ...]``, a paged pool ``[blocks, block_size, ...]``.
+    a contiguous slab is ``[lanes, max_seq_len, ...]``, a paged pool ``[blocks, block_size, ...]``.
     """
 
     def __init__(

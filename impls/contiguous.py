@@ -1,7 +1,7 @@
-"""The classic contiguous KV cache: a ``[slots, max_seq_len, kv_heads, head_dim]`` slab per layer.
+"""The classic contiguous KV cache: a ``[lanes, max_seq_len, kv_heads, head_dim]`` slab per layer.
 
-Each sequence owns one slot for ``max_seq_len`` tokens from admission to release
-(``SlotAllocator``); decode attends with torch SDPA over each sequence's prefix.
+Each sequence owns one lane of ``max_seq_len`` tokens from admission to release
+(``LaneAllocator``); decode attends with torch SDPA over each sequence's prefix.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from impls.base import KVCache, PrefillSpan
 from impls.flat_prefill import FlatPrefill, flat_prefill_attention, prepare_flat_prefill
-from impls.slot_allocator import SlotAllocator
+from impls.lane_allocator import LaneAllocator
 from impls.staging import StagingBuffer
 from kernels.sdpa import decode_sdpa
 
@@ -23,44 +23,44 @@ class _Decode:
     slot_mapping: torch.Tensor  # [B] flat slot of each new token
     mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
     max_len: int
-    # When the batch's sequence slots are one dense range, attend over a view of the slab
-    # (no K/V gather); ``order`` puts the batch in slot order and ``inverse`` back
-    # (both None when it is in slot order already). Otherwise ``seq_slots`` gathers K/V.
+    # When the batch's lanes are one dense range, attend over a view of the slab
+    # (no K/V gather); ``order`` puts the batch in lane order and ``inverse`` back
+    # (both None when it is in lane order already). Otherwise ``lanes`` gathers K/V.
     dense_start: int | None
     order: torch.Tensor | None
     inverse: torch.Tensor | None
-    seq_slots: torch.Tensor | None  # [B] slab index of each sequence, when not dense
+    lanes: torch.Tensor | None  # [B] lane (slab index) of each sequence, when not dense
 
 
 class ContiguousCache(KVCache):
-    allocator: SlotAllocator
+    allocator: LaneAllocator
 
-    def __init__(self, allocator: SlotAllocator, **tensor_args) -> None:
-        super().__init__(allocator, allocator.num_slots, allocator.max_seq_len, **tensor_args)
-        self.gather_steps = 0  # decode steps whose sequences' slab slots were not one dense range (K/V copied out)
+    def __init__(self, allocator: LaneAllocator, **tensor_args) -> None:
+        super().__init__(allocator, allocator.num_lanes, allocator.max_seq_len, **tensor_args)
+        self.gather_steps = 0  # decode steps whose sequences' lanes were not one dense range (K/V copied out)
 
     def counters(self) -> dict[str, int]:
         return {"kv_gather_steps": self.gather_steps}
 
     def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> FlatPrefill:
         alloc = self.allocator
-        return prepare_flat_prefill(alloc, lambda seq_id: alloc.slot(seq_id) * alloc.max_seq_len, spans,
+        return prepare_flat_prefill(alloc, lambda seq_id: alloc.lane(seq_id) * alloc.max_seq_len, spans,
                                     staging or StagingBuffer(self.device))
 
     def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _Decode:
         alloc = self.allocator
         staging = staging or StagingBuffer(self.device)
-        seq_slots = [alloc.slot(s) for s in seq_ids]
+        lanes = [alloc.lane(s) for s in seq_ids]
         lens = [alloc.num_tokens(s) for s in seq_ids]
-        slot_mapping = staging.add([slot * alloc.max_seq_len + n - 1 for slot, n in zip(seq_slots, lens)])
+        slot_mapping = staging.add([lane * alloc.max_seq_len + n - 1 for lane, n in zip(lanes, lens)])
         max_len = max(lens)
-        ordered = sorted(range(len(seq_slots)), key=seq_slots.__getitem__)
-        lo = seq_slots[ordered[0]]
-        dense = all(seq_slots[i] == lo + j for j, i in enumerate(ordered))
+        ordered = sorted(range(len(lanes)), key=lanes.__getitem__)
+        lo = lanes[ordered[0]]
+        dense = all(lanes[i] == lo + j for j, i in enumerate(ordered))
         self.gather_steps += not dense
         order = inverse = gather = None
         if not dense:
-            gather = staging.add(seq_slots)
+            gather = staging.add(lanes)
         elif ordered != list(range(len(ordered))):
             lens = [lens[i] for i in ordered]
             inverse_list = [0] * len(ordered)
@@ -100,6 +100,6 @@ class ContiguousCache(KVCache):
             if meta.order is not None:
                 q = q[meta.order]
         else:
-            keys, values = k_slab[meta.seq_slots, : meta.max_len], v_slab[meta.seq_slots, : meta.max_len]
+            keys, values = k_slab[meta.lanes, : meta.max_len], v_slab[meta.lanes, : meta.max_len]
         out = decode_sdpa(q, keys, values, self.scale, meta.mask)
         return out[meta.inverse] if meta.inverse is not None else out

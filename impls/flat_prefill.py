@@ -1,5 +1,5 @@
 """Prefill for caches that keep each sequence's tokens in one run of flat slots (a contiguous
-slot, an Orca region): the new tokens' K/V go to their slots, and each prompt attends over
+lane, an Orca region): the new tokens' K/V go to their slots, and each prompt attends over
 its own run of slots in place. Shared by ``ContiguousCache`` and ``RegionCache``.
 """
 

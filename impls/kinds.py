@@ -17,7 +17,7 @@ from impls.block_manager import BlockManager
 from impls.region_allocator import RegionAllocator
 from impls.reservation import RESERVATIONS
 from impls.sizing import CacheSizeError, blocks_for_tokens
-from impls.slot_allocator import SlotAllocator
+from impls.lane_allocator import LaneAllocator
 from kernels.registry import PAGED_KERNELS, SLAB_KERNELS, is_plugin
 
 if TYPE_CHECKING:  # config validation reads the kinds without loading torch
@@ -92,7 +92,7 @@ class CacheKind(ABC):
 
     @abstractmethod
     def pool_size(self, spec: PoolSpec) -> int:
-        """Slots or blocks the budget holds; ``CacheSizeError`` when not even one request fits."""
+        """Lanes, blocks or token slots the budget holds; ``CacheSizeError`` when not even one request fits."""
 
     @abstractmethod
     def allocator(self, spec: PoolSpec) -> KVAllocator: ...
@@ -110,22 +110,22 @@ class CacheKind(ABC):
 
 
 class ContiguousKind(CacheKind):
-    """A slot of ``max_seq_len`` tokens reserved per sequence."""
+    """A lane of ``max_seq_len`` tokens reserved per sequence."""
 
     name = "contiguous"
 
     def pool_size(self, spec: PoolSpec) -> int:
-        slot_bytes = spec.max_seq_len * spec.bytes_per_token
-        slots = min(spec.max_sequences, spec.kv_bytes // slot_bytes)
-        if slots < 1:
+        lane_bytes = spec.max_seq_len * spec.bytes_per_token
+        lanes = min(spec.max_sequences, spec.kv_bytes // lane_bytes)
+        if lanes < 1:
             raise CacheSizeError(
-                f"the KV budget ({spec.kv_bytes / 1e9:.3f} GB) holds no contiguous slot of max_seq_len="
-                f"{spec.max_seq_len} tokens ({slot_bytes / 1e9:.3f} GB)"
+                f"the KV budget ({spec.kv_bytes / 1e9:.3f} GB) holds no lane of max_seq_len="
+                f"{spec.max_seq_len} tokens ({lane_bytes / 1e9:.3f} GB)"
             )
-        return slots
+        return lanes
 
-    def allocator(self, spec: PoolSpec) -> SlotAllocator:
-        return SlotAllocator(self.pool_size(spec), spec.max_seq_len)
+    def allocator(self, spec: PoolSpec) -> LaneAllocator:
+        return LaneAllocator(self.pool_size(spec), spec.max_seq_len)
 
     def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
         from impls.contiguous import ContiguousCache
@@ -222,7 +222,7 @@ class RegionKind(CacheKind):
 
 
 KINDS: dict[str, CacheKind] = {kind.name: kind for kind in (ContiguousKind(), PagedKind())}
-# impl.reservation of a contiguous cache: ``max`` is the slot of max_seq_len per sequence.
+# impl.reservation of a contiguous cache: ``max`` is the lane of max_seq_len per sequence.
 CONTIGUOUS_RESERVATIONS: dict[str, CacheKind] = {
     "max": KINDS["contiguous"], "pow2": RegionKind("pow2"), "oracle": RegionKind("oracle"),
 }

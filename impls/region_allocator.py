@@ -16,7 +16,7 @@ cannot use because it is split (every slot of a large enough hole could still go
 It is 0 when nothing waits. The scheduler names that request after each step
 (``note_waiting``), so the figure needs only this state and the queue's head.
 
-Accounting, like the ``max`` slot allocator's: a region's slots hold token states or are
+Accounting, like the ``max`` lane allocator's: a region's slots hold token states or are
 reservation waste (reserved, not yet written); every other slot is free.
 """
 

@@ -3,7 +3,7 @@
 The tensors of the Orca (Pow2) and Orca (Oracle) baselines (``RegionAllocator``). Their
 point is memory, not kernel speed: decode gathers each sequence's keys and values out of
 its region into a ``[B, max_len, ...]`` batch and attends with torch SDPA, exactly as the
-contiguous cache does over its slots (same shapes, same mask), so the tokens match it.
+contiguous cache does over its lanes (same shapes, same mask), so the tokens match it.
 Every decode step gathers (``kernel_backend`` says ``sdpa+gather``; ``kv_gather_steps``
 counts them). Prefill reads each region's prefix in place.
 """

@@ -4,7 +4,7 @@ The PagedAttention paper's baselines (its section 6.1) are one system, Orca, und
 three policies; each sequence holds one contiguous region from admission to release:
 
 * ``max``: ``max_seq_len`` slots whatever the request (Orca (Max)); every region has
-  the same size, so the slot allocator (impls/slot_allocator.py) serves it.
+  the same size, so the lane allocator (impls/lane_allocator.py) serves it.
 * ``pow2``: the next power of two of prompt + output (Orca (Pow2)): at most 2x over.
   Capped at ``max_seq_len``, which no sequence outgrows, so it never reserves more than ``max``.
 * ``oracle``: exactly prompt + output, as if the output length were known (Orca (Oracle)).

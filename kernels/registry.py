@@ -1,7 +1,7 @@
 """The decode kernels by name; all take the same arguments (kernels/reference.py).
 
 The paged kernels read a block pool through block tables. ``sdpa`` reads a contiguous
-slab, which is the same thing with one block per sequence (its slot): torch SDPA over
+slab, which is the same thing with one block per sequence (its lane): torch SDPA over
 each sequence's row, the contiguous impl's kernel (kernels/sdpa.py ``slab_decode``).
 """
 
@@ -93,7 +93,7 @@ def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[...,
 
 
 def _sdpa() -> PagedKernel:
-    """SDPA over a slab; a slab's slot is a block of ``max_seq_len`` slots, so the reference writes it."""
+    """SDPA over a slab; a slab's lane is a block of ``max_seq_len`` slots, so the reference writes it."""
     from kernels.reference import write_kv_ref
     from kernels.sdpa import slab_decode
 

@@ -82,9 +82,9 @@ def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, blo
                 max_context: int | None = None, validate: bool = True) -> torch.Tensor:
     """Decode attention over a contiguous slab with the paged kernels' signature (kernels/registry.py).
 
-    A slab ``[slots, L, kv_heads, head_dim]`` is a block pool whose blocks are one sequence's
-    slot of ``L`` tokens: ``block_tables`` ``[B, 1]`` names each sequence's slot (its K/V
-    are gathered: a copy), or is None when sequence ``b`` is slot ``b`` (a view: SDPA alone
+    A slab ``[lanes, L, kv_heads, head_dim]`` is a block pool whose blocks are one sequence's
+    lane of ``L`` tokens: ``block_tables`` ``[B, 1]`` names each sequence's lane (its K/V
+    are gathered: a copy), or is None when sequence ``b`` is lane ``b`` (a view: SDPA alone
     reads the slab). Keys past ``context_lens[b]`` are masked; ``context_lens`` None means
     every sequence holds ``max_context`` keys (default ``L``), and SDPA runs without a mask.
     ``out`` receives a copy of the result (SDPA writes no caller's buffer); ``validate`` has
@@ -92,8 +92,8 @@ def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, blo
     """
     length = k_slab.shape[1] if max_context is None else max_context
     if block_tables is not None:
-        slots = block_tables[:, 0].long()
-        k_slab, v_slab = k_slab.index_select(0, slots), v_slab.index_select(0, slots)
+        lanes = block_tables[:, 0].long()
+        k_slab, v_slab = k_slab.index_select(0, lanes), v_slab.index_select(0, lanes)
     keys, values = k_slab[:, :length], v_slab[:, :length]
     mask = None
     if context_lens is not None:

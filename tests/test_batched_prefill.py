@@ -13,7 +13,7 @@ from harness.scheduler import Scheduler
 from harness.workload import Request
 from impls.block_manager import BlockManager
 from harness.cache_factory import build_cache
-from impls.slot_allocator import SlotAllocator
+from impls.lane_allocator import LaneAllocator
 
 GEN = torch.Generator().manual_seed(0)
 PROMPTS = [torch.randint(0, 4096, (n,), generator=GEN).tolist() for n in (13, 7, 18)]
@@ -32,7 +32,7 @@ def run_engine(compose, impl: str, max_num_batched_tokens: int):
     cfg = resolve(compose([f"+impl={impl}", "model=tiny-llama", "dtype=float32", "device=cpu",
                            "max_seq_len=64", "block_size=16", "batch=4"]))
     model = build_model(cfg.model, torch.float32, torch.device("cpu"), cfg.seed)
-    cache = build_cache(cfg.impl, cfg, 2**21, torch.device("cpu"))  # 512 tokens: 8 contiguous slots
+    cache = build_cache(cfg.impl, cfg, 2**21, torch.device("cpu"))  # 512 tokens: 8 contiguous lanes
     forwards: list[int] = []
     model.register_forward_pre_hook(lambda _module, args: forwards.append(args[0].numel()))
     result = Engine(model, cache, cfg.batch, max_num_batched_tokens).run(REQUESTS)
@@ -66,7 +66,7 @@ def admitted_per_step(sched: Scheduler) -> list[list[int]]:
 
 
 def test_budget_limits_a_step_and_a_longer_prompt_runs_alone():
-    sched = Scheduler(SlotAllocator(8, 64), max_num_seqs=8, max_num_batched_tokens=20)
+    sched = Scheduler(LaneAllocator(8, 64), max_num_seqs=8, max_num_batched_tokens=20)
     for i, n in enumerate([8, 8, 8, 30, 5, 4]):
         sched.add_request(Request(i, tuple(range(n)), 3))
     assert admitted_per_step(sched) == [[8, 8], [8], [30], [5, 4]]
@@ -74,7 +74,7 @@ def test_budget_limits_a_step_and_a_longer_prompt_runs_alone():
 
 def test_budget_charges_only_tokens_missing_from_the_prefix_cache():
     prompts = [tuple(range(16)), tuple(range(16)) + (99, 98, 97, 96)]  # 16 of the 20 tokens hit
-    for alloc, want in [(BlockManager(64, 4), [[16, 20]]), (SlotAllocator(8, 64), [[16], [20]])]:
+    for alloc, want in [(BlockManager(64, 4), [[16, 20]]), (LaneAllocator(8, 64), [[16], [20]])]:
         sched = Scheduler(alloc, max_num_seqs=8, max_num_batched_tokens=20)
         for i, p in enumerate(prompts):
             sched.add_request(Request(i, p, 3))
@@ -83,7 +83,7 @@ def test_budget_charges_only_tokens_missing_from_the_prefix_cache():
 
 def test_capacity_scenario_admits_under_the_same_budget():
     requests = [Request(i, tuple(range(10)), 3) for i in range(4)]
-    unlimited = simulate(SlotAllocator(4, 64), requests, 4, 8192, 4096, 1)
-    one_each = simulate(SlotAllocator(4, 64), requests, 4, 10, 4096, 1)
+    unlimited = simulate(LaneAllocator(4, 64), requests, 4, 8192, 4096, 1)
+    one_each = simulate(LaneAllocator(4, 64), requests, 4, 10, 4096, 1)
     assert one_each.steps == unlimited.steps + 3  # four prefill steps instead of one
     assert one_each.finished == unlimited.finished == 4

@@ -24,7 +24,7 @@ def test_seeds_figure_contiguous_wastes_75_percent_paging_saves_75_gb(compose, t
     contiguous, points = capacity(compose, tmp_path, "contiguous", SEEDS)
     paged, _ = capacity(compose, tmp_path, "paged_torch", SEEDS)
     assert contiguous["kv_bytes_per_token"] == 512 * 1024
-    # 100 slots x 2048 tokens x 512 KiB reserved; 100 x 499 tokens hold real states.
+    # 100 lanes x 2048 tokens x 512 KiB reserved; 100 x 499 tokens hold real states.
     assert contiguous["kv_bytes_reserved"] == 100 * 2048 * 512 * 1024
     waste = 1 - contiguous["kv_bytes_used"] / contiguous["kv_bytes_reserved"]
     assert waste == pytest.approx(0.75, abs=0.02)
@@ -33,7 +33,7 @@ def test_seeds_figure_contiguous_wastes_75_percent_paging_saves_75_gb(compose, t
     assert paged["kv_used_fraction"] >= 0.96  # the paper's vLLM figure: 96.3%
     assert contiguous["kv_used_fraction"] < 0.40  # prior systems: 20.4-38.2%
     assert contiguous["max_concurrency"] == paged["max_concurrency"] == 100
-    # 2048-token slots vs 32 blocks of 16 for a 500-token request: 4x the sequences
+    # 2048-token lanes vs 32 blocks of 16 for a 500-token request: 4x the sequences
     assert paged["max_concurrency_analytic"] / contiguous["max_concurrency_analytic"] == pytest.approx(4, rel=0.02)
     at100 = points[points.concurrency == 100].set_index("variant")
     assert at100.loc["contiguous", "kv_bytes_reserved"] == contiguous["kv_bytes_reserved"]

@@ -78,7 +78,7 @@ def test_preemption_under_a_small_pool(compose, tmp_path):
 @pytest.mark.parametrize("overrides", [
     ["batch=6", "workload=parallel_sampling", "workload.n=3", "workload.num_requests=2", "workload.prompt_len=21",
      "workload.output_len=9"],
-    # 292 token slots of unaligned lengths: requests wait for a hole; contiguous has 2 slots of 128
+    # 292 token slots of unaligned lengths: requests wait for a hole; contiguous has 2 lanes of 128
     ["batch=4", "workload=uniform", "workload.num_requests=6", "workload.prompt_len=37", "workload.output_len=12",
      "device.kv_cache_gb=0.0012"],
 ], ids=["forks", "small-pool"])

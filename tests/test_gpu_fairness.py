@@ -37,23 +37,23 @@ def test_every_impl_generates_the_same_tokens_on_gpu(compose, tmp_path, override
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("dense", [True, False], ids=["dense-slots", "gathered-slots"])
+@pytest.mark.parametrize("dense", [True, False], ids=["dense-lanes", "gathered-lanes"])
 def test_contiguous_decode_never_falls_back_to_the_math_sdpa(dtype, dense):
     """Llama-3-8B heads (32 query / 8 KV x 128): the decode call must take a fused backend."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from impls.contiguous import ContiguousCache
-    from impls.slot_allocator import SlotAllocator
+    from impls.lane_allocator import LaneAllocator
 
     heads, kv_heads, head_dim, batch, max_len = 32, 8, 128, 6, 256
-    alloc = SlotAllocator(batch + 2, max_len)
+    alloc = LaneAllocator(batch + 2, max_len)
     cache = ContiguousCache(alloc, num_layers=1, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                             dtype=dtype, device=torch.device("cuda"), bytes_per_token=1)
     seq_ids = list(range(batch + 2))
     lens = [17, 255, 1, 100, 64, 33, 5, 9]
     for sid, n in zip(seq_ids, lens):
         alloc.admit(sid, alloc.plan_admit(list(range(n))))
-    # dense: slots 0-5, attended through a view; gathered: slots 0,2,3,5,6,7, copied out
+    # dense: lanes 0-5, attended through a view; gathered: lanes 0,2,3,5,6,7, copied out
     live = seq_ids[:batch] if dense else [s for s in seq_ids if s not in (1, 4)]
     for t in (cache.k[0], cache.v[0]):
         t.normal_()
@@ -133,9 +133,9 @@ def test_a_decode_step_never_waits_for_the_gpu(impl):
                    dtype=torch.bfloat16, device=dev, bytes_per_token=1)
     if impl == "contiguous":
         from impls.contiguous import ContiguousCache
-        from impls.slot_allocator import SlotAllocator
+        from impls.lane_allocator import LaneAllocator
 
-        cache = ContiguousCache(SlotAllocator(4, 256), **tensors)
+        cache = ContiguousCache(LaneAllocator(4, 256), **tensors)
     elif impl == "orca_oracle":
         from impls.region_allocator import RegionAllocator
         from impls.region_cache import RegionCache

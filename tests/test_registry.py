@@ -100,8 +100,8 @@ def test_cpu_and_auto_simulate_the_same_device(compose):
 
 @pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("bfloat16", 2e-2)])
 def test_the_sdpa_kernel_is_the_reference_on_a_slab_of_one_block_per_sequence(dtype, tol):
-    """A slab [slots, L, kv_heads, D] is a pool of blocks of L slots: the registry's ``sdpa`` kernel
-    reads it as the reference kernel does, with tables naming each sequence's slot, or none (in order)."""
+    """A slab [lanes, L, kv_heads, D] is a pool of blocks of L slots: the registry's ``sdpa`` kernel
+    reads it as the reference kernel does, with tables naming each sequence's lane, or none (in order)."""
     import torch
 
     from kernels.reference import paged_decode_attention_ref, write_kv_ref
@@ -111,9 +111,9 @@ def test_the_sdpa_kernel_is_the_reference_on_a_slab_of_one_block_per_sequence(dt
     assert sdpa.name == "sdpa" and not sdpa.out_variant
     gen = torch.Generator().manual_seed(7)
     dt = getattr(torch, dtype)
-    slots, length, heads, kv_heads, dim = 6, 97, 8, 2, 64
-    k = torch.randn(slots, length, kv_heads, dim, generator=gen).to(dt)
-    v = torch.randn(slots, length, kv_heads, dim, generator=gen).to(dt)
+    lanes, length, heads, kv_heads, dim = 6, 97, 8, 2, 64
+    k = torch.randn(lanes, length, kv_heads, dim, generator=gen).to(dt)
+    v = torch.randn(lanes, length, kv_heads, dim, generator=gen).to(dt)
     q = torch.randn(4, heads, dim, generator=gen).to(dt)
     tables = torch.tensor([[5], [0], [3], [1]], dtype=torch.int32)
     lens = torch.tensor([1, 17, 54, 97], dtype=torch.int32)
@@ -122,13 +122,13 @@ def test_the_sdpa_kernel_is_the_reference_on_a_slab_of_one_block_per_sequence(dt
     out = torch.full_like(q, float("nan"))
     got = sdpa.decode(q, k, v, tables, lens, scale, out, max_context=97)
     assert got is out and (got.float() - ref.float()).abs().max() < tol
-    # In order, every key visible: SDPA over a view of the first slots, with no mask.
+    # In order, every key visible: SDPA over a view of the first lanes, with no mask.
     in_order = torch.arange(4, dtype=torch.int32)[:, None]
     full = torch.full((4,), 54, dtype=torch.int32)
     ref = paged_decode_attention_ref(q, k, v, in_order, full, scale)
     got = sdpa.decode(q, k[:4, :54], v[:4, :54], None, None, scale)
     assert (got.float() - ref.float()).abs().max() < tol
-    # Its write is the reference's: slot s, position p is row s * L + p.
+    # Its write is the reference's: lane s, position p is row s * L + p.
     key, value = torch.randn(2, kv_heads, dim, generator=gen).to(dt), torch.randn(2, kv_heads, dim, generator=gen).to(dt)
     mapping = torch.tensor([2 * length + 5, 4 * length], dtype=torch.long)
     expect_k, expect_v = k.clone(), v.clone()

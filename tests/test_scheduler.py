@@ -11,7 +11,7 @@ from harness.scheduler import Scheduler, StepPlan
 from harness.sequence import Sequence
 from harness.workload import Request
 from impls.block_manager import BlockManager
-from impls.slot_allocator import SlotAllocator
+from impls.lane_allocator import LaneAllocator
 
 BIG_BUDGET = 10_000  # max_num_batched_tokens that never binds
 
@@ -36,7 +36,7 @@ def admitted_ids(plan: StepPlan) -> list[int]:
 
 
 def test_admits_in_arrival_order_up_to_max_num_seqs_then_decodes():
-    sched = Scheduler(SlotAllocator(8, 64), max_num_seqs=3, max_num_batched_tokens=BIG_BUDGET)
+    sched = Scheduler(LaneAllocator(8, 64), max_num_seqs=3, max_num_batched_tokens=BIG_BUDGET)
     for rid in range(5):
         sched.add_request(request(rid, 4, 3))
     plan = step(sched)
@@ -47,7 +47,7 @@ def test_admits_in_arrival_order_up_to_max_num_seqs_then_decodes():
 
 
 def test_parallel_samples_count_against_max_num_seqs_and_keep_the_arrival_time():
-    alloc = SlotAllocator(8, 64)
+    alloc = LaneAllocator(8, 64)
     sched = Scheduler(alloc, max_num_seqs=4, max_num_batched_tokens=BIG_BUDGET)
     sched.add_request(request(0, 5, 3, n=3, arrival_s=1.5))
     sched.add_request(request(1, 5, 3, n=2))  # 3 + 2 samples > 4: waits
@@ -57,12 +57,12 @@ def test_parallel_samples_count_against_max_num_seqs_and_keep_the_arrival_time()
     assert [(s.request_id, s.sample) for s in family] == [(0, 0), (0, 1), (0, 2)]
     assert all(s.arrival_s == 1.5 and s.prompt_ids == adm.seq.prompt_ids for s in family)
     assert len({s.seq_id for s in family}) == 3 and alloc.usage().num_sequences == 3
-    assert len(adm.fork_copies) == 2  # each fork's slot starts as a copy of the prompt's rows
+    assert len(adm.fork_copies) == 2  # each fork's lane starts as a copy of the prompt's rows
     assert [s.request_id for s, _ in sched.waiting] == [1]
 
 
 def test_token_budget_caps_a_step_except_its_first_admission_and_keeps_fifo():
-    sched = Scheduler(SlotAllocator(8, 64), max_num_seqs=8, max_num_batched_tokens=10)
+    sched = Scheduler(LaneAllocator(8, 64), max_num_seqs=8, max_num_batched_tokens=10)
     for rid, prompt_len in enumerate([25, 6, 6, 2]):
         sched.add_request(request(rid, prompt_len, 5))
     assert admitted_ids(step(sched)) == [0]  # 25 > 10 runs alone rather than never
@@ -72,11 +72,11 @@ def test_token_budget_caps_a_step_except_its_first_admission_and_keeps_fifo():
 
 
 def test_rejects_requests_that_can_never_run_without_blocking_the_queue():
-    alloc = SlotAllocator(4, 8)
+    alloc = LaneAllocator(4, 8)
     sched = Scheduler(alloc, max_num_seqs=2, max_num_batched_tokens=BIG_BUDGET, max_seq_tokens=12)
     sched.add_request(request(0, 2, 2, n=3))  # more samples than the batch holds
     sched.add_request(request(1, 6, 8))  # 14 tokens at the end > 12
-    sched.add_request(request(2, 9, 1))  # 10 tokens, but a 9-token prompt overflows an 8-token slot
+    sched.add_request(request(2, 9, 1))  # 10 tokens, but a 9-token prompt overflows an 8-token lane
     sched.add_request(request(3, 4, 2))
     plan = step(sched)
     assert admitted_ids(plan) == [3]
@@ -112,14 +112,14 @@ def test_preempts_the_most_recently_admitted_and_requeues_it_first():
     assert alloc.usage().num_sequences == 0 and alloc.num_free_blocks == 3
 
 
-def test_finish_releases_the_slot_and_keeps_the_rest_running():
-    alloc = SlotAllocator(2, 16)
+def test_finish_releases_the_lane_and_keeps_the_rest_running():
+    alloc = LaneAllocator(2, 16)
     sched = Scheduler(alloc, max_num_seqs=4, max_num_batched_tokens=BIG_BUDGET)
     sched.add_request(request(0, 3, 1))  # finished by its prefill token
     sched.add_request(request(1, 3, 3))
     plan = sched.schedule()
     first, second = (adm.seq for adm in plan.admitted)
-    freed = alloc.slot(first.seq_id)
+    freed = alloc.lane(first.seq_id)
     for s in (first, second):
         s.output_ids.append(7)
     sched.finish([second])  # not finished: nothing happens
@@ -129,18 +129,18 @@ def test_finish_releases_the_slot_and_keeps_the_rest_running():
     assert alloc.usage().num_sequences == 1
     sched.add_request(request(2, 3, 2))
     [adm] = sched.schedule().admitted
-    assert alloc.slot(adm.seq.seq_id) == freed
+    assert alloc.lane(adm.seq.seq_id) == freed
 
 
 def test_each_allocator_states_its_longest_sequence():
-    """A contiguous slot caps a sequence at max_seq_len however large the pool; a paged pool at its size."""
+    """A contiguous lane caps a sequence at max_seq_len however large the pool; a paged pool at its size."""
     from impls.region_allocator import RegionAllocator
     from impls.reservation import RESERVATIONS
 
-    assert SlotAllocator(4, 8).max_sequence_tokens() == 8
+    assert LaneAllocator(4, 8).max_sequence_tokens() == 8
     assert BlockManager(3, 4, prefix_caching=False).max_sequence_tokens() == 12
     assert RegionAllocator(100, 32, RESERVATIONS["oracle"]).max_sequence_tokens() == 32
-    alloc = SlotAllocator(4, 8)
+    alloc = LaneAllocator(4, 8)
     sched = Scheduler(alloc, max_num_seqs=2, max_num_batched_tokens=BIG_BUDGET, max_seq_tokens=alloc.max_sequence_tokens())
     sched.add_request(request(0, 9, 1))
     sched.schedule()

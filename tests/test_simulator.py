@@ -16,7 +16,7 @@ from harness.scheduler import Scheduler
 from harness.simulator import simulate, synthetic_token
 from harness.workload import Request
 from impls.block_manager import BlockManager
-from impls.slot_allocator import SlotAllocator
+from impls.lane_allocator import LaneAllocator
 
 BPT = 1000  # bytes per token: any constant
 
@@ -138,10 +138,10 @@ def workloads(draw):
         def make():
             return BlockManager(blocks, block_size, prefix_caching=caching, watermark_blocks=watermark)
     else:
-        slots = draw(st.integers(1, 6))
+        lanes = draw(st.integers(1, 6))
 
         def make():
-            return SlotAllocator(slots, max_seq_len)
+            return LaneAllocator(lanes, max_seq_len)
     return make, requests, draw(st.integers(1, 8)), draw(st.sampled_from([1, 16, 60, 8192])), vocab
 
 
@@ -192,7 +192,7 @@ def test_a_block_filled_by_decode_is_a_prefix_hit_at_the_next_step():
 
 def test_arrival_times_need_a_clock():
     with pytest.raises(ValueError, match="clock"):
-        simulate(SlotAllocator(1, 8), [Request(0, (1,), 1)], 1, 8, 10, 1, arrival_s=[0.0])
+        simulate(LaneAllocator(1, 8), [Request(0, (1,), 1)], 1, 8, 10, 1, arrival_s=[0.0])
 
 
 def test_capacity_counts_the_decode_engines_steps(compose, tmp_path):

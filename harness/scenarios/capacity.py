@@ -26,14 +26,14 @@ from harness.workload import Request, generate_requests
 from impls.allocator import KVAllocator
 from impls.block_manager import BlockManager
 from harness.cache_factory import analytic_max_concurrency, build_allocator
-from impls.slot_allocator import SlotAllocator
+from impls.lane_allocator import LaneAllocator
 from impls.sizing import blocks_for_tokens
 
 
 def _unbounded(variant: str, requests: list[Request], cfg: Config) -> KVAllocator:
     seqs = sum(r.n for r in requests)
     if variant == "contiguous":
-        return SlotAllocator(seqs, cfg.max_seq_len)
+        return LaneAllocator(seqs, cfg.max_seq_len)
     blocks = sum(r.n * blocks_for_tokens(r.total_len, cfg.block_size) + r.n for r in requests)
     return BlockManager(blocks, cfg.block_size, prefix_caching=(variant == "paged_shared"))
 

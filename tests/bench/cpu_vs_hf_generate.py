@@ -32,7 +32,7 @@ from impls.base import KVCache
 from impls.block_manager import BlockManager
 from impls.contiguous import ContiguousCache
 from impls.paged import PagedCache
-from impls.slot_allocator import SlotAllocator
+from impls.lane_allocator import LaneAllocator
 from kernels.registry import get_paged_kernel
 
 IMPLS = ("contiguous", "paged_torch", "paged_cuda")
@@ -63,7 +63,7 @@ def make_cache(impl: str, cfg: ModelConfig, max_len: int, batch: int) -> KVCache
     tensors = dict(num_layers=cfg.num_layers, num_heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
                    head_dim=cfg.head_dim, dtype=torch.float32, device=torch.device("cpu"), bytes_per_token=1)
     if impl == "contiguous":
-        return ContiguousCache(SlotAllocator(batch, max_len), **tensors)
+        return ContiguousCache(LaneAllocator(batch, max_len), **tensors)
     blocks = batch * -(-max_len // 16)
     return PagedCache(get_paged_kernel(impl.removeprefix("paged_")), BlockManager(blocks, 16), **tensors)
 

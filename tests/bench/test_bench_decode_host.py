@@ -56,9 +56,9 @@ def _cache(impl: str):
                    device=torch.device("cpu"), bytes_per_token=1)
     if impl == "contiguous":
         from impls.contiguous import ContiguousCache
-        from impls.slot_allocator import SlotAllocator
+        from impls.lane_allocator import LaneAllocator
 
-        return ContiguousCache(SlotAllocator(BATCH, MAX_LEN), **tensors)
+        return ContiguousCache(LaneAllocator(BATCH, MAX_LEN), **tensors)
     from impls.block_manager import BlockManager
     from impls.paged import PagedCache
     from kernels.registry import get_paged_kernel

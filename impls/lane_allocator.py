@@ -1,12 +1,12 @@
-"""Contiguous KV bookkeeping: one ``max_seq_len`` slot reserved per sequence up front.
+"""Contiguous KV bookkeeping: one lane of ``max_seq_len`` token slots reserved per sequence up front.
 
 This is the baseline the PagedAttention paper and the seeds describe: a sequence
-owns a whole slot from admission to release, whatever its real length, and a fork
-(parallel sampling) needs a slot of its own plus a copy of the parent's tokens.
+owns a whole lane from admission to release, whatever its real length, and a fork
+(parallel sampling) needs a lane of its own plus a copy of the parent's tokens.
 
-Here a sequence's *slot* is its run of ``max_seq_len`` token slots in the slab
-(``slot(seq_id)`` its index); ``slots(seq_id, start, end)`` gives its tokens' flat
-slots, as every allocator does.
+The slab is ``[lanes, max_seq_len, kv_heads, head_dim]``: a sequence's *lane* is its
+run of ``max_seq_len`` token slots (``lane(seq_id)`` its index); ``slots(seq_id, start,
+end)`` gives its tokens' flat slots, as every allocator does.
 """
 
 from __future__ import annotations
@@ -16,33 +16,33 @@ from typing import Sequence
 from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 
 
-class SlotAllocator(KVAllocator):
-    def __init__(self, num_slots: int, max_seq_len: int) -> None:
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-        self.num_slots = num_slots
+class LaneAllocator(KVAllocator):
+    def __init__(self, num_lanes: int, max_seq_len: int) -> None:
+        if num_lanes < 1:
+            raise ValueError(f"num_lanes must be >= 1, got {num_lanes}")
+        self.num_lanes = num_lanes
         self.max_seq_len = max_seq_len
-        self.free: list[int] = list(range(num_slots - 1, -1, -1))  # pop() hands out slot 0 first
-        self.slot_of: dict[int, int] = {}
+        self.free: list[int] = list(range(num_lanes - 1, -1, -1))  # pop() hands out lane 0 first
+        self.lane_of: dict[int, int] = {}
         self.length: dict[int, int] = {}
         self._tokens = 0
         self.generation = 0
 
-    def slot(self, seq_id: int) -> int:
-        return self.slot_of[seq_id]
+    def lane(self, seq_id: int) -> int:
+        return self.lane_of[seq_id]
 
     def num_tokens(self, seq_id: int) -> int:
         return self.length[seq_id]
 
     def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> AdmitPlan:
-        fits = len(token_ids) <= self.max_seq_len and len(self.free) >= num_samples  # a slot per sample
+        fits = len(token_ids) <= self.max_seq_len and len(self.free) >= num_samples  # a lane per sample
         return AdmitPlan(token_ids, num_samples, final_len, cached_tokens=0, fits=fits, generation=self.generation)
 
     def admit(self, seq_id: int, plan: AdmitPlan) -> int:
         self._check_plan(plan)
-        assert seq_id not in self.slot_of, f"sequence {seq_id} admitted twice"
+        assert seq_id not in self.lane_of, f"sequence {seq_id} admitted twice"
         n = len(plan.token_ids)
-        self.slot_of[seq_id] = self.free.pop()
+        self.lane_of[seq_id] = self.free.pop()
         self.length[seq_id] = n
         self._tokens += n
         self.generation += 1
@@ -59,38 +59,38 @@ class SlotAllocator(KVAllocator):
         return []
 
     def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
-        slot = self.free.pop()
+        lane = self.free.pop()
         n = self.length[parent_id]
-        self.slot_of[child_id] = slot
+        self.lane_of[child_id] = lane
         self.length[child_id] = n
         self._tokens += n
         self.generation += 1
-        return [SlotCopy(self.slot_of[parent_id] * self.max_seq_len, slot * self.max_seq_len, n)]
+        return [SlotCopy(self.lane_of[parent_id] * self.max_seq_len, lane * self.max_seq_len, n)]
 
     def release(self, seq_id: int) -> None:
-        self.free.append(self.slot_of.pop(seq_id))
+        self.free.append(self.lane_of.pop(seq_id))
         self._tokens -= self.length.pop(seq_id)
         self.generation += 1
 
     def slots(self, seq_id: int, start: int, end: int) -> list[int]:
-        base = self.slot_of[seq_id] * self.max_seq_len
+        base = self.lane_of[seq_id] * self.max_seq_len
         return list(range(base + start, base + end))
 
     def max_sequence_tokens(self) -> int:
-        return self.max_seq_len  # one slot each, however many slots the pool has
+        return self.max_seq_len  # one lane each, however many lanes the pool has
 
     def appendable_without_alloc(self, seq_id: int) -> int:
-        return self.max_seq_len - self.length[seq_id]  # the slot was reserved whole at admission
+        return self.max_seq_len - self.length[seq_id]  # the lane was reserved whole at admission
 
     def usage(self) -> CacheUsage:
-        reserved = len(self.slot_of) * self.max_seq_len
+        reserved = len(self.lane_of) * self.max_seq_len
         return CacheUsage(
-            pool_tokens=self.num_slots * self.max_seq_len,
+            pool_tokens=self.num_lanes * self.max_seq_len,
             reserved_tokens=reserved,
             used_tokens=self._tokens,
             logical_tokens=self._tokens,
             fragmentation_tokens=0,
             reservation_waste_tokens=reserved - self._tokens,
-            num_sequences=len(self.slot_of),
+            num_sequences=len(self.lane_of),
             free_tokens=len(self.free) * self.max_seq_len,
         )
