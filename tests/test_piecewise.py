@@ -142,7 +142,7 @@ def test_decode_scenario_runs_pieces_and_charges_their_memory(compose, tmp_path,
 @pytest.mark.gpu
 def test_graph_replays_give_the_eager_tokens_on_gpu(compose, tmp_path):
     """Every impl, cuda_graph on and off, fp32: the same tokens, every decode step a replay, the pool charged."""
-    overrides = ["dtype=float32", "model=tiny-llama", "device=cuda", "max_seq_len=256", "batch=6",
+    overrides = ["dtype=float32", "model=tiny-llama", "device=cuda", "isolation=none", "max_seq_len=256", "batch=6",
                  "workload=uniform", "workload.num_requests=9", "workload.prompt_len=40", "workload.output_len=24"]
     eager, code = run_job(compose(overrides), tmp_path / "eager")
     assert code == 0, [r.get("error") for r in eager]
