@@ -155,7 +155,7 @@ class PiecewiseDecode:
         for index in range(self.num_pieces - 1):
             self._run_piece(index, size)
             out = attention(index, b.q[:n], b.k[:n], b.v[:n])
-            b.attn[:n].copy_(out.view(n, *b.attn.shape[1:]))
+            b.attn[:n].copy_(out.reshape(n, *b.attn.shape[1:]))
         self._run_piece(self.num_pieces - 1, size)
         return b.logits[:n]
 
