@@ -172,3 +172,8 @@ def test_captured_pieces_match_eager_logits_on_gpu():
             want = model(ids, pos, _self_attention)
             got = pieces(ids, pos, _self_attention).clone()
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_batches_past_vllms_largest_capture_run_eagerly(model):
+    pieces = PiecewiseDecode(model, max_batch=600, capture=False)
+    assert pieces.max_batch == 512 and pieces.sizes[-2:] == [504, 512]

@@ -25,10 +25,14 @@ tests exercise everything but the capture itself.
 from __future__ import annotations
 
 import bisect
+import gc
 from dataclasses import dataclass
 import torch
 
 from harness.model.llama import AttentionFn, LlamaModel
+
+
+MAX_CAPTURE_SIZE = 512
 
 
 def capture_sizes(max_batch: int) -> list[int]:
@@ -78,8 +82,14 @@ class PiecewiseDecode:
         if capture and model.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device; the model is on {model.device}")
         self.model = model
-        before = torch.cuda.memory_reserved(model.device) if capture else 0
-        self.sizes = capture_sizes(max_batch)
+        if capture:  # capturing empties the allocator's cache: empty it first, so the delta is the graphs'
+            torch.cuda.synchronize(model.device)
+            gc.collect()
+            torch.cuda.empty_cache()
+            free_before = torch.cuda.mem_get_info(model.device)[0]
+            reserved_before = torch.cuda.memory_reserved(model.device)
+        # Larger batches run eagerly (vLLM captures up to 512 by default too).
+        self.sizes = capture_sizes(min(max_batch, MAX_CAPTURE_SIZE))
         self.max_batch = self.sizes[-1]
         self.num_pieces = model.cfg.num_layers + 1
         self.buf = _buffers(model, self.max_batch)
@@ -89,7 +99,9 @@ class PiecewiseDecode:
         self.pool_bytes = 0
         if capture:
             self._capture()
-            self.pool_bytes = torch.cuda.memory_reserved(model.device) - before
+            # The driver's own memory for instantiated graphs shows only in mem_get_info.
+            self.pool_bytes = max(0, free_before - torch.cuda.mem_get_info(model.device)[0],
+                                  torch.cuda.memory_reserved(model.device) - reserved_before)
 
     def padded_size(self, n: int) -> int:
         if not 1 <= n <= self.max_batch:
