@@ -139,6 +139,15 @@ class KVCache(ABC):
         """Store this layer's new K/V of a decode step (``prepare_decode``'s ``meta``) and attend:
         q ``[B, H, D]`` -> ``[B, H, D]``, one token per sequence."""
 
+    def write_flat(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new tokens' K/V at their flat slots (a torch scatter); return this layer's
+        stores as views ``[slots, kv_heads, head_dim]`` (the caches that attend with SDPA)."""
+        k_flat, v_flat = (store.view(-1, *store.shape[2:]) for store in (self.k[layer], self.v[layer]))
+        k_flat[slot_mapping] = k
+        v_flat[slot_mapping] = v
+        return k_flat, v_flat
+
     def warmup(self) -> None:
         """Compile every kernel variant a run can meet, before anything is timed (default: none)."""
 

@@ -76,23 +76,14 @@ class ContiguousCache(KVCache):
             None if gather is None else staging[gather],
         )
 
-    def _write(self, layer: int, k: torch.Tensor, v: torch.Tensor,
-               slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new tokens' K/V; return this layer's slab as views ``[slots, kv_heads, head_dim]``."""
-        k_slab, v_slab = self.k[layer], self.v[layer]
-        k_flat, v_flat = k_slab.view(-1, *k_slab.shape[2:]), v_slab.view(-1, *v_slab.shape[2:])
-        k_flat[slot_mapping] = k
-        v_flat[slot_mapping] = v
-        return k_flat, v_flat
-
     def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         meta: FlatPrefill) -> torch.Tensor:
-        k_flat, v_flat = self._write(layer, k, v, meta.slot_mapping)
+        k_flat, v_flat = self.write_flat(layer, k, v, meta.slot_mapping)
         return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:
-        self._write(layer, k, v, meta.slot_mapping)
+        self.write_flat(layer, k, v, meta.slot_mapping)
         k_slab, v_slab = self.k[layer], self.v[layer]
         if meta.dense_start is not None:
             span = slice(meta.dense_start, meta.dense_start + q.shape[0])

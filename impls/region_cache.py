@@ -57,20 +57,12 @@ class RegionCache(KVCache):
         gather = staging[starts_field][:, None] + torch.minimum(positions, seq_lens - 1)
         return _Decode(staging[slot_mapping], gather, (positions < seq_lens)[:, None, None, :])
 
-    def _write(self, layer: int, k: torch.Tensor, v: torch.Tensor,
-               slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new tokens' K/V; return this layer's buffer ``[slots, kv_heads, head_dim]``."""
-        k_flat, v_flat = self.k[layer][0], self.v[layer][0]
-        k_flat[slot_mapping] = k
-        v_flat[slot_mapping] = v
-        return k_flat, v_flat
-
     def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         meta: FlatPrefill) -> torch.Tensor:
-        k_flat, v_flat = self._write(layer, k, v, meta.slot_mapping)
+        k_flat, v_flat = self.write_flat(layer, k, v, meta.slot_mapping)
         return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:
-        k_flat, v_flat = self._write(layer, k, v, meta.slot_mapping)
+        k_flat, v_flat = self.write_flat(layer, k, v, meta.slot_mapping)
         return decode_sdpa(q, k_flat[meta.gather], v_flat[meta.gather], self.scale, meta.mask)  # [B, max_len, KVH, D]
