@@ -54,6 +54,7 @@ class BuildSpec:
     extra_cuda_cflags: tuple[str, ...]
     with_cuda: bool
     cxx: str  # the compiler, as found on the PATH
+    includes: tuple[str, ...] = ()  # absolute paths of files a source #includes that are not headers (a .cu)
 
 
 def build_timeout_s() -> float:
@@ -73,7 +74,7 @@ def _inputs(spec: BuildSpec) -> list[Path]:
     """The sources and the headers beside them (a local #include is part of the build)."""
     sources = [Path(s) for s in spec.sources]
     headers = {h for s in sources for h in s.parent.iterdir() if h.suffix in HEADER_SUFFIXES}
-    return sources + sorted(headers)
+    return sources + sorted(headers | {Path(i) for i in spec.includes})
 
 
 def build_key(spec: BuildSpec) -> str:
@@ -85,6 +86,7 @@ def build_key(spec: BuildSpec) -> str:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     context = {
         "spec": {**asdict(spec), "sources": [Path(s).name for s in spec.sources],
+                 "includes": [Path(i).name for i in spec.includes],
                  "cxx": shutil.which(spec.cxx) or spec.cxx},
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST"),

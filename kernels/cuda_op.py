@@ -27,7 +27,9 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = (CSRC / "ops.cpp", CSRC / "paged_attention_cpu.cpp")
 CUDA_SOURCE = CSRC / "paged_attention.cu"
 # Headers the sources include: never compiled alone, yet a change to one must rebuild.
-HEADERS = (CSRC / "paged_attention.h",)
+HEADERS = (CSRC / "paged_attention.h", CSRC / "cuda_compat.h", CSRC / "cuda_emulation.h")
+# The CPU emulator's build of the CUDA source (kernels/cuda_emulated.py): ops.cpp plus this.
+EMULATED_SOURCE = CSRC / "paged_attention_emulated.cpp"
 CXX_CANDIDATES = ("c++", "g++")
 
 

@@ -189,7 +189,7 @@ def test_build_dir_follows_env_and_torch_version(monkeypatch, tmp_path):
 
 def test_every_csrc_file_is_a_listed_build_input():
     """A build (and its cache key) covers the sources and the headers they include."""
-    listed = {*cuda_op.CPU_SOURCES, cuda_op.CUDA_SOURCE, *cuda_op.HEADERS}
+    listed = {*cuda_op.CPU_SOURCES, cuda_op.CUDA_SOURCE, *cuda_op.HEADERS, cuda_op.EMULATED_SOURCE}
     assert set(cuda_op.CSRC.iterdir()) == listed
 
 

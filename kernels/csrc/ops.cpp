@@ -4,6 +4,11 @@
 // (kernels/cuda_op.py does so when torch has CUDA); they live in
 // paged_attention.cu behind extern "C" launchers that take raw pointers
 // (declared in paged_attention.h).
+//
+// With KVBENCH_CUDA_EMULATION instead (kernels/cuda_emulated.py), this same file builds
+// torch.ops.kvbench_emu: the CUDA path below (checks, workspace, launcher arguments)
+// registered for CPU tensors, over paged_attention.cu compiled for the CPU emulator
+// (cuda_emulation.h). That is how the CUDA code is tested on a machine with no GPU.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -12,11 +17,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#if defined(KVBENCH_WITH_CUDA) || defined(KVBENCH_CUDA_EMULATION)
+#define KVBENCH_CUDA_LAUNCHERS
+#include "paged_attention.h"
+#endif
+
 #ifdef KVBENCH_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-
-#include "paged_attention.h"
+#define KVBENCH_DEVICE_GUARD(tensor) const c10::cuda::CUDAGuard guard((tensor).device())
+#define KVBENCH_CURRENT_STREAM() c10::cuda::getCurrentCUDAStream().stream()
+#else  // the emulator: CPU tensors, one implicit device and stream
+#define KVBENCH_DEVICE_GUARD(tensor) (void)(tensor)
+#define KVBENCH_CURRENT_STREAM() cudaStream_t{}
 #endif
 
 namespace kvbench {
@@ -91,6 +104,7 @@ void check_write(const at::Tensor& key, const at::Tensor& value, const at::Tenso
     TORCH_CHECK(t->device() == key.device(), op, ": all tensors must be on key's device ", key.device());
 }
 
+#ifndef KVBENCH_CUDA_EMULATION
 void decode_out_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out) {
   check_decode(q, k_cache, v_cache, block_tables, context_lens);
@@ -110,8 +124,9 @@ void write_kv_cpu_checked(const at::Tensor& key, const at::Tensor& value, at::Te
   check_write(key, value, k_cache, v_cache, slot_mapping);
   write_kv_cpu(key, value, k_cache, v_cache, slot_mapping);
 }
+#endif
 
-#ifdef KVBENCH_WITH_CUDA
+#ifdef KVBENCH_CUDA_LAUNCHERS
 int dtype_code(at::ScalarType dtype) {
   return dtype == at::kFloat ? 0 : dtype == at::kHalf ? 1 : 2;  // check_cache allowed only these
 }
@@ -124,7 +139,7 @@ void decode_out_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::T
                      const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out) {
   check_decode(q, k_cache, v_cache, block_tables, context_lens);
   check_out(q, out);
-  const c10::cuda::CUDAGuard guard(q.device());
+  KVBENCH_DEVICE_GUARD(q);
   const int batch = q.size(0), heads = q.size(1), head_dim = q.size(2);
   const int block_size = k_cache.size(1), width = block_tables.size(1);
   const size_t workspace_bytes = kvbench_paged_decode_workspace_bytes(batch, heads, head_dim, block_size, width);
@@ -136,7 +151,7 @@ void decode_out_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::T
       context_lens.data_ptr<int32_t>(), workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
       dtype_code(q.scalar_type()), batch, heads, k_cache.size(2), head_dim, block_size, width, q.stride(0),
       q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-      block_tables.stride(0), static_cast<float>(scale), c10::cuda::getCurrentCUDAStream().stream());
+      block_tables.stride(0), static_cast<float>(scale), KVBENCH_CURRENT_STREAM());
   check_status(status, "kvbench.paged_decode_attention");
 }
 
@@ -150,12 +165,12 @@ at::Tensor decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at:
 void write_kv_cuda(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
                    const at::Tensor& slot_mapping) {
   check_write(key, value, k_cache, v_cache, slot_mapping);
-  const c10::cuda::CUDAGuard guard(key.device());
+  KVBENCH_DEVICE_GUARD(key);
   const int status = kvbench_write_kv(
       key.data_ptr(), value.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr<int64_t>(),
       dtype_code(key.scalar_type()), key.size(0), key.size(1), key.size(2), k_cache.size(1),
       k_cache.size(0) * k_cache.size(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-      k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), c10::cuda::getCurrentCUDAStream().stream());
+      k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), KVBENCH_CURRENT_STREAM());
   check_status(status, "kvbench.write_kv");
 }
 #endif
@@ -163,7 +178,9 @@ void write_kv_cuda(const at::Tensor& key, const at::Tensor& value, at::Tensor& k
 }  // namespace
 }  // namespace kvbench
 
-TORCH_LIBRARY(kvbench, m) {
+namespace {
+
+void define_ops(torch::Library& m) {
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
       "Tensor context_lens, float scale) -> Tensor");
@@ -174,11 +191,25 @@ TORCH_LIBRARY(kvbench, m) {
   m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
 }
 
+}  // namespace
+
+#ifdef KVBENCH_CUDA_EMULATION
+TORCH_LIBRARY(kvbench_emu, m) { define_ops(m); }
+
+TORCH_LIBRARY_IMPL(kvbench_emu, CPU, m) {
+  m.impl("paged_decode_attention", &kvbench::decode_cuda);
+  m.impl("paged_decode_attention_out", &kvbench::decode_out_cuda);
+  m.impl("write_kv", &kvbench::write_kv_cuda);
+}
+#else
+TORCH_LIBRARY(kvbench, m) { define_ops(m); }
+
 TORCH_LIBRARY_IMPL(kvbench, CPU, m) {
   m.impl("paged_decode_attention", &kvbench::decode_cpu);
   m.impl("paged_decode_attention_out", &kvbench::decode_out_cpu);
   m.impl("write_kv", &kvbench::write_kv_cpu_checked);
 }
+#endif
 
 #ifdef KVBENCH_WITH_CUDA
 TORCH_LIBRARY_IMPL(kvbench, CUDA, m) {

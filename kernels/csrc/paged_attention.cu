@@ -1,11 +1,17 @@
 // Paged decode attention and KV-cache writes for CUDA (layout: kernels/reference.py).
 //
 // Decode: one query token per sequence. A thread block serves one
-// (sequence, kv_head, partition) and every query head of that GQA group, so each
-// K/V row is read from HBM once per block. A partition is kPartitionSize tokens;
-// when a context may span several partitions (split-K), each block writes an
+// (sequence, kv_head, partition) and up to kHeadTile query heads of that GQA group
+// (every head for the usual groups of 1-8), so each K/V row is read from HBM once per
+// block. It streams the partition's K rows, then its V rows, through a ring of
+// shared-memory tiles filled by cp.async, so several tiles are in flight while it
+// computes (the bandwidth a decode kernel lives on). A partition is kPartitionSize
+// tokens; when a context may span several partitions (split-K), each block writes an
 // fp32 partial result plus its softmax max and sum, and a second kernel merges
 // them. Scores, softmax and accumulation are fp32 whatever the cache dtype.
+//
+// The same source runs on CPU under cuda_emulation.h (see cuda_compat.h), which is how
+// the tests check these kernels and launchers on a machine with no GPU.
 //
 // Launchers are extern "C" (declared in paged_attention.h), take raw pointers,
 // sizes, strides and a stream, and return 0 or a status for
@@ -14,9 +20,7 @@
 
 #include "paged_attention.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+#include "cuda_compat.h"
 
 #include <atomic>
 #include <cstddef>
@@ -28,7 +32,7 @@ constexpr int kWarpSize = 32;
 constexpr int kNumThreads = 128;
 constexpr int kNumWarps = kNumThreads / kWarpSize;
 constexpr int kPartitionSize = 512;  // tokens per block; longer contexts take the split-K path
-constexpr int kHeadTile = 8;         // query heads accumulated per pass over V (bounds registers)
+constexpr int kHeadTile = 8;         // query heads one block serves (bounds its accumulators)
 constexpr int kDecodeStaticSmem = kPartitionSize * 4;  // the decode kernel's staged block ids
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -129,25 +133,50 @@ struct DecodeParams {
   const void* v_cache;
   const int32_t* block_tables;
   const int32_t* context_lens;
-  int num_heads, group, log2_block_size, max_context, max_partitions;
+  int num_heads, group, head_tiles, log2_block_size, max_context, max_partitions;
   int64_t q_stride_b, q_stride_h, out_stride_b, out_stride_h;
   int64_t cache_stride_block, cache_stride_token, cache_stride_head, bt_stride;
   float scale;
 };
 
-// Dynamic shared memory, in floats: q (later reused for the cross-warp reduction),
-// probabilities [group][kPartitionSize], 1/sum per head.
-__host__ __device__ constexpr int decode_smem_floats(int group, int head_dim) {
-  return (group > kNumWarps * kHeadTile ? group : kNumWarps * kHeadTile) * head_dim +
-         group * kPartitionSize + group;
+// How a block streams K and V through shared memory: tiles of kRows token rows, kStages
+// of them in a ring filled by cp.async, so each block has (kStages - 1) tiles (up to
+// 16 KB) in flight while it computes on one, without holding them in registers.
+template <typename T, int HEAD_DIM>
+struct Tiles {
+  static constexpr int kRowBytes = HEAD_DIM * static_cast<int>(sizeof(T));
+  static constexpr int kChunks = kRowBytes / 16;  // 16-byte chunks per row
+  static constexpr int kRowsWanted = 8192 / kRowBytes;  // ~8 KB per tile
+  static constexpr int kRows = kRowsWanted > 32 ? 32 : kRowsWanted < 8 ? 8 : kRowsWanted;
+  static constexpr int kStages = 3;
+  static constexpr int kTileBytes = kRows * kRowBytes;
+  static constexpr int kRingBytes = kStages * kTileBytes;
+  // The cross-warp sum of the outputs reuses the ring once every tile is consumed.
+  static constexpr int kReduceBytes = kNumWarps * kHeadTile * HEAD_DIM * 4;
+  static constexpr int kRegionBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
+};
+
+// Dynamic shared memory of the decode kernel, in bytes: the ring (or the reduction), q for
+// up to kHeadTile heads, the probabilities [heads][kPartitionSize], 1/sum per head.
+template <typename T, int HEAD_DIM>
+__host__ __device__ constexpr int decode_smem_bytes(int heads) {
+  return Tiles<T, HEAD_DIM>::kRegionBytes + 4 * (kHeadTile * HEAD_DIM + heads * kPartitionSize + kHeadTile);
 }
 
+// One block: a (kv_head, query-head tile of up to kHeadTile heads, sequence, partition).
+// The partition's K tiles and then its V tiles go through one cp.async ring; the
+// softmax runs between them while the first V tiles are already in flight.
 template <typename T, int HEAD_DIM>
 __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeParams p) {
-  using L = RowLayout<T, HEAD_DIM>;
-  const int kv_head = blockIdx.x, seq = blockIdx.y, part = blockIdx.z;
+  using TL = Tiles<T, HEAD_DIM>;
+  using L = RowLayout<T, HEAD_DIM>;      // V rows: many lanes per row, few accumulators per lane
+  using LK = RowLayout<T, HEAD_DIM, 8>;  // K rows: few lanes per row, a short shuffle sum per score
+  const int kv_head = blockIdx.x / p.head_tiles, head_tile = blockIdx.x % p.head_tiles;
+  const int seq = blockIdx.y, part = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int group = p.group, head0 = kv_head * group;
+  const int g_first = head_tile * kHeadTile;
+  const int heads = min(kHeadTile, p.group - g_first);  // query heads of this block
+  const int head0 = kv_head * p.group + g_first;
   const bool split = p.part_out != nullptr;
   // Clamped so a bad length cannot read past the block table (the CPU op raises instead).
   const int ctx = min(p.context_lens[seq], p.max_context);
@@ -155,26 +184,25 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   T* out = static_cast<T*>(p.out) + seq * p.out_stride_b + head0 * p.out_stride_h;
   if (ctx <= 0) {  // nothing to attend to: zeros, not 0/0
     if (!split && part == 0)
-      for (int i = tid; i < group * HEAD_DIM; i += kNumThreads)
+      for (int i = tid; i < heads * HEAD_DIM; i += kNumThreads)
         out[(i / HEAD_DIM) * p.out_stride_h + i % HEAD_DIM] = from_float<T>(0.f);
     return;
   }
   if (start >= ctx) return;  // the merge kernel reads only live partitions
   const int n = min(ctx - start, kPartitionSize);
 
-  extern __shared__ __align__(16) float smem[];
-  float* q_s = smem;  // [group][HEAD_DIM], then [kNumWarps][kHeadTile][HEAD_DIM]
-  float* red_s = smem;
-  float* prob_s = smem + (group > kNumWarps * kHeadTile ? group : kNumWarps * kHeadTile) * HEAD_DIM;
-  float* inv_sum_s = prob_s + group * kPartitionSize;
+  KVB_DYNAMIC_SMEM(unsigned char, smem);
+  unsigned char* ring = smem;                                        // [kStages][kRows][kRowBytes]
+  float* red_s = reinterpret_cast<float*>(smem);                     // after the ring: [warps][kHeadTile][HEAD_DIM]
+  float* q_s = reinterpret_cast<float*>(smem + TL::kRegionBytes);    // [kHeadTile][HEAD_DIM]
+  float* prob_s = q_s + kHeadTile * HEAD_DIM;                        // [heads][kPartitionSize]
+  float* inv_sum_s = prob_s + heads * kPartitionSize;                // [kHeadTile]
 
   const T* q = static_cast<const T*>(p.q) + seq * p.q_stride_b + head0 * p.q_stride_h;
-  for (int i = tid; i < group * HEAD_DIM; i += kNumThreads)
+  for (int i = tid; i < heads * HEAD_DIM; i += kNumThreads)
     q_s[i] = to_float(q[(i / HEAD_DIM) * p.q_stride_h + i % HEAD_DIM]) * p.scale;
-  __syncthreads();
-
-  // The partition's block ids, staged once: a K/V row's address then needs no dependent
-  // global load (partitions start on a block boundary: 512 is a multiple of every block size).
+  // The partition's block ids, staged once: a row's address then needs no dependent global
+  // load (partitions start on a block boundary: 512 is a multiple of every block size).
   __shared__ int32_t table_s[kPartitionSize];  // kDecodeStaticSmem bytes
   const int32_t* table = p.block_tables + seq * p.bt_stride + (start >> p.log2_block_size);
   const int num_blocks = (n + (1 << p.log2_block_size) - 1) >> p.log2_block_size;
@@ -183,35 +211,44 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 
   const int block_mask = (1 << p.log2_block_size) - 1;
   const int64_t head_offset = kv_head * p.cache_stride_head;
-  auto row_offset = [&](int t) {  // t: token index within this partition
-    const int64_t block = table_s[t >> p.log2_block_size];
-    return block * p.cache_stride_block + (t & block_mask) * p.cache_stride_token + head_offset;
+  const int num_tiles = (n + TL::kRows - 1) / TL::kRows;  // of K, then as many of V
+  const int stream_len = 2 * num_tiles;
+
+  // Starts the copy of stream item i (K tile i, or V tile i - num_tiles) into its stage.
+  // Rows past the context are not copied; nothing reads them.
+  auto issue = [&](int i) {
+    const bool is_v = i >= num_tiles;
+    const T* cache = static_cast<const T*>(is_v ? p.v_cache : p.k_cache);
+    const int row0 = (is_v ? i - num_tiles : i) * TL::kRows;
+    unsigned char* dst = ring + (i % TL::kStages) * TL::kTileBytes;
+    for (int c = tid; c < TL::kRows * TL::kChunks; c += kNumThreads) {
+      const int r = c / TL::kChunks, chunk = c % TL::kChunks, t = row0 + r;
+      if (t < n) {
+        const int64_t row = static_cast<int64_t>(table_s[t >> p.log2_block_size]) * p.cache_stride_block +
+                            (t & block_mask) * p.cache_stride_token + head_offset;
+        kvb_cp_async16(dst + r * TL::kRowBytes + chunk * 16, cache + row + chunk * (16 / sizeof(T)));
+      }
+    }
   };
 
-  // 1) Scores. Few lanes per row (LK): the dot product's cross-lane sum costs
-  // log2(lanes) shuffles, and each q value read from shared memory serves kUnroll rows.
-  // Every lane of a warp runs the same trip count, so the shuffles stay converged.
-  using LK = RowLayout<T, HEAD_DIM, 8>;
-  {
+  // 1) Scores of one K tile: few lanes per row (LK), so a score's cross-lane sum is
+  // log2(lanes) shuffles and each q value read from shared memory serves every row a warp
+  // holds. The row loop's trip count is the same on every lane: the shuffles stay converged.
+  auto scores = [&](const T* tile, int row0) {
     constexpr int kRowStep = kNumWarps * LK::kRowsPerWarp;
     const int row_in_warp = lane / LK::kLanes, lane_in_row = lane % LK::kLanes;
-    const T* k_cache = static_cast<const T*>(p.k_cache);
-    for (int t0 = warp * LK::kRowsPerWarp + row_in_warp; t0 - row_in_warp < n; t0 += kRowStep * LK::kUnroll) {
-      float k[LK::kUnroll][LK::kElems];
+    for (int r = warp * LK::kRowsPerWarp + row_in_warp; r - row_in_warp < TL::kRows; r += kRowStep) {
+      const int t = row0 + r;
+      float k[LK::kElems];
+      if (r < TL::kRows && t < n) {
+        load_row<LK>(tile + r * HEAD_DIM, lane_in_row, k);
+      } else {
 #pragma unroll
-      for (int u = 0; u < LK::kUnroll; ++u) {
-        if (t0 + u * kRowStep < n) {
-          load_row<LK>(k_cache + row_offset(t0 + u * kRowStep), lane_in_row, k[u]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < LK::kElems; ++e) k[u][e] = 0.f;
-        }
+        for (int e = 0; e < LK::kElems; ++e) k[e] = 0.f;
       }
-      for (int g = 0; g < group; ++g) {
+      for (int g = 0; g < heads; ++g) {
         const float* qg = q_s + g * HEAD_DIM;
-        float s[LK::kUnroll];
-#pragma unroll
-        for (int u = 0; u < LK::kUnroll; ++u) s[u] = 0.f;
+        float s = 0.f;
 #pragma unroll
         for (int j = 0; j < LK::kChunksPerLane; ++j) {
           const int c = lane_in_row + j * LK::kLanes;
@@ -219,122 +256,135 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 #pragma unroll
             for (int e = 0; e < LK::kVec; e += 4) {  // 16-byte shared-memory reads
               const float4 qv = *reinterpret_cast<const float4*>(qg + c * LK::kVec + e);
-#pragma unroll
-              for (int u = 0; u < LK::kUnroll; ++u) {
-                const float* kv = k[u] + j * LK::kVec + e;
-                s[u] += qv.x * kv[0] + qv.y * kv[1] + qv.z * kv[2] + qv.w * kv[3];
-              }
+              const float* kv = k + j * LK::kVec + e;
+              s += qv.x * kv[0] + qv.y * kv[1] + qv.z * kv[2] + qv.w * kv[3];
             }
           }
         }
 #pragma unroll
-        for (int u = 0; u < LK::kUnroll; ++u) {
+        for (int off = LK::kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
+        if (r < TL::kRows && t < n && lane_in_row == 0) prob_s[g * kPartitionSize + t] = s;
+      }
+    }
+  };
+
+  // 2) Softmax over the partition, one warp per query head.
+  auto softmax = [&] {
+    for (int g = warp; g < heads; g += kNumWarps) {
+      float* pg = prob_s + g * kPartitionSize;
+      float m = -INFINITY;
+      for (int i = lane; i < n; i += kWarpSize) m = fmaxf(m, pg[i]);
+      m = warp_max(m);
+      float sum = 0.f;
+      for (int i = lane; i < n; i += kWarpSize) {
+        const float e = expf(pg[i] - m);
+        pg[i] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        inv_sum_s[g] = 1.f / sum;
+        if (split) {
+          const int64_t idx = (static_cast<int64_t>(seq) * p.num_heads + head0 + g) * p.max_partitions + part;
+          p.part_max[idx] = m;
+          p.part_sum[idx] = sum;
+        }
+      }
+    }
+  };
+
+  // 3) probs @ V of one V tile into this lane's accumulators: many lanes per row (L), so
+  // a lane owns few output elements; row groups and warps are summed once, at the end.
+  float acc[kHeadTile][L::kElems];
 #pragma unroll
-          for (int off = LK::kLanes / 2; off > 0; off >>= 1) s[u] += __shfl_xor_sync(kFullMask, s[u], off);
-          const int t = t0 + u * kRowStep;
-          if (t < n && lane_in_row == 0) prob_s[g * kPartitionSize + t] = s[u];
+  for (int g = 0; g < kHeadTile; ++g)
+#pragma unroll
+    for (int e = 0; e < L::kElems; ++e) acc[g][e] = 0.f;
+  const int v_row_in_warp = lane / L::kLanes, v_lane_in_row = lane % L::kLanes;
+  auto accumulate = [&](const T* tile, int row0) {
+    constexpr int kRowStep = kNumWarps * L::kRowsPerWarp;
+    for (int r = warp * L::kRowsPerWarp + v_row_in_warp; r < TL::kRows; r += kRowStep) {
+      const int t = row0 + r;
+      if (t >= n) break;  // rows only grow
+      float v[L::kElems];
+      load_row<L>(tile + r * HEAD_DIM, v_lane_in_row, v);
+#pragma unroll
+      for (int g = 0; g < kHeadTile; ++g) {
+        if (g < heads) {
+          const float pr = prob_s[g * kPartitionSize + t];
+#pragma unroll
+          for (int e = 0; e < L::kElems; ++e) acc[g][e] += pr * v[e];
+        }
+      }
+    }
+  };
+
+  // The ring: item i is consumed at iteration i, and its copy was started kStages - 1
+  // iterations earlier. One group is committed per iteration (empty past the end), so
+  // waiting until kStages - 2 groups are pending means this thread's copies of item i
+  // landed; the barrier then publishes every thread's, and also says every thread is done
+  // with item i - 1, whose stage the copy started next (item i + kStages - 1) reuses.
+#pragma unroll
+  for (int s = 0; s < TL::kStages - 1; ++s) {
+    if (s < stream_len) issue(s);
+    kvb_cp_async_commit();
+  }
+  for (int i = 0; i < stream_len; ++i) {
+    kvb_cp_async_wait<TL::kStages - 2>();
+    __syncthreads();
+    if (i + TL::kStages - 1 < stream_len) issue(i + TL::kStages - 1);
+    kvb_cp_async_commit();
+    const T* tile = reinterpret_cast<const T*>(ring + (i % TL::kStages) * TL::kTileBytes);
+    if (i < num_tiles) {
+      scores(tile, i * TL::kRows);
+    } else {
+      if (i == num_tiles) {  // every score is in prob_s (the barrier above)
+        softmax();
+        __syncthreads();
+      }
+      accumulate(tile, (i - num_tiles) * TL::kRows);
+    }
+  }
+  kvb_cp_async_wait<0>();
+  __syncthreads();  // the ring is free: red_s takes it
+
+  // Sum the row groups of a warp (shuffles), then the warps (shared memory).
+#pragma unroll
+  for (int g = 0; g < kHeadTile; ++g) {
+    if (g < heads) {  // uniform across the block: shuffles stay converged
+#pragma unroll
+      for (int e = 0; e < L::kElems; ++e)
+#pragma unroll
+        for (int off = L::kLanes; off < kWarpSize; off <<= 1) acc[g][e] += __shfl_xor_sync(kFullMask, acc[g][e], off);
+    }
+  }
+  if (v_row_in_warp == 0) {
+#pragma unroll
+    for (int g = 0; g < kHeadTile; ++g) {
+#pragma unroll
+      for (int j = 0; j < L::kChunksPerLane; ++j) {
+        const int c = v_lane_in_row + j * L::kLanes;
+        if (g < heads && c < L::kChunks) {
+#pragma unroll
+          for (int e = 0; e < L::kVec; ++e)
+            red_s[(warp * kHeadTile + g) * HEAD_DIM + c * L::kVec + e] = acc[g][j * L::kVec + e];
         }
       }
     }
   }
   __syncthreads();
-
-  // 2) Softmax over this partition, one warp per query head.
-  for (int g = warp; g < group; g += kNumWarps) {
-    float* pg = prob_s + g * kPartitionSize;
-    float m = -INFINITY;
-    for (int i = lane; i < n; i += kWarpSize) m = fmaxf(m, pg[i]);
-    m = warp_max(m);
-    float sum = 0.f;
-    for (int i = lane; i < n; i += kWarpSize) {
-      const float e = expf(pg[i] - m);
-      pg[i] = e;
-      sum += e;
+  for (int i = tid; i < heads * HEAD_DIM; i += kNumThreads) {
+    const int g = i / HEAD_DIM, d = i % HEAD_DIM;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kNumWarps; ++w) s += red_s[(w * kHeadTile + g) * HEAD_DIM + d];
+    s *= inv_sum_s[g];
+    if (split) {
+      const int64_t row = (static_cast<int64_t>(seq) * p.num_heads + head0 + g) * p.max_partitions + part;
+      p.part_out[row * HEAD_DIM + d] = s;
+    } else {
+      out[g * p.out_stride_h + d] = from_float<T>(s);
     }
-    sum = warp_sum(sum);
-    if (lane == 0) {
-      inv_sum_s[g] = 1.f / sum;
-      if (split) {
-        const int64_t idx = (static_cast<int64_t>(seq) * p.num_heads + head0 + g) * p.max_partitions + part;
-        p.part_max[idx] = m;
-        p.part_sum[idx] = sum;
-      }
-    }
-  }
-  __syncthreads();  // also ends every read of q_s, whose space red_s reuses
-
-  // 3) probs @ V, kHeadTile query heads at a time; each row group sums its own rows,
-  // then row groups (shuffles) and warps (shared memory) are added up. Here a lane owns
-  // output elements, so many lanes per row (L) keep the accumulators few.
-  const T* v_cache = static_cast<const T*>(p.v_cache);
-  constexpr int kRowStep = kNumWarps * L::kRowsPerWarp;
-  const int row_in_warp = lane / L::kLanes, lane_in_row = lane % L::kLanes;
-  for (int g0 = 0; g0 < group; g0 += kHeadTile) {
-    float acc[kHeadTile][L::kElems];
-#pragma unroll
-    for (int gi = 0; gi < kHeadTile; ++gi)
-#pragma unroll
-      for (int e = 0; e < L::kElems; ++e) acc[gi][e] = 0.f;
-    for (int t0 = warp * L::kRowsPerWarp + row_in_warp; t0 < n; t0 += kRowStep * L::kUnroll) {
-      float v[L::kUnroll][L::kElems];
-#pragma unroll
-      for (int u = 0; u < L::kUnroll; ++u) {  // all loads first, as in the score pass
-        if (t0 + u * kRowStep < n) load_row<L>(v_cache + row_offset(t0 + u * kRowStep), lane_in_row, v[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < L::kUnroll; ++u) {
-        const int t = t0 + u * kRowStep;
-        if (t >= n) break;  // rows only grow with u
-#pragma unroll
-        for (int gi = 0; gi < kHeadTile; ++gi) {
-          if (g0 + gi < group) {
-            const float pr = prob_s[(g0 + gi) * kPartitionSize + t];
-#pragma unroll
-            for (int e = 0; e < L::kElems; ++e) acc[gi][e] += pr * v[u][e];
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int gi = 0; gi < kHeadTile; ++gi) {
-      if (g0 + gi < group) {  // uniform across the block: shuffles stay converged
-#pragma unroll
-        for (int e = 0; e < L::kElems; ++e)
-#pragma unroll
-          for (int off = L::kLanes; off < kWarpSize; off <<= 1)
-            acc[gi][e] += __shfl_xor_sync(kFullMask, acc[gi][e], off);
-      }
-    }
-    if (row_in_warp == 0) {
-#pragma unroll
-      for (int gi = 0; gi < kHeadTile; ++gi) {
-#pragma unroll
-        for (int j = 0; j < L::kChunksPerLane; ++j) {
-          const int c = lane_in_row + j * L::kLanes;
-          if (g0 + gi < group && c < L::kChunks) {
-#pragma unroll
-            for (int e = 0; e < L::kVec; ++e)
-              red_s[(warp * kHeadTile + gi) * HEAD_DIM + c * L::kVec + e] = acc[gi][j * L::kVec + e];
-          }
-        }
-      }
-    }
-    __syncthreads();
-    for (int i = tid; i < kHeadTile * HEAD_DIM; i += kNumThreads) {
-      const int gi = i / HEAD_DIM, d = i % HEAD_DIM, g = g0 + gi;
-      if (g >= group) break;  // i only grows, so every later i is past the group too
-      float s = 0.f;
-#pragma unroll
-      for (int w = 0; w < kNumWarps; ++w) s += red_s[(w * kHeadTile + gi) * HEAD_DIM + d];
-      s *= inv_sum_s[g];
-      if (split) {
-        const int64_t row = (static_cast<int64_t>(seq) * p.num_heads + head0 + g) * p.max_partitions + part;
-        p.part_out[row * HEAD_DIM + d] = s;
-      } else {
-        out[g * p.out_stride_h + d] = from_float<T>(s);
-      }
-    }
-    __syncthreads();  // red_s is rewritten by the next head tile
   }
 }
 
@@ -349,7 +399,7 @@ __global__ void __launch_bounds__(kNumThreads) merge_partitions_kernel(const Dec
     return;
   }
   const int parts = (ctx + kPartitionSize - 1) / kPartitionSize;
-  extern __shared__ __align__(16) float smem[];
+  KVB_DYNAMIC_SMEM(float, smem);
   float* weight_s = smem;  // [max_partitions]
   float* scratch = smem + p.max_partitions;
   const int64_t base = (static_cast<int64_t>(seq) * p.num_heads + head) * p.max_partitions;
@@ -458,7 +508,7 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
   if (!aligned16(p.k_cache) || !aligned16(p.v_cache) || p.cache_stride_block % elems ||
       p.cache_stride_token % elems || p.cache_stride_head % elems)
     return kErrAlignment;
-  const size_t smem = sizeof(float) * decode_smem_floats(p.group, HEAD_DIM);
+  const size_t smem = decode_smem_bytes<T, HEAD_DIM>(p.group < kHeadTile ? p.group : kHeadTile);
   int device = 0, smem_optin = 0;
   cudaError_t err = cudaGetDevice(&device);  // cheap: the calling thread's current device
   if (err == cudaSuccess) err = smem_optin_for(device, &smem_optin);
@@ -469,8 +519,9 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
     if (err != cudaSuccess) return err;
   }
   const bool split = p.part_out != nullptr;
-  const dim3 grid(kv_heads, batch, split ? p.max_partitions : 1);
-  paged_decode_kernel<T, HEAD_DIM><<<grid, kNumThreads, smem, stream>>>(p);
+  const dim3 grid(kv_heads * p.head_tiles, batch, split ? p.max_partitions : 1);
+  auto* decode_kernel = paged_decode_kernel<T, HEAD_DIM>;  // a name without a comma, for the macro
+  KVB_LAUNCH(decode_kernel, grid, kNumThreads, smem, stream, p);
   if (split) {
     const size_t merge_smem = sizeof(float) * (p.max_partitions + kNumWarps);
     if (merge_smem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
@@ -478,7 +529,8 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
       err = allow_optin_smem<merge_partitions_kernel<T, HEAD_DIM>>(device, smem_optin);
       if (err != cudaSuccess) return err;
     }
-    merge_partitions_kernel<T, HEAD_DIM><<<dim3(p.num_heads, batch), kNumThreads, merge_smem, stream>>>(p);
+    auto* merge_kernel = merge_partitions_kernel<T, HEAD_DIM>;
+    KVB_LAUNCH(merge_kernel, dim3(p.num_heads, batch), kNumThreads, merge_smem, stream, p);
   }
   return cudaGetLastError();
 }
@@ -527,6 +579,7 @@ int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache
   p.context_lens = context_lens;
   p.num_heads = num_heads;
   p.group = num_heads / kv_heads;
+  p.head_tiles = (p.group + kHeadTile - 1) / kHeadTile;  // a block serves at most kHeadTile query heads
   p.log2_block_size = log2_block_size;
   const int64_t max_context = static_cast<int64_t>(block_size) * max_blocks_per_seq;
   p.max_context = max_context > INT32_MAX ? INT32_MAX : static_cast<int>(max_context);
@@ -571,7 +624,7 @@ int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_
                     cache_stride_block, cache_stride_token, cache_stride_head})
     vectorised = vectorised && s % vec == 0;
 #define KVBENCH_WRITE_KV(T)                                                                                        \
-  write_kv_kernel<T><<<num_tokens, kNumThreads, 0, stream>>>(                                                      \
+  KVB_LAUNCH(write_kv_kernel<T>, num_tokens, kNumThreads, 0, stream,                                              \
       static_cast<const T*>(key), static_cast<const T*>(value), static_cast<T*>(k_cache), static_cast<T*>(v_cache), \
       slot_mapping, kv_heads, head_dim, log2_block_size, num_slots, key_stride_t, key_stride_h, value_stride_t,     \
       value_stride_h, cache_stride_block, cache_stride_token, cache_stride_head, vectorised)

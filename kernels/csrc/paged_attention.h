@@ -6,7 +6,11 @@
 
 #pragma once
 
+#ifdef KVBENCH_CUDA_EMULATION
+#include "cuda_emulation.h"  // cudaStream_t
+#else
 #include <cuda_runtime_api.h>  // cudaStream_t
+#endif
 
 #include <cstddef>
 #include <cstdint>
