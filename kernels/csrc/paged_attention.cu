@@ -232,38 +232,51 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   };
 
   // 1) Scores of one K tile: few lanes per row (LK), so a score's cross-lane sum is
-  // log2(lanes) shuffles and each q value read from shared memory serves every row a warp
-  // holds. The row loop's trip count is the same on every lane: the shuffles stay converged.
+  // log2(lanes) shuffles; a lane loads all its rows of the tile first, so each q value
+  // read from shared memory serves kRowsPerLane rows. Every lane of a warp runs the same
+  // trip counts: the shuffles stay converged.
   auto scores = [&](const T* tile, int row0) {
     constexpr int kRowStep = kNumWarps * LK::kRowsPerWarp;
+    constexpr int kRowsPerLane = (TL::kRows + kRowStep - 1) / kRowStep;
     const int row_in_warp = lane / LK::kLanes, lane_in_row = lane % LK::kLanes;
-    for (int r = warp * LK::kRowsPerWarp + row_in_warp; r - row_in_warp < TL::kRows; r += kRowStep) {
-      const int t = row0 + r;
-      float k[LK::kElems];
-      if (r < TL::kRows && t < n) {
-        load_row<LK>(tile + r * HEAD_DIM, lane_in_row, k);
+    const int r0 = warp * LK::kRowsPerWarp + row_in_warp;
+    float k[kRowsPerLane][LK::kElems];
+#pragma unroll
+    for (int u = 0; u < kRowsPerLane; ++u) {
+      const int r = r0 + u * kRowStep;
+      if (r < TL::kRows && row0 + r < n) {
+        load_row<LK>(tile + r * HEAD_DIM, lane_in_row, k[u]);
       } else {
 #pragma unroll
-        for (int e = 0; e < LK::kElems; ++e) k[e] = 0.f;
+        for (int e = 0; e < LK::kElems; ++e) k[u][e] = 0.f;
       }
-      for (int g = 0; g < heads; ++g) {
-        const float* qg = q_s + g * HEAD_DIM;
-        float s = 0.f;
+    }
+    for (int g = 0; g < heads; ++g) {
+      const float* qg = q_s + g * HEAD_DIM;
+      float s[kRowsPerLane];
 #pragma unroll
-        for (int j = 0; j < LK::kChunksPerLane; ++j) {
-          const int c = lane_in_row + j * LK::kLanes;
-          if (c < LK::kChunks) {
+      for (int u = 0; u < kRowsPerLane; ++u) s[u] = 0.f;
 #pragma unroll
-            for (int e = 0; e < LK::kVec; e += 4) {  // 16-byte shared-memory reads
-              const float4 qv = *reinterpret_cast<const float4*>(qg + c * LK::kVec + e);
-              const float* kv = k + j * LK::kVec + e;
-              s += qv.x * kv[0] + qv.y * kv[1] + qv.z * kv[2] + qv.w * kv[3];
+      for (int j = 0; j < LK::kChunksPerLane; ++j) {
+        const int c = lane_in_row + j * LK::kLanes;
+        if (c < LK::kChunks) {
+#pragma unroll
+          for (int e = 0; e < LK::kVec; e += 4) {  // 16-byte shared-memory reads
+            const float4 qv = *reinterpret_cast<const float4*>(qg + c * LK::kVec + e);
+#pragma unroll
+            for (int u = 0; u < kRowsPerLane; ++u) {
+              const float* kv = k[u] + j * LK::kVec + e;
+              s[u] += qv.x * kv[0] + qv.y * kv[1] + qv.z * kv[2] + qv.w * kv[3];
             }
           }
         }
+      }
 #pragma unroll
-        for (int off = LK::kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
-        if (r < TL::kRows && t < n && lane_in_row == 0) prob_s[g * kPartitionSize + t] = s;
+      for (int u = 0; u < kRowsPerLane; ++u) {
+#pragma unroll
+        for (int off = LK::kLanes / 2; off > 0; off >>= 1) s[u] += __shfl_xor_sync(kFullMask, s[u], off);
+        const int r = r0 + u * kRowStep;
+        if (r < TL::kRows && row0 + r < n && lane_in_row == 0) prob_s[g * kPartitionSize + row0 + r] = s[u];
       }
     }
   };
@@ -295,13 +308,8 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 
   // 3) probs @ V of one V tile into this lane's accumulators: many lanes per row (L), so
   // a lane owns few output elements; row groups and warps are summed once, at the end.
-  float acc[kHeadTile][L::kElems];
-#pragma unroll
-  for (int g = 0; g < kHeadTile; ++g)
-#pragma unroll
-    for (int e = 0; e < L::kElems; ++e) acc[g][e] = 0.f;
   const int v_row_in_warp = lane / L::kLanes, v_lane_in_row = lane % L::kLanes;
-  auto accumulate = [&](const T* tile, int row0) {
+  auto accumulate = [&](float (&acc)[kHeadTile][L::kElems], const T* tile, int row0) {
     constexpr int kRowStep = kNumWarps * L::kRowsPerWarp;
     for (int r = warp * L::kRowsPerWarp + v_row_in_warp; r < TL::kRows; r += kRowStep) {
       const int t = row0 + r;
@@ -324,26 +332,32 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   // waiting until kStages - 2 groups are pending means this thread's copies of item i
   // landed; the barrier then publishes every thread's, and also says every thread is done
   // with item i - 1, whose stage the copy started next (item i + kStages - 1) reuses.
+  // The K and V items run in two loops, so the V accumulators are not live in the first.
 #pragma unroll
   for (int s = 0; s < TL::kStages - 1; ++s) {
     if (s < stream_len) issue(s);
     kvb_cp_async_commit();
   }
-  for (int i = 0; i < stream_len; ++i) {
+  auto next = [&](int i) {  // item i's tile, once every thread's copy of it has landed
     kvb_cp_async_wait<TL::kStages - 2>();
     __syncthreads();
     if (i + TL::kStages - 1 < stream_len) issue(i + TL::kStages - 1);
     kvb_cp_async_commit();
-    const T* tile = reinterpret_cast<const T*>(ring + (i % TL::kStages) * TL::kTileBytes);
-    if (i < num_tiles) {
-      scores(tile, i * TL::kRows);
-    } else {
-      if (i == num_tiles) {  // every score is in prob_s (the barrier above)
-        softmax();
-        __syncthreads();
-      }
-      accumulate(tile, (i - num_tiles) * TL::kRows);
+    return reinterpret_cast<const T*>(ring + (i % TL::kStages) * TL::kTileBytes);
+  };
+  for (int i = 0; i < num_tiles; ++i) scores(next(i), i * TL::kRows);
+  float acc[kHeadTile][L::kElems];
+#pragma unroll
+  for (int g = 0; g < kHeadTile; ++g)
+#pragma unroll
+    for (int e = 0; e < L::kElems; ++e) acc[g][e] = 0.f;
+  for (int i = num_tiles; i < stream_len; ++i) {
+    const T* tile = next(i);
+    if (i == num_tiles) {  // every score is in prob_s (the barrier in next)
+      softmax();
+      __syncthreads();
     }
+    accumulate(acc, tile, (i - num_tiles) * TL::kRows);
   }
   kvb_cp_async_wait<0>();
   __syncthreads();  // the ring is free: red_s takes it
