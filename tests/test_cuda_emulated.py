@@ -46,7 +46,17 @@ DECODE_CASES = [
 
 @pytest.mark.parametrize("dtype,block_size,kv_heads,group,head_dim,lens", DECODE_CASES, ids=str)
 def test_decode_matches_reference(emulated, dtype, block_size, kv_heads, group, head_dim, lens):
+    """On an emulated H200 (132 SMs) these few sequences take partitions shrunk to 128-256 tokens."""
     check_decode(cuda_emulated.decode, lens, kv_heads, group, head_dim, block_size, dtype)
+
+
+@pytest.mark.parametrize("sms", [1, 3, 40])
+@pytest.mark.parametrize("block_size", [16, 128])
+def test_every_partition_size(emulated, monkeypatch, sms, block_size):
+    """The partition the launcher picks follows the SM count (512, 256, 128 tokens here);
+    the workspace ops.cpp sizes and the launch agree on it at each."""
+    monkeypatch.setenv("KVBENCH_EMULATED_SMS", str(sms))
+    check_decode(cuda_emulated.decode, [3, 300, 1100], 1, 4, 64, block_size, torch.bfloat16, seed=sms)
 
 
 def test_strided_q_into_a_strided_out(emulated):

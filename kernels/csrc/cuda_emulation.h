@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -81,7 +82,7 @@ enum cudaError_t {
 };
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 namespace kvb_emu {
@@ -109,10 +110,20 @@ inline cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
+// The SM count is KVBENCH_EMULATED_SMS when set (read on each query: tests vary it to
+// reach every partition size), else an H200's 132.
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0 || attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
-  *value = kvb_emu::kSmemOptin;
-  return cudaSuccess;
+  if (device != 0) return cudaErrorInvalidValue;
+  if (attr == cudaDevAttrMaxSharedMemoryPerBlockOptin) {
+    *value = kvb_emu::kSmemOptin;
+    return cudaSuccess;
+  }
+  if (attr == cudaDevAttrMultiProcessorCount) {
+    const char* env = std::getenv("KVBENCH_EMULATED_SMS");
+    *value = env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : 132;
+    return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
 }
 template <typename F>
 inline cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {

@@ -142,7 +142,8 @@ void decode_out_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::T
   KVBENCH_DEVICE_GUARD(q);
   const int batch = q.size(0), heads = q.size(1), head_dim = q.size(2);
   const int block_size = k_cache.size(1), width = block_tables.size(1);
-  const size_t workspace_bytes = kvbench_paged_decode_workspace_bytes(batch, heads, head_dim, block_size, width);
+  const size_t workspace_bytes =
+      kvbench_paged_decode_workspace_bytes(batch, heads, k_cache.size(2), head_dim, block_size, width);
   at::Tensor workspace;  // from torch's caching allocator, on this stream
   if (workspace_bytes > 0)
     workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, q.options().dtype(at::kByte));

@@ -5,8 +5,9 @@
 // (every head for the usual groups of 1-8), so each K/V row is read from HBM once per
 // block. It streams the partition's K rows, then its V rows, through a ring of
 // shared-memory tiles filled by cp.async, so several tiles are in flight while it
-// computes (the bandwidth a decode kernel lives on). A partition is kPartitionSize
-// tokens; when a context may span several partitions (split-K), each block writes an
+// computes (the bandwidth a decode kernel lives on). A partition is 512 tokens, or
+// fewer (down to 128) when 512-token ones would leave SMs idle (few sequences, long
+// contexts); when a context may span several partitions (split-K), each block writes an
 // fp32 partial result plus its softmax max and sum, and a second kernel merges
 // them. Scores, softmax and accumulation are fp32 whatever the cache dtype.
 //
@@ -31,9 +32,11 @@ namespace {
 constexpr int kWarpSize = 32;
 constexpr int kNumThreads = 128;
 constexpr int kNumWarps = kNumThreads / kWarpSize;
-constexpr int kPartitionSize = 512;  // tokens per block; longer contexts take the split-K path
+constexpr int kMaxPartition = 512;  // tokens per block at most; longer contexts take the split-K path
+constexpr int kMinPartition = 128;  // the least a partition shrinks to: a multiple of every block size
+constexpr int kBlocksPerSm = 4;     // partitions shrink until the grid has this many blocks per SM
 constexpr int kHeadTile = 8;         // query heads one block serves (bounds its accumulators)
-constexpr int kDecodeStaticSmem = kPartitionSize * 4;  // the decode kernel's staged block ids
+constexpr int kDecodeStaticSmem = kMaxPartition * 4;  // the decode kernel's staged block ids
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Status codes beside cudaError_t values (which are >= 0).
@@ -60,10 +63,10 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 // The smallest power of two >= chunks, at most a warp.
 constexpr int lanes_for(int chunks) { return chunks > 16 ? 32 : chunks > 8 ? 16 : chunks > 4 ? 8 : chunks > 2 ? 4 : chunks > 1 ? 2 : 1; }
 
-// How a warp covers head_dim rows with 16-byte loads: kLanes lanes per row
-// (a power of two, at most MAX_LANES), kRowsPerWarp rows at once, kChunks 16-byte
-// chunks per row, and kUnroll rows a thread loads before it uses the first one (as
-// many as fit ~64 floats of registers), so enough bytes are in flight to fill HBM.
+// How a warp covers head_dim rows (in shared memory) with 16-byte loads: kLanes lanes
+// per row (a power of two, at most MAX_LANES), kRowsPerWarp rows at once, kChunks
+// 16-byte chunks per row. Consecutive lanes read consecutive chunks of a row, so a
+// quarter-warp reads 128 contiguous bytes: no bank conflicts.
 template <typename T, int HEAD_DIM, int MAX_LANES = kWarpSize>
 struct RowLayout {
   using Elem = T;
@@ -74,7 +77,6 @@ struct RowLayout {
   static constexpr int kChunksPerLane = (kChunks + kLanes - 1) / kLanes;
   static constexpr int kElems = kChunksPerLane * kVec;  // floats a lane holds for one row
   static constexpr int kRowsPerWarp = kWarpSize / kLanes;
-  static constexpr int kUnroll = kElems >= 64 ? 1 : kElems >= 32 ? 2 : 4;
 };
 
 // Loads this lane's chunks of one row as floats (zeros for chunks past the row).
@@ -133,7 +135,7 @@ struct DecodeParams {
   const void* v_cache;
   const int32_t* block_tables;
   const int32_t* context_lens;
-  int num_heads, group, head_tiles, log2_block_size, max_context, max_partitions;
+  int num_heads, group, head_tiles, log2_block_size, max_context, partition, max_partitions;
   int64_t q_stride_b, q_stride_h, out_stride_b, out_stride_h;
   int64_t cache_stride_block, cache_stride_token, cache_stride_head, bt_stride;
   float scale;
@@ -157,10 +159,10 @@ struct Tiles {
 };
 
 // Dynamic shared memory of the decode kernel, in bytes: the ring (or the reduction), q for
-// up to kHeadTile heads, the probabilities [heads][kPartitionSize], 1/sum per head.
+// up to kHeadTile heads, the probabilities [heads][partition], 1/sum per head.
 template <typename T, int HEAD_DIM>
-__host__ __device__ constexpr int decode_smem_bytes(int heads) {
-  return Tiles<T, HEAD_DIM>::kRegionBytes + 4 * (kHeadTile * HEAD_DIM + heads * kPartitionSize + kHeadTile);
+__host__ __device__ constexpr int decode_smem_bytes(int heads, int partition) {
+  return Tiles<T, HEAD_DIM>::kRegionBytes + 4 * (kHeadTile * HEAD_DIM + heads * partition + kHeadTile);
 }
 
 // One block: a (kv_head, query-head tile of up to kHeadTile heads, sequence, partition).
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   const bool split = p.part_out != nullptr;
   // Clamped so a bad length cannot read past the block table (the CPU op raises instead).
   const int ctx = min(p.context_lens[seq], p.max_context);
-  const int start = part * kPartitionSize;
+  const int start = part * p.partition;
   T* out = static_cast<T*>(p.out) + seq * p.out_stride_b + head0 * p.out_stride_h;
   if (ctx <= 0) {  // nothing to attend to: zeros, not 0/0
     if (!split && part == 0)
@@ -189,21 +191,21 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
     return;
   }
   if (start >= ctx) return;  // the merge kernel reads only live partitions
-  const int n = min(ctx - start, kPartitionSize);
+  const int n = min(ctx - start, p.partition);
 
   KVB_DYNAMIC_SMEM(unsigned char, smem);
   unsigned char* ring = smem;                                        // [kStages][kRows][kRowBytes]
   float* red_s = reinterpret_cast<float*>(smem);                     // after the ring: [warps][kHeadTile][HEAD_DIM]
   float* q_s = reinterpret_cast<float*>(smem + TL::kRegionBytes);    // [kHeadTile][HEAD_DIM]
-  float* prob_s = q_s + kHeadTile * HEAD_DIM;                        // [heads][kPartitionSize]
-  float* inv_sum_s = prob_s + heads * kPartitionSize;                // [kHeadTile]
+  float* prob_s = q_s + kHeadTile * HEAD_DIM;                        // [heads][p.partition]
+  float* inv_sum_s = prob_s + heads * p.partition;                   // [kHeadTile]
 
   const T* q = static_cast<const T*>(p.q) + seq * p.q_stride_b + head0 * p.q_stride_h;
   for (int i = tid; i < heads * HEAD_DIM; i += kNumThreads)
     q_s[i] = to_float(q[(i / HEAD_DIM) * p.q_stride_h + i % HEAD_DIM]) * p.scale;
   // The partition's block ids, staged once: a row's address then needs no dependent global
-  // load (partitions start on a block boundary: 512 is a multiple of every block size).
-  __shared__ int32_t table_s[kPartitionSize];  // kDecodeStaticSmem bytes
+  // load (partitions start on a block boundary: a partition is a multiple of every block size).
+  __shared__ int32_t table_s[kMaxPartition];  // kDecodeStaticSmem bytes
   const int32_t* table = p.block_tables + seq * p.bt_stride + (start >> p.log2_block_size);
   const int num_blocks = (n + (1 << p.log2_block_size) - 1) >> p.log2_block_size;
   for (int i = tid; i < num_blocks; i += kNumThreads) table_s[i] = table[i];
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 #pragma unroll
         for (int off = LK::kLanes / 2; off > 0; off >>= 1) s[u] += __shfl_xor_sync(kFullMask, s[u], off);
         const int r = r0 + u * kRowStep;
-        if (r < TL::kRows && row0 + r < n && lane_in_row == 0) prob_s[g * kPartitionSize + row0 + r] = s[u];
+        if (r < TL::kRows && row0 + r < n && lane_in_row == 0) prob_s[g * p.partition + row0 + r] = s[u];
       }
     }
   };
@@ -284,7 +286,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   // 2) Softmax over the partition, one warp per query head.
   auto softmax = [&] {
     for (int g = warp; g < heads; g += kNumWarps) {
-      float* pg = prob_s + g * kPartitionSize;
+      float* pg = prob_s + g * p.partition;
       float m = -INFINITY;
       for (int i = lane; i < n; i += kWarpSize) m = fmaxf(m, pg[i]);
       m = warp_max(m);
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 #pragma unroll
       for (int g = 0; g < kHeadTile; ++g) {
         if (g < heads) {
-          const float pr = prob_s[g * kPartitionSize + t];
+          const float pr = prob_s[g * p.partition + t];
 #pragma unroll
           for (int e = 0; e < L::kElems; ++e) acc[g][e] += pr * v[e];
         }
@@ -412,7 +414,7 @@ __global__ void __launch_bounds__(kNumThreads) merge_partitions_kernel(const Dec
     for (int d = tid; d < HEAD_DIM; d += kNumThreads) out[d] = from_float<T>(0.f);
     return;
   }
-  const int parts = (ctx + kPartitionSize - 1) / kPartitionSize;
+  const int parts = (ctx + p.partition - 1) / p.partition;
   KVB_DYNAMIC_SMEM(float, smem);
   float* weight_s = smem;  // [max_partitions]
   float* scratch = smem + p.max_partitions;
@@ -478,14 +480,42 @@ int log2_exact(int x) {  // -1 unless x is a power of two
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-int max_partitions_for(int block_size, int max_blocks_per_seq) {
-  const int64_t max_context = static_cast<int64_t>(block_size) * max_blocks_per_seq;
-  return static_cast<int>((max_context + kPartitionSize - 1) / kPartitionSize);
-}
-
 // Launch-time facts about a device, cached so a decode step makes no driver queries.
 // Device ids past kMaxDevices work, uncached.
 constexpr int kMaxDevices = 64;
+
+// The current device's SM count, 0 if it cannot be had (then partitions never shrink).
+// Cached as g_smem_optin is (below).
+std::atomic<int> g_num_sms[kMaxDevices];
+
+int current_num_sms() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+#ifndef KVBENCH_CUDA_EMULATION  // the emulator's count may change between launches (the tests vary it)
+  if (device < kMaxDevices && (sms = g_num_sms[device].load(std::memory_order_relaxed)) > 0) return sms;
+#endif
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+  if (device < kMaxDevices) g_num_sms[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+// Tokens per partition: 512, halved (to 128 at least) while the grid would have fewer than
+// kBlocksPerSm blocks per SM and the longest context still spans the partition, as the
+// Triton kernel picks its splits (kernels/triton_paged.choose_num_splits): few sequences
+// with long contexts then still fill the GPU. The workspace size and the launch both call
+// this with the same arguments, so they agree.
+int choose_partition(int batch, int kv_heads, int group, int64_t max_context, int num_sms) {
+  const int64_t tiles = static_cast<int64_t>(batch) * kv_heads * ((group + kHeadTile - 1) / kHeadTile);
+  int partition = kMaxPartition;
+  while (partition > kMinPartition && max_context > partition &&
+         tiles * ((max_context + partition - 1) / partition) < static_cast<int64_t>(kBlocksPerSm) * num_sms)
+    partition /= 2;
+  return partition;
+}
+
+int partitions_for(int64_t max_context, int partition) {
+  return static_cast<int>((max_context + partition - 1) / partition);
+}
 
 // Each device's opt-in shared memory per block, 0 until first asked. Threads racing on
 // the first launch both query it and store the same value, so relaxed atomics suffice.
@@ -522,7 +552,7 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
   if (!aligned16(p.k_cache) || !aligned16(p.v_cache) || p.cache_stride_block % elems ||
       p.cache_stride_token % elems || p.cache_stride_head % elems)
     return kErrAlignment;
-  const size_t smem = decode_smem_bytes<T, HEAD_DIM>(p.group < kHeadTile ? p.group : kHeadTile);
+  const size_t smem = decode_smem_bytes<T, HEAD_DIM>(p.group < kHeadTile ? p.group : kHeadTile, p.partition);
   int device = 0, smem_optin = 0;
   cudaError_t err = cudaGetDevice(&device);  // cheap: the calling thread's current device
   if (err == cudaSuccess) err = smem_optin_for(device, &smem_optin);
@@ -565,9 +595,12 @@ int dispatch_head_dim(int head_dim, const DecodeParams& p, int batch, int kv_hea
 
 extern "C" {
 
-size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int head_dim, int block_size,
+size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int kv_heads, int head_dim, int block_size,
                                             int max_blocks_per_seq) {
-  const int parts = max_partitions_for(block_size, max_blocks_per_seq);
+  if (kv_heads <= 0 || num_heads % kv_heads != 0) return 0;  // the launch refuses these
+  const int64_t max_context = static_cast<int64_t>(block_size) * max_blocks_per_seq;
+  const int partition = choose_partition(batch, kv_heads, num_heads / kv_heads, max_context, current_num_sms());
+  const int parts = partitions_for(max_context, partition);
   if (parts <= 1) return 0;
   const size_t rows = static_cast<size_t>(batch) * num_heads * parts;
   return sizeof(float) * rows * (static_cast<size_t>(head_dim) + 2);
@@ -597,7 +630,8 @@ int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache
   p.log2_block_size = log2_block_size;
   const int64_t max_context = static_cast<int64_t>(block_size) * max_blocks_per_seq;
   p.max_context = max_context > INT32_MAX ? INT32_MAX : static_cast<int>(max_context);
-  p.max_partitions = max_partitions_for(block_size, max_blocks_per_seq);
+  p.partition = choose_partition(batch, kv_heads, p.group, max_context, current_num_sms());
+  p.max_partitions = partitions_for(max_context, p.partition);
   p.q_stride_b = q_stride_b;
   p.q_stride_h = q_stride_h;
   p.out_stride_b = out_stride_b;

@@ -17,8 +17,9 @@
 
 extern "C" {
 
-// Bytes of fp32 scratch the split-K path needs (0: one partition, no scratch).
-size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int head_dim, int block_size,
+// Bytes of fp32 scratch the split-K path needs (0: one partition, no scratch), for a launch
+// with the same sizes on the current device.
+size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int kv_heads, int head_dim, int block_size,
                                             int max_blocks_per_seq);
 
 // dtype: 0 float32, 1 float16, 2 bfloat16. Returns 0 or a status for kvbench_cuda_status_string.
