@@ -10,9 +10,11 @@ import torch
 
 from harness.context import RunContext
 from harness.engine import Engine
+from harness.errors import ConfigError
 from harness.model.config import ModelConfig
 from harness.model.piecewise import PiecewiseDecode, capture_sizes
 from harness.model.weights import build_model
+from harness.resolve import resolve
 from harness.run import run_job
 from harness.workload import Request
 from impls.paged import PagedCache
@@ -112,6 +114,27 @@ def test_cuda_graph_on_cpu_is_a_config_error(compose, tmp_path):
     rows, code = run_job(compose(["+impl=contiguous", *TINY, "device=cpu", "cuda_graph=true"]), tmp_path)
     assert code == 2
     assert "cuda_graph=true needs a CUDA device" in rows[0]["error"]
+
+
+@pytest.mark.parametrize("overrides, where", [
+    (["scenario=kernel"], "scenario=kernel:"),
+    (["scenario=capacity"], "scenario=capacity:"),
+    (["scenario=max_concurrency", "scenario.probe=capacity"], "scenario=max_concurrency with scenario.probe=capacity"),
+    (["scenario=max_rate", "scenario.probe=capacity", "slo.ttft_ms=100", "arrival=poisson", "gpu=a100-40gb"],
+     "scenario=max_rate with scenario.probe=capacity"),
+])
+def test_cuda_graph_where_no_model_decodes_is_a_config_error(compose, overrides, where):
+    """Told on any device (the scope is checked before the device): graphs capture only a model's decode steps."""
+    with pytest.raises(ConfigError, match="cuda_graph=true does nothing in ") as err:
+        resolve(compose(["+impl=paged_torch", *TINY[:-1], *overrides, "cuda_graph=true"]))
+    assert where in str(err.value) and "scenario.probe=decode" in str(err.value)
+
+
+@pytest.mark.parametrize("overrides", [["scenario=decode"], ["scenario=max_concurrency"],
+                                       ["scenario=max_rate", "slo.ttft_ms=100", "arrival=poisson"]])
+def test_cuda_graph_where_the_model_decodes_passes_the_scope_check(compose, overrides):
+    with pytest.raises(ConfigError, match="cuda_graph=true needs a CUDA device"):  # the CPU's own refusal
+        resolve(compose(["+impl=paged_torch", *TINY[:-1], *overrides, "device=cpu", "cuda_graph=true"]))
 
 
 def test_decode_scenario_runs_pieces_and_charges_their_memory(compose, tmp_path, monkeypatch):
