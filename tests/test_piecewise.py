@@ -159,6 +159,54 @@ def test_decode_scenario_runs_pieces_and_charges_their_memory(compose, tmp_path,
     assert row["budget_kv_bytes"] == plain["budget_kv_bytes"] - 1_000_000
 
 
+def _graph_ctx(compose, tmp_path, *overrides: str) -> RunContext:
+    """A resolved CPU run with cuda_graph switched on after resolve (on CPU the pieces run eagerly)."""
+    cfg = resolve(compose(["+impl=paged_torch", *TINY[:-1], "device=cpu", *overrides]))
+    cfg.cuda_graph = True
+    return RunContext(cfg, tmp_path, None)
+
+
+def test_a_probe_of_the_same_batch_shares_the_pieces_and_one_of_another_batch_has_its_own(compose, tmp_path):
+    import copy
+
+    ctx = _graph_ctx(compose, tmp_path, "batch=4")
+    same = copy.deepcopy(ctx.cfg)
+    same.arrival.rate = 3.0
+    assert "decode_pieces" not in ctx.derive(same).__dict__  # nothing built yet: nothing handed on
+    parent = ctx.decode_pieces
+    assert ctx.derive(same).decode_pieces is parent
+    grown = copy.deepcopy(ctx.cfg)
+    grown.batch = 8
+    own = ctx.derive(grown).decode_pieces
+    assert own is not parent and (own.max_batch, parent.max_batch) == (8, 4)
+    assert ctx.derive(grown).model is ctx.model  # the model is shared whatever the batch
+
+
+def test_max_rate_probes_replay_one_set_of_pieces(compose, tmp_path, monkeypatch):
+    from harness.scenarios import max_rate
+
+    built, calls = [], []
+
+    class Counted(PiecewiseDecode):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+        def __call__(self, *args, **kwargs):
+            calls.append(self)
+            return super().__call__(*args, **kwargs)
+
+    monkeypatch.setattr("harness.model.piecewise.PiecewiseDecode", Counted)
+    ctx = _graph_ctx(compose, tmp_path, "scenario=max_rate", "arrival=poisson", "slo.e2el_ms=100000", "batch=3",
+                     "workload.num_requests=3", "workload.prompt_len=8", "workload.output_len=3",
+                     "workload=fixed", "scenario.start_rps=64", "scenario.search_limit=256",
+                     "scenario.tolerance_rps=64", "scenario.warmup=0")
+    (row,) = max_rate.run(ctx, ctx.cfg.impl)
+    assert row["status"] == "ok" and row["probes"] >= 2
+    assert len(built) == 1 and built[0].max_batch == 3
+    assert calls and set(calls) == set(built)  # every probe's decode steps ran the one set
+
+
 # --- on a GPU: real captures ------------------------------------------------------------------
 
 
