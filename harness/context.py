@@ -34,9 +34,14 @@ class RunContext:
         """A context for a probe run with ``cfg`` (same folder and fingerprint; the built model shared,
         its own tables and tokens)."""
         probe = RunContext(cfg, self.run_dir, self.fingerprint)
-        for shared in ("model", "decode_pieces"):
-            if shared in self.__dict__:
-                probe.__dict__[shared] = self.__dict__[shared]
+        if "model" in self.__dict__:
+            probe.__dict__["model"] = self.__dict__["model"]
+        # The pieces depend on the model, ``batch`` and ``cuda_graph`` alone. A probe that keeps them (each
+        # of max_rate's) replays the parent's graphs, if built; one of another batch (max_concurrency's)
+        # captures its own, as a run with that batch would, and has the graph memory of that batch charged.
+        same = (cfg.batch, cfg.cuda_graph) == (self.cfg.batch, self.cfg.cuda_graph)
+        if same and "decode_pieces" in self.__dict__:
+            probe.__dict__["decode_pieces"] = self.__dict__["decode_pieces"]
         return probe
 
     @property

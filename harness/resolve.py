@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.budget import check_memory_bounds, check_memory_values
 from harness.config import (
     ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, SCENARIOS,
-    TRACE_SAMPLES, Config, GpuConfig, ImplConfig, KernelScenario, MaxRateScenario, SearchScenario,
+    TRACE_SAMPLES, Config, DecodeScenario, GpuConfig, ImplConfig, KernelScenario, MaxRateScenario, SearchScenario,
 )
 from harness.cost_model import GpuSpec, gpu_spec
 from kernels.cuda_available import cuda_available
@@ -199,6 +199,12 @@ def validate_scenario(cfg: Config) -> None:
                               f"scenario={chosen}); choose the scenario with scenario={sc.name}")
     if isinstance(sc, SearchScenario):
         _one_of("scenario.probe", sc.probe, PROBES)
+    # Checked here, before the device is looked for: on any device, a scenario that runs no model decode
+    # would take cuda_graph=true silently and change nothing but the rows' label.
+    _check(not cfg.cuda_graph or _decodes_with_model(sc),
+           f"cuda_graph=true does nothing in scenario={sc.name}" + (f" with scenario.probe={sc.probe}"
+                                                                    if isinstance(sc, SearchScenario) else "")
+           + ": it applies to scenario=decode, and max_concurrency/max_rate with scenario.probe=decode; leave it false")
     if isinstance(sc, KernelScenario):
         _check(sc.context_len >= 1, f"scenario.context_len={sc.context_len} must be >= 1")
         _check(sc.warmup >= 0, f"scenario.warmup={sc.warmup} must be >= 0")
@@ -206,6 +212,11 @@ def validate_scenario(cfg: Config) -> None:
         _check(sc.slab_block_size is None or _power_of_two_block(sc.slab_block_size),
                f"scenario.slab_block_size={sc.slab_block_size} must be a block_size (a power of two in "
                f"[1, {MAX_BLOCK_SIZE}]) or null")
+
+
+def _decodes_with_model(sc) -> bool:
+    """The scenario runs the model's decode steps (where cuda_graph's pieces replace its forward)."""
+    return isinstance(sc, DecodeScenario) or (isinstance(sc, SearchScenario) and sc.probe == "decode")
 
 
 def slo_set(cfg: Config) -> bool:

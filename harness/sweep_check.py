@@ -46,7 +46,16 @@ def on_this_machine(job: list[str], has_gpu: bool) -> list[str]:
     """``job`` as this machine can validate it: without a GPU, the GPU-only switches are off."""
     if has_gpu:
         return job
-    return [f"{key}={GPU_ONLY[key]}" if (key := o.split("=", 1)[0]) in GPU_ONLY else o for o in job]
+    return [_gpu_off(o) for o in job]
+
+
+def _gpu_off(override: str) -> str:
+    """A GPU-only switch's override with its off value, written as given (``key=``, ``+key=`` or ``++key=``)."""
+    if "=" not in override:
+        return override
+    written = override.split("=", 1)[0]
+    key = written.lstrip("+")
+    return f"{written}={GPU_ONLY[key]}" if key in GPU_ONLY else override
 
 
 def _one_line(exc: Exception) -> str:

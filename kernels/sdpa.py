@@ -91,10 +91,10 @@ def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, blo
     nothing to check that SDPA does not.
     """
     length = k_slab.shape[1] if max_context is None else max_context
-    if block_tables is not None:
+    keys, values = k_slab[:, :length], v_slab[:, :length]  # views: sliced before any gather
+    if block_tables is not None:  # the gather copies only the `length` tokens read, not whole lanes
         lanes = block_tables[:, 0].long()
-        k_slab, v_slab = k_slab.index_select(0, lanes), v_slab.index_select(0, lanes)
-    keys, values = k_slab[:, :length], v_slab[:, :length]
+        keys, values = keys.index_select(0, lanes), values.index_select(0, lanes)
     mask = None
     if context_lens is not None:
         visible = torch.arange(length, device=q.device)[None, :] < context_lens.to(q.device)[:, None]

@@ -115,3 +115,12 @@ def test_gpu_only_switches_are_off_where_there_is_no_gpu():
     assert on_this_machine(job, has_gpu=False) == ["+sweep=gpu_decode", "+impl=paged_cuda", "batch=64",
                                                    "cuda_graph=false"]
     assert on_this_machine(job, has_gpu=True) == job
+
+
+@pytest.mark.parametrize("prefix", ["", "+", "++"])
+def test_gpu_only_switches_are_off_however_the_override_is_written(prefix):
+    from harness.sweep_check import on_this_machine
+
+    job = ["+sweep=gpu_decode", f"{prefix}cuda_graph=true", "++batch=64", "~gpu"]
+    assert on_this_machine(job, has_gpu=False) == ["+sweep=gpu_decode", f"{prefix}cuda_graph=false", "++batch=64",
+                                                   "~gpu"]

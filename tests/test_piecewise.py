@@ -10,9 +10,11 @@ import torch
 
 from harness.context import RunContext
 from harness.engine import Engine
+from harness.errors import ConfigError
 from harness.model.config import ModelConfig
 from harness.model.piecewise import PiecewiseDecode, capture_sizes
 from harness.model.weights import build_model
+from harness.resolve import resolve
 from harness.run import run_job
 from harness.workload import Request
 from impls.paged import PagedCache
@@ -114,6 +116,27 @@ def test_cuda_graph_on_cpu_is_a_config_error(compose, tmp_path):
     assert "cuda_graph=true needs a CUDA device" in rows[0]["error"]
 
 
+@pytest.mark.parametrize("overrides, where", [
+    (["scenario=kernel"], "scenario=kernel:"),
+    (["scenario=capacity"], "scenario=capacity:"),
+    (["scenario=max_concurrency", "scenario.probe=capacity"], "scenario=max_concurrency with scenario.probe=capacity"),
+    (["scenario=max_rate", "scenario.probe=capacity", "slo.ttft_ms=100", "arrival=poisson", "gpu=a100-40gb"],
+     "scenario=max_rate with scenario.probe=capacity"),
+])
+def test_cuda_graph_where_no_model_decodes_is_a_config_error(compose, overrides, where):
+    """Told on any device (the scope is checked before the device): graphs capture only a model's decode steps."""
+    with pytest.raises(ConfigError, match="cuda_graph=true does nothing in ") as err:
+        resolve(compose(["+impl=paged_torch", *TINY[:-1], *overrides, "cuda_graph=true"]))
+    assert where in str(err.value) and "scenario.probe=decode" in str(err.value)
+
+
+@pytest.mark.parametrize("overrides", [["scenario=decode"], ["scenario=max_concurrency"],
+                                       ["scenario=max_rate", "slo.ttft_ms=100", "arrival=poisson"]])
+def test_cuda_graph_where_the_model_decodes_passes_the_scope_check(compose, overrides):
+    with pytest.raises(ConfigError, match="cuda_graph=true needs a CUDA device"):  # the CPU's own refusal
+        resolve(compose(["+impl=paged_torch", *TINY[:-1], *overrides, "device=cpu", "cuda_graph=true"]))
+
+
 def test_decode_scenario_runs_pieces_and_charges_their_memory(compose, tmp_path, monkeypatch):
     """The scenario's path with cuda_graph on: pieces from the run context, their bytes out of the KV budget.
     On CPU the pieces run eagerly (nothing is captured), so their memory is charged as a fixed test figure."""
@@ -134,6 +157,54 @@ def test_decode_scenario_runs_pieces_and_charges_their_memory(compose, tmp_path,
     assert row["piecewise_steps"] == row["decode_steps"] > 0 and plain["piecewise_steps"] == 0
     assert row["budget_graph_bytes"] == 1_000_000 and plain["budget_graph_bytes"] == 0
     assert row["budget_kv_bytes"] == plain["budget_kv_bytes"] - 1_000_000
+
+
+def _graph_ctx(compose, tmp_path, *overrides: str) -> RunContext:
+    """A resolved CPU run with cuda_graph switched on after resolve (on CPU the pieces run eagerly)."""
+    cfg = resolve(compose(["+impl=paged_torch", *TINY[:-1], "device=cpu", *overrides]))
+    cfg.cuda_graph = True
+    return RunContext(cfg, tmp_path, None)
+
+
+def test_a_probe_of_the_same_batch_shares_the_pieces_and_one_of_another_batch_has_its_own(compose, tmp_path):
+    import copy
+
+    ctx = _graph_ctx(compose, tmp_path, "batch=4")
+    same = copy.deepcopy(ctx.cfg)
+    same.arrival.rate = 3.0
+    assert "decode_pieces" not in ctx.derive(same).__dict__  # nothing built yet: nothing handed on
+    parent = ctx.decode_pieces
+    assert ctx.derive(same).decode_pieces is parent
+    grown = copy.deepcopy(ctx.cfg)
+    grown.batch = 8
+    own = ctx.derive(grown).decode_pieces
+    assert own is not parent and (own.max_batch, parent.max_batch) == (8, 4)
+    assert ctx.derive(grown).model is ctx.model  # the model is shared whatever the batch
+
+
+def test_max_rate_probes_replay_one_set_of_pieces(compose, tmp_path, monkeypatch):
+    from harness.scenarios import max_rate
+
+    built, calls = [], []
+
+    class Counted(PiecewiseDecode):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+        def __call__(self, *args, **kwargs):
+            calls.append(self)
+            return super().__call__(*args, **kwargs)
+
+    monkeypatch.setattr("harness.model.piecewise.PiecewiseDecode", Counted)
+    ctx = _graph_ctx(compose, tmp_path, "scenario=max_rate", "arrival=poisson", "slo.e2el_ms=100000", "batch=3",
+                     "workload.num_requests=3", "workload.prompt_len=8", "workload.output_len=3",
+                     "workload=fixed", "scenario.start_rps=64", "scenario.search_limit=256",
+                     "scenario.tolerance_rps=64", "scenario.warmup=0")
+    (row,) = max_rate.run(ctx, ctx.cfg.impl)
+    assert row["status"] == "ok" and row["probes"] >= 2
+    assert len(built) == 1 and built[0].max_batch == 3
+    assert calls and set(calls) == set(built)  # every probe's decode steps ran the one set
 
 
 # --- on a GPU: real captures ------------------------------------------------------------------

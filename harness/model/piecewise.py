@@ -132,9 +132,14 @@ class PiecewiseDecode:
         overlap, so what one capture frees the next may reuse (as vLLM shares its pool)."""
         torch.cuda.synchronize()
         pool = torch.cuda.graph_pool_handle()
+        # One side stream for the warm-up and every capture (as vLLM's graph_capture does). torch keeps a
+        # cuBLAS/cuBLASLt workspace per (handle, stream): a warm-up on another stream than the capture's
+        # (torch.cuda.graph's own internal one, when given no stream) would leave the capture stream's
+        # workspace to be created inside the first capture. And captures sharing a pool should share
+        # their stream (torch.cuda.graph's note on pools).
         side = torch.cuda.Stream()
         for size in reversed(self.sizes):
-            # A first eager pass on a side stream: lazy initialisations (cuBLAS handles and
+            # A first eager pass on that stream: lazy initialisations (cuBLAS handles and
             # workspaces) must not happen inside a capture.
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -144,7 +149,7 @@ class PiecewiseDecode:
             graphs = []
             for index in range(self.num_pieces):
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with torch.cuda.graph(graph, pool=pool, stream=side):
                     self._piece(index, size)
                 graphs.append(graph)
             self.graphs[size] = graphs

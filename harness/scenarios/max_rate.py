@@ -70,6 +70,10 @@ def _probe(ctx: RunContext, impl: ImplConfig, rate: float, first: bool) -> dict:
 def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
     sc = ctx.cfg.scenario
     listed: list[dict] = []
+    if sc.probe == "decode":
+        # cuda_graph=true: built (captured on a GPU) by reading them, once, here; every probe keeps the
+        # batch, so RunContext.derive hands them on instead of each probe capturing its own.
+        ctx.decode_pieces
 
     def passes(rate: float) -> bool:
         row = _probe(ctx, impl, rate, first=not listed)

@@ -1,0 +1,119 @@
+"""A job's id hashes only the values that differ from the schema's defaults: a key added with
+a default leaves every id as it was, and any changed value changes it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.config import Config, DecodeScenario, ImplConfig, WorkloadConfig
+from harness.job_identity import identity_fields, job_id
+from harness.model.config import ModelConfig, RopeScaling
+from harness.resolve import resolve
+
+BASE = ["+impl=paged_torch", "model=tiny-llama", "device=cpu", "max_seq_len=128"]
+SLUG = "cpu"
+
+
+@pytest.fixture
+def cfg(compose) -> Config:
+    return resolve(compose(BASE))
+
+
+def _with_fields(cls: type, **new) -> type:
+    """``cls`` as if the schema had gained keys with defaults (a dataclass value: its class's default)."""
+    fields = [(name, type(v), dataclasses.field(default_factory=type(v)) if dataclasses.is_dataclass(v)
+               else dataclasses.field(default=v)) for name, v in new.items()]
+    return dataclasses.make_dataclass(cls.__name__, fields, bases=(cls,))
+
+
+def _copy_as(obj, cls: type, **values):
+    return cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}, **values)
+
+
+def test_a_new_defaulted_key_leaves_the_id_unchanged(cfg):
+    before = job_id(cfg, SLUG)
+    # New keys at the top, in the chosen scenario, and in nested groups (whose schema default
+    # is then the grown class, as it would be had the key been added to the group's dataclass).
+    model = _copy_as(cfg.model, _with_fields(ModelConfig, new_flag=False))
+    workload = _copy_as(cfg.workload, _with_fields(WorkloadConfig, new_name="x"))
+    scenario = _copy_as(cfg.scenario, _with_fields(DecodeScenario, new_knob=0.5))
+    grown = _with_fields(Config, new_knob=3, model=model, workload=workload)
+    top = _copy_as(dataclasses.replace(cfg, model=model, workload=workload, scenario=scenario), grown)
+    flat = dataclasses.asdict(top)
+    assert flat["new_knob"] == 3 and flat["model"]["new_flag"] is False and flat["scenario"]["new_knob"] == 0.5
+    assert job_id(top, SLUG) == before
+    # A new key set to something other than its default is a different job.
+    for path, value in [(("new_knob",), 4), (("model", "new_flag"), True), (("workload", "new_name"), "y"),
+                        (("scenario", "new_knob"), 1.5)]:
+        assert job_id(_set(top, path, value), SLUG) != before, path
+
+
+def _changed(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return [*value, 7]
+    raise TypeError(type(value))
+
+
+def _leaves(obj, path=()):
+    """(path, value) of every non-None, non-dataclass value in a dataclass, recursively."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _leaves(value, (*path, f.name))
+        elif value is not None:
+            yield (*path, f.name), value
+
+
+def _set(obj, path, value):
+    obj = dataclasses.replace(obj)  # a shallow copy per level: the fixture's config stays as it was
+    if len(path) == 1:
+        setattr(obj, path[0], value)
+    else:
+        setattr(obj, path[0], _set(getattr(obj, path[0]), path[1:], value))
+    return obj
+
+
+def test_changing_any_one_value_changes_the_id(cfg):
+    before = job_id(cfg, SLUG)
+    paths = [p for p, _ in _leaves(cfg) if p[0] not in ("resume", "progress")]
+    assert ("batch",) in paths and ("scenario", "warmup") in paths and ("model", "hidden_size") in paths
+    assert ("workload", "columns", "prompt_len") in paths
+    for path, value in _leaves(cfg):
+        if path[0] in ("resume", "progress"):
+            continue
+        assert job_id(_set(cfg, path, _changed(value)), SLUG) != before, path
+    # None set to a value, and a nested dataclass where the default is None
+    assert job_id(_set(cfg, ("cpu_threads",), 2), SLUG) != before
+    assert job_id(_set(cfg, ("model", "rope_scaling"), RopeScaling()), SLUG) != before
+    assert job_id(_set(cfg, ("impl",), ImplConfig(name="paged_torch", cache="contiguous")), SLUG) != before
+    assert job_id(cfg, "cuda-h200") != before
+    # The switches that change how a job runs, not what it measures, keep the id.
+    assert job_id(_set(_set(cfg, ("resume",), True), ("progress",), True), SLUG) == before
+
+
+def test_a_key_set_to_its_default_is_the_same_job(compose, cfg):
+    explicit = resolve(compose([*BASE, "scenario.warmup=1", "workload.sigma=0.6", "model.hidden_size=256",
+                                "cuda_graph=false", "workload.prompt_len=96.0"]))
+    assert identity_fields(explicit, SLUG) == identity_fields(cfg, SLUG)
+    assert job_id(explicit, SLUG) == job_id(cfg, SLUG)
+
+
+def test_scenarios_at_their_defaults_are_different_jobs(compose):
+    ids = {job_id(resolve(compose([*BASE, f"scenario={name}"])), SLUG) for name in ("decode", "kernel", "capacity")}
+    assert len(ids) == 3
+
+
+def test_the_identity_lists_only_what_differs_from_the_defaults(cfg):
+    fields = identity_fields(cfg, SLUG)["config"]
+    assert fields["scenario"] == {"name": "decode"}
+    assert fields["impl"]["name"] == "paged_torch"
+    assert "model" not in fields and "arrival" not in fields and "seed" not in fields  # all at their defaults
+    assert fields["max_seq_len"] == 128
