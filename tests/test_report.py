@@ -245,3 +245,33 @@ def test_breakdown_adds_external_fragmentation_only_where_an_impl_has_it():
     assert table.at["orca_oracle", "used_pct"] == 65
     labels = [t.get_text() for t in kv_breakdown(rows).legends[0].texts]
     assert labels[-1] == "external fragmentation"
+
+
+def test_eager_and_graphed_decode_rows_stay_apart():
+    """cuda_graph=true rows are another measurement of the same impl: the decode table names the
+    mode, parity compares within a mode, and the plot draws them as separate lines."""
+    from harness.report.collect import with_mode
+    from harness.report.markdown import decode_table, parity_table
+    from harness.report.speed_plots import decode_throughput
+
+    base = {"scenario": "decode", "status": "ok", "device_slug": "nvidia-h200", "model": "m", "dtype": "bfloat16",
+            "workload": "chat", "workload_digest": "w1", "kv_used_fraction": 0.5, "run_dir": "r"}
+    rows = pd.DataFrame([
+        {**base, "impl": impl, "batch": b, "cuda_graph": graphs, "output_digest": digest,
+         "output_tokens_per_s": (300.0 if graphs else 100.0) * b}
+        for impl in ("contiguous", "paged_triton") for b in (1, 64)
+        for graphs, digest in ((False, "eager"), (True, "graphed"))])
+    assert list(with_mode(rows)["mode"].unique()) == ["eager", "CUDA graphs"]
+    assert set(with_mode(rows.drop(columns="cuda_graph"))["mode"]) == {"eager"}  # rows from before the switch
+
+    table, _ = decode_table(rows)
+    assert table.groupby(["impl", "mode", "batch"]).size().eq(1).all() and len(table) == 8
+
+    parity = parity_table(rows)
+    assert len(parity) == 4 and parity["agree"].all()  # each mode agrees across impls; modes never mixed
+
+    fig = decode_throughput(rows, {"contiguous": "C0", "paged_triton": "C1"})
+    (ax,) = [a for a in fig.axes if a.lines]
+    ys = [[float(y) for y in line.get_ydata()] for line in ax.lines]
+    tops = sorted(round(max(y)) for y in ys if len(y) == 2 and not any(math.isnan(v) for v in y))
+    assert set(tops) == {6400, 19200}  # eager and graphed lines; averaged together they would top at 12800

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from harness.report.collect import Collection, burst, ok_rows, unique_points
+from harness.report.collect import Collection, burst, ok_rows, unique_points, with_mode
 from harness.report.figures import GB, devices
 from harness.report.hardware import with_peak
 from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
@@ -84,19 +84,22 @@ def memory_points_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def decode_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> tuple[pd.DataFrame, str]:
-    df = burst(ok_rows(rows, "decode"))  # rows under an arrival process are in the service table
+    df = with_mode(burst(ok_rows(rows, "decode")))  # rows under an arrival process are in the service table
     df = df.assign(used_pct=100 * df["kv_used_fraction"])
-    cols = {"device_slug": "device", "model": "model", "workload": "workload", "impl": "impl", "batch": "batch",
+    cols = {"device_slug": "device", "model": "model", "workload": "workload", "impl": "impl", "mode": "mode",
+            "batch": "batch",
             "output_tokens_per_s": "output tok/s", "tokens_per_s": "tok/s", "tokens_per_s_spread": "tok/s spread",
             "step_ms_p50": "step p50 ms", "ttft_ms_p50": "TTFT p50 ms", "preemptions": "preemptions",
             "used_pct": "KV used %", "run_dir": "run"}
-    return _marked(df.sort_values(["device_slug", "model", "workload", "impl", "batch", "run_dir"]), cols, max_spread)
+    return _marked(df.sort_values(["device_slug", "model", "workload", "impl", "mode", "batch", "run_dir"]), cols,
+                   max_spread)
 
 
 def parity_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Greedy output parity: per device, model, dtype and workload, the digests each impl produced."""
-    df = ok_rows(rows, "decode").dropna(subset=["output_digest"])
-    keys = ["device_slug", "model", "dtype", "workload", "workload_digest", "batch"]
+    df = with_mode(ok_rows(rows, "decode").dropna(subset=["output_digest"]))
+    # Eager and graphed runs are compared separately: a padded batch may round bf16 differently.
+    keys = ["device_slug", "model", "dtype", "workload", "workload_digest", "batch", "mode"]
     out = []
     for key, group in df.groupby(keys, dropna=False, sort=True):
         by_impl = group.groupby("impl")["output_digest"].agg(lambda d: ",".join(sorted(set(d))))
@@ -254,7 +257,8 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
                   "The same requests must give the same greedy tokens whatever the cache and kernel "
                   "(fp32 exactly; bf16/fp16 may differ where two logits tie after rounding).\n",
                   md_table(_pick(parity, {"device_slug": "device", "model": "model", "dtype": "dtype",
-                                          "workload": "workload", "batch": "batch", "impls": "impls",
+                                          "workload": "workload", "batch": "batch", "mode": "mode",
+                                          "impls": "impls",
                                           "digests": "output digests", "agree": "agree"}))]
     for i, (name, title) in enumerate([s for s in SECTIONS if s[0] in drawn], start=1):
         parts += [f"## {i}. {title}\n", _figure(name, title)]

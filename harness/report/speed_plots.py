@@ -6,7 +6,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from harness.report.collect import burst, ok_rows
+from harness.report.collect import burst, ok_rows, with_mode
 from harness.report.figures import (
     MAX_FACETS, count_axis, drop_legend, facet_labels, grid, legend_outside, wrap,
 )
@@ -18,8 +18,8 @@ BARS = {"errorbar": SPREAD, "err_style": "bars", "err_kws": {"capsize": 3}}
 
 
 def decode_throughput(rows: pd.DataFrame, palette: dict) -> Figure | None:
-    """Plot 4: output tokens/s vs batch, one line per impl."""
-    df = burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s", "batch"])
+    """Plot 4: output tokens/s vs batch, one line per impl (dashed: with CUDA graphs, when both ran)."""
+    df = with_mode(burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s", "batch"]))
     if df.empty:
         return None
     df["facet"] = facet_labels(df, ["model", "workload", "dtype", "device_slug"],
@@ -28,7 +28,8 @@ def decode_throughput(rows: pd.DataFrame, palette: dict) -> Figure | None:
     fig, axes = grid(len(facets), size=(5.4, 4.0))
     for i, (ax, facet) in enumerate(zip(axes, facets)):
         sub = df[df["facet"] == facet]
-        sns.lineplot(data=sub, x="batch", y="output_tokens_per_s", hue="impl", style="impl", markers=True,
+        style = "mode" if sub["mode"].nunique() > 1 else "impl"
+        sns.lineplot(data=sub, x="batch", y="output_tokens_per_s", hue="impl", style=style, markers=True,
                      markersize=8, palette=palette, hue_order=sorted(sub["impl"].unique()), **BARS, ax=ax)
         count_axis(ax, sub["batch"])
         ax.set_title(wrap(facet))
@@ -108,7 +109,7 @@ def kernel_latency_bandwidth(rows: pd.DataFrame, palette: dict) -> Figure | None
 
 def gpu_comparison(rows: pd.DataFrame, palette: dict) -> Figure | None:
     """Plot 6 (2+ devices): key metrics with one column per device, raw and normalised by peak bandwidth."""
-    decode = with_peak(burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s", "batch"]))
+    decode = with_peak(with_mode(burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s", "batch"])))
     kernel = ok_rows(rows, "kernel")
     if "bandwidth_gbps" in kernel:
         kernel = with_peak(kernel.dropna(subset=["bandwidth_gbps", "context_len"]))
@@ -125,8 +126,9 @@ def gpu_comparison(rows: pd.DataFrame, palette: dict) -> Figure | None:
                                   if "kernel_batch" in kernel else "-")
     panels = []  # (frame, x, y, x label, y label, style)
     if len(decode):
-        panels += [(decode, "batch", "output_tokens_per_s", "batch", "output tokens/s", "impl"),
-                   (decode, "batch", "tokens_per_tbps", "batch", "output tokens/s per TB/s of peak", "impl")]
+        style = "mode" if decode["mode"].nunique() > 1 else "impl"
+        panels += [(decode, "batch", "output_tokens_per_s", "batch", "output tokens/s", style),
+                   (decode, "batch", "tokens_per_tbps", "batch", "output tokens/s per TB/s of peak", style)]
     if len(kernel):
         panels += [(kernel, "context_len", "bandwidth_gbps", "context length (tokens)", "kernel bandwidth (GB/s)", "kernel batch"),
                    (kernel, "context_len", "frac_peak", "context length (tokens)", "kernel fraction of peak bandwidth", "kernel batch")]
