@@ -50,6 +50,16 @@ def test_decode_matches_reference(emulated, dtype, block_size, kv_heads, group, 
     check_decode(cuda_emulated.decode, lens, kv_heads, group, head_dim, block_size, dtype)
 
 
+@pytest.mark.parametrize("landing", ["early", "late"])
+def test_cp_async_landing_early_or_late(emulated, monkeypatch, landing):
+    """A copy may land any time between its issue and the wait for it: the emulator lands it
+    at either end (late: the default everywhere else; early: with the warps skewed, so a copy
+    started into a stage another warp still reads overwrites it), and the results must not
+    change. Starting the next copy before the ring's barrier fails the early case."""
+    monkeypatch.setenv("KVBENCH_EMULATED_CP_ASYNC", landing)
+    check_decode(cuda_emulated.decode, [3, 300], 1, 4, 128, 16, torch.bfloat16, seed=11)
+
+
 @pytest.mark.parametrize("sms", [1, 3, 40])
 @pytest.mark.parametrize("block_size", [16, 128])
 def test_every_partition_size(emulated, monkeypatch, sms, block_size):

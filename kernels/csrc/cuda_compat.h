@@ -5,7 +5,8 @@
 // - KVB_DYNAMIC_SMEM(type, name): the block's dynamic shared memory as `type* name`;
 // - kvb_cp_async16 / kvb_cp_async_commit / kvb_cp_async_wait<N>: 16-byte copies from
 //   global to shared memory that do not hold registers while in flight (sm_80+), so a
-//   block keeps many bytes in flight; a plain copy on older GPUs.
+//   block keeps many bytes in flight; a plain copy on older GPUs. The "memory" clobbers
+//   keep the compiler from moving shared-memory reads and writes across them.
 
 #pragma once
 
@@ -24,7 +25,7 @@
 __device__ __forceinline__ void kvb_cp_async16(void* smem_dst, const void* gmem_src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 #else
   *static_cast<uint4*>(smem_dst) = *static_cast<const uint4*>(gmem_src);
 #endif
@@ -32,7 +33,7 @@ __device__ __forceinline__ void kvb_cp_async16(void* smem_dst, const void* gmem_
 
 __device__ __forceinline__ void kvb_cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 
@@ -40,7 +41,7 @@ __device__ __forceinline__ void kvb_cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void kvb_cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 #endif

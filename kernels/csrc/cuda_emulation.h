@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstddef>
@@ -25,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -94,6 +96,9 @@ constexpr unsigned kMaxThreads = 1024, kMaxGridYZ = 65535;
 constexpr int kWarp = 32;
 
 inline thread_local cudaError_t last_error = cudaSuccess;
+// cp.async copies land at issue and warps are skewed (see the cp.async section); set by
+// launch() before any thread starts.
+inline bool g_land_early = false;
 
 inline std::mutex& attr_mutex() {
   static std::mutex m;
@@ -228,7 +233,11 @@ inline T warp_exchange(unsigned mask, T v, SrcLane src_lane) {
 #define blockDim (kvb_emu::t_block_dim)
 #define gridDim (kvb_emu::t_grid_dim)
 
-inline void __syncthreads() { kvb_emu::t_block->barrier.arrive_and_wait(); }
+inline void __syncthreads() {
+  kvb_emu::t_block->barrier.arrive_and_wait();
+  if (kvb_emu::g_land_early)  // skewed warps: warp 0 leaves first, so it runs ahead of the others
+    std::this_thread::sleep_for(std::chrono::microseconds(20000 * (kvb_emu::linear_tid() / kvb_emu::kWarp)));
+}
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   if (mask != 0xffffffffu) std::abort();
   kvb_emu::my_warp().barrier.arrive_and_wait();
@@ -246,9 +255,14 @@ inline T __shfl_sync(unsigned mask, T v, int src_lane) {
 
 // cp.async, as late as the hardware may be: a copy lands only when a wait needs it
 // (kvb_cp_async_wait<N> completes all but this thread's newest N committed groups), so a
-// kernel that reads a stage before waiting for it reads the poison or an older tile, and
-// one that reuses a stage other threads still read races here as it would on a GPU.
+// kernel that reads a stage before waiting for it reads the poison or an older tile.
+// With KVBENCH_EMULATED_CP_ASYNC=early (read at each launch) a copy lands as soon as it
+// is issued instead, and the warps are skewed (warp w sleeps 20*w ms after each block
+// barrier, so warp 0 runs ahead of the others between barriers): a kernel that
+// starts a copy into a stage another warp may still be reading then overwrites it under
+// that warp, as a GPU may. The tests run both.
 namespace kvb_emu {
+
 struct AsyncCopy {
   void* dst;
   const void* src;
@@ -265,7 +279,10 @@ inline void land_all_but(size_t newest) {
 }  // namespace kvb_emu
 
 __device__ __forceinline__ void kvb_cp_async16(void* smem_dst, const void* gmem_src) {
-  kvb_emu::t_uncommitted.push_back({smem_dst, gmem_src});
+  if (kvb_emu::g_land_early)
+    std::memcpy(smem_dst, gmem_src, 16);
+  else
+    kvb_emu::t_uncommitted.push_back({smem_dst, gmem_src});
 }
 __device__ __forceinline__ void kvb_cp_async_commit() {
   kvb_emu::t_in_flight.push_back(std::move(kvb_emu::t_uncommitted));
@@ -299,6 +316,8 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
     last_error = cudaErrorInvalidValue;
     return;
   }
+  const char* landing = std::getenv("KVBENCH_EMULATED_CP_ASYNC");
+  g_land_early = landing != nullptr && std::string(landing) == "early";
   Block state;
   state.warps.resize((threads + kWarp - 1) / kWarp);
   for (unsigned w = 0; w < state.warps.size(); ++w) {

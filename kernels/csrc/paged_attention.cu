@@ -1,9 +1,10 @@
 // Paged decode attention and KV-cache writes for CUDA (layout: kernels/reference.py).
 //
 // Decode: one query token per sequence. A thread block serves one
-// (sequence, kv_head, partition) and up to kHeadTile query heads of that GQA group
-// (every head for the usual groups of 1-8), so each K/V row is read from HBM once per
-// block. It streams the partition's K rows, then its V rows, through a ring of
+// (sequence, kv_head, partition) and up to 8 query heads of that GQA group (every
+// head for the usual groups of 1-8; the block's accumulators are sized for the group,
+// 1, 2, 4 or 8 heads, so small groups hold fewer registers), so each K/V row is read
+// from HBM once per block. It streams the partition's K rows, then its V rows, through a ring of
 // shared-memory tiles filled by cp.async, so several tiles are in flight while it
 // computes (the bandwidth a decode kernel lives on). A partition is 512 tokens, or
 // fewer (down to 128) when 512-token ones would leave SMs idle (few sequences, long
@@ -35,7 +36,7 @@ constexpr int kNumWarps = kNumThreads / kWarpSize;
 constexpr int kMaxPartition = 512;  // tokens per block at most; longer contexts take the split-K path
 constexpr int kMinPartition = 128;  // the least a partition shrinks to: a multiple of every block size
 constexpr int kBlocksPerSm = 4;     // partitions shrink until the grid has this many blocks per SM
-constexpr int kHeadTile = 8;         // query heads one block serves (bounds its accumulators)
+constexpr int kMaxHeadTile = 8;      // query heads one block serves at most (bounds its accumulators)
 constexpr int kDecodeStaticSmem = kMaxPartition * 4;  // the decode kernel's staged block ids
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -46,6 +47,7 @@ constexpr int kErrAlignment = -3;
 constexpr int kErrSharedMemory = -4;
 constexpr int kErrBlockSize = -5;
 constexpr int kErrShape = -6;
+constexpr int kErrGrid = -7;
 
 enum DType { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
@@ -143,41 +145,49 @@ struct DecodeParams {
 
 // How a block streams K and V through shared memory: tiles of kRows token rows, kStages
 // of them in a ring filled by cp.async, so each block has (kStages - 1) tiles (up to
-// 16 KB) in flight while it computes on one, without holding them in registers.
-template <typename T, int HEAD_DIM>
+// 24 KB) in flight while it computes on one, without holding them in registers.
+template <typename T, int HEAD_DIM, int HEADS>
 struct Tiles {
   static constexpr int kRowBytes = HEAD_DIM * static_cast<int>(sizeof(T));
   static constexpr int kChunks = kRowBytes / 16;  // 16-byte chunks per row
   static constexpr int kRowsWanted = 8192 / kRowBytes;  // ~8 KB per tile
   static constexpr int kRows = kRowsWanted > 32 ? 32 : kRowsWanted < 8 ? 8 : kRowsWanted;
-  static constexpr int kStages = 3;
+  static constexpr int kStages = 4;
   static constexpr int kTileBytes = kRows * kRowBytes;
   static constexpr int kRingBytes = kStages * kTileBytes;
   // The cross-warp sum of the outputs reuses the ring once every tile is consumed.
-  static constexpr int kReduceBytes = kNumWarps * kHeadTile * HEAD_DIM * 4;
+  static constexpr int kReduceBytes = kNumWarps * HEADS * HEAD_DIM * 4;
   static constexpr int kRegionBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
 };
 
 // Dynamic shared memory of the decode kernel, in bytes: the ring (or the reduction), q for
-// up to kHeadTile heads, the probabilities [heads][partition], 1/sum per head.
-template <typename T, int HEAD_DIM>
+// HEADS heads, the probabilities [heads][partition], 1/sum per head.
+template <typename T, int HEAD_DIM, int HEADS>
 __host__ __device__ constexpr int decode_smem_bytes(int heads, int partition) {
-  return Tiles<T, HEAD_DIM>::kRegionBytes + 4 * (kHeadTile * HEAD_DIM + heads * partition + kHeadTile);
+  return Tiles<T, HEAD_DIM, HEADS>::kRegionBytes + 4 * (HEADS * HEAD_DIM + heads * partition + HEADS);
 }
 
-// One block: a (kv_head, query-head tile of up to kHeadTile heads, sequence, partition).
+// The query heads a block serves for a GQA group: the group (at most kMaxHeadTile), rounded
+// up to a power of two so HEADS takes one of four values; and how many such tiles a group has.
+int heads_per_block(int group) {
+  const int g = group < kMaxHeadTile ? group : kMaxHeadTile;
+  return g > 4 ? 8 : g > 2 ? 4 : g;
+}
+int head_tiles_for(int group) { return (group + heads_per_block(group) - 1) / heads_per_block(group); }
+
+// One block: a (kv_head, query-head tile of up to HEADS heads, sequence, partition).
 // The partition's K tiles and then its V tiles go through one cp.async ring; the
 // softmax runs between them while the first V tiles are already in flight.
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, int HEADS>
 __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeParams p) {
-  using TL = Tiles<T, HEAD_DIM>;
+  using TL = Tiles<T, HEAD_DIM, HEADS>;
   using L = RowLayout<T, HEAD_DIM>;      // V rows: many lanes per row, few accumulators per lane
   using LK = RowLayout<T, HEAD_DIM, 8>;  // K rows: few lanes per row, a short shuffle sum per score
   const int kv_head = blockIdx.x / p.head_tiles, head_tile = blockIdx.x % p.head_tiles;
   const int seq = blockIdx.y, part = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int g_first = head_tile * kHeadTile;
-  const int heads = min(kHeadTile, p.group - g_first);  // query heads of this block
+  const int g_first = head_tile * HEADS;
+  const int heads = min(HEADS, p.group - g_first);  // query heads of this block
   const int head0 = kv_head * p.group + g_first;
   const bool split = p.part_out != nullptr;
   // Clamped so a bad length cannot read past the block table (the CPU op raises instead).
@@ -195,10 +205,10 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 
   KVB_DYNAMIC_SMEM(unsigned char, smem);
   unsigned char* ring = smem;                                        // [kStages][kRows][kRowBytes]
-  float* red_s = reinterpret_cast<float*>(smem);                     // after the ring: [warps][kHeadTile][HEAD_DIM]
-  float* q_s = reinterpret_cast<float*>(smem + TL::kRegionBytes);    // [kHeadTile][HEAD_DIM]
-  float* prob_s = q_s + kHeadTile * HEAD_DIM;                        // [heads][p.partition]
-  float* inv_sum_s = prob_s + heads * p.partition;                   // [kHeadTile]
+  float* red_s = reinterpret_cast<float*>(smem);                     // after the ring: [warps][HEADS][HEAD_DIM]
+  float* q_s = reinterpret_cast<float*>(smem + TL::kRegionBytes);    // [HEADS][HEAD_DIM]
+  float* prob_s = q_s + HEADS * HEAD_DIM;                        // [heads][p.partition]
+  float* inv_sum_s = prob_s + heads * p.partition;                   // [HEADS]
 
   const T* q = static_cast<const T*>(p.q) + seq * p.q_stride_b + head0 * p.q_stride_h;
   for (int i = tid; i < heads * HEAD_DIM; i += kNumThreads)
@@ -311,7 +321,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   // 3) probs @ V of one V tile into this lane's accumulators: many lanes per row (L), so
   // a lane owns few output elements; row groups and warps are summed once, at the end.
   const int v_row_in_warp = lane / L::kLanes, v_lane_in_row = lane % L::kLanes;
-  auto accumulate = [&](float (&acc)[kHeadTile][L::kElems], const T* tile, int row0) {
+  auto accumulate = [&](float (&acc)[HEADS][L::kElems], const T* tile, int row0) {
     constexpr int kRowStep = kNumWarps * L::kRowsPerWarp;
     for (int r = warp * L::kRowsPerWarp + v_row_in_warp; r < TL::kRows; r += kRowStep) {
       const int t = row0 + r;
@@ -319,7 +329,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
       float v[L::kElems];
       load_row<L>(tile + r * HEAD_DIM, v_lane_in_row, v);
 #pragma unroll
-      for (int g = 0; g < kHeadTile; ++g) {
+      for (int g = 0; g < HEADS; ++g) {
         if (g < heads) {
           const float pr = prob_s[g * p.partition + t];
 #pragma unroll
@@ -348,9 +358,9 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
     return reinterpret_cast<const T*>(ring + (i % TL::kStages) * TL::kTileBytes);
   };
   for (int i = 0; i < num_tiles; ++i) scores(next(i), i * TL::kRows);
-  float acc[kHeadTile][L::kElems];
+  float acc[HEADS][L::kElems];
 #pragma unroll
-  for (int g = 0; g < kHeadTile; ++g)
+  for (int g = 0; g < HEADS; ++g)
 #pragma unroll
     for (int e = 0; e < L::kElems; ++e) acc[g][e] = 0.f;
   for (int i = num_tiles; i < stream_len; ++i) {
@@ -366,7 +376,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 
   // Sum the row groups of a warp (shuffles), then the warps (shared memory).
 #pragma unroll
-  for (int g = 0; g < kHeadTile; ++g) {
+  for (int g = 0; g < HEADS; ++g) {
     if (g < heads) {  // uniform across the block: shuffles stay converged
 #pragma unroll
       for (int e = 0; e < L::kElems; ++e)
@@ -376,14 +386,14 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   }
   if (v_row_in_warp == 0) {
 #pragma unroll
-    for (int g = 0; g < kHeadTile; ++g) {
+    for (int g = 0; g < HEADS; ++g) {
 #pragma unroll
       for (int j = 0; j < L::kChunksPerLane; ++j) {
         const int c = v_lane_in_row + j * L::kLanes;
         if (g < heads && c < L::kChunks) {
 #pragma unroll
           for (int e = 0; e < L::kVec; ++e)
-            red_s[(warp * kHeadTile + g) * HEAD_DIM + c * L::kVec + e] = acc[g][j * L::kVec + e];
+            red_s[(warp * HEADS + g) * HEAD_DIM + c * L::kVec + e] = acc[g][j * L::kVec + e];
         }
       }
     }
@@ -393,7 +403,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
     const int g = i / HEAD_DIM, d = i % HEAD_DIM;
     float s = 0.f;
 #pragma unroll
-    for (int w = 0; w < kNumWarps; ++w) s += red_s[(w * kHeadTile + g) * HEAD_DIM + d];
+    for (int w = 0; w < kNumWarps; ++w) s += red_s[(w * HEADS + g) * HEAD_DIM + d];
     s *= inv_sum_s[g];
     if (split) {
       const int64_t row = (static_cast<int64_t>(seq) * p.num_heads + head0 + g) * p.max_partitions + part;
@@ -505,7 +515,7 @@ int current_num_sms() {
 // with long contexts then still fill the GPU. The workspace size and the launch both call
 // this with the same arguments, so they agree.
 int choose_partition(int batch, int kv_heads, int group, int64_t max_context, int num_sms) {
-  const int64_t tiles = static_cast<int64_t>(batch) * kv_heads * ((group + kHeadTile - 1) / kHeadTile);
+  const int64_t tiles = static_cast<int64_t>(batch) * kv_heads * head_tiles_for(group);
   int partition = kMaxPartition;
   while (partition > kMinPartition && max_context > partition &&
          tiles * ((max_context + partition - 1) / partition) < static_cast<int64_t>(kBlocksPerSm) * num_sms)
@@ -546,25 +556,27 @@ cudaError_t allow_optin_smem(int device, int dynamic_max) {
   return err;
 }
 
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, int HEADS>
 int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) {
   const int elems = 16 / static_cast<int>(sizeof(T));
   if (!aligned16(p.k_cache) || !aligned16(p.v_cache) || p.cache_stride_block % elems ||
       p.cache_stride_token % elems || p.cache_stride_head % elems)
     return kErrAlignment;
-  const size_t smem = decode_smem_bytes<T, HEAD_DIM>(p.group < kHeadTile ? p.group : kHeadTile, p.partition);
+  const size_t smem = decode_smem_bytes<T, HEAD_DIM, HEADS>(p.group < HEADS ? p.group : HEADS, p.partition);
   int device = 0, smem_optin = 0;
   cudaError_t err = cudaGetDevice(&device);  // cheap: the calling thread's current device
   if (err == cudaSuccess) err = smem_optin_for(device, &smem_optin);
   if (err != cudaSuccess) return err;
   if (smem + kDecodeStaticSmem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
   if (smem + kDecodeStaticSmem > 48 * 1024) {
-    err = allow_optin_smem<paged_decode_kernel<T, HEAD_DIM>>(device, smem_optin - kDecodeStaticSmem);
+    err = allow_optin_smem<paged_decode_kernel<T, HEAD_DIM, HEADS>>(device, smem_optin - kDecodeStaticSmem);
     if (err != cudaSuccess) return err;
   }
   const bool split = p.part_out != nullptr;
+  // The driver's grid limits (y and z at most 65535), as a status that names the sizes.
+  if (batch > 65535 || p.max_partitions > 65535) return kErrGrid;
   const dim3 grid(kv_heads * p.head_tiles, batch, split ? p.max_partitions : 1);
-  auto* decode_kernel = paged_decode_kernel<T, HEAD_DIM>;  // a name without a comma, for the macro
+  auto* decode_kernel = paged_decode_kernel<T, HEAD_DIM, HEADS>;  // a name without a comma, for the macro
   KVB_LAUNCH(decode_kernel, grid, kNumThreads, smem, stream, p);
   if (split) {
     const size_t merge_smem = sizeof(float) * (p.max_partitions + kNumWarps);
@@ -579,14 +591,24 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
   return cudaGetLastError();
 }
 
+template <typename T, int HEAD_DIM>
+int dispatch_heads(const DecodeParams& p, int batch, int kv_heads, cudaStream_t stream) {
+  switch (heads_per_block(p.group)) {
+    case 1: return launch_decode<T, HEAD_DIM, 1>(p, batch, kv_heads, stream);
+    case 2: return launch_decode<T, HEAD_DIM, 2>(p, batch, kv_heads, stream);
+    case 4: return launch_decode<T, HEAD_DIM, 4>(p, batch, kv_heads, stream);
+    default: return launch_decode<T, HEAD_DIM, 8>(p, batch, kv_heads, stream);
+  }
+}
+
 template <typename T>
 int dispatch_head_dim(int head_dim, const DecodeParams& p, int batch, int kv_heads, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: return launch_decode<T, 64>(p, batch, kv_heads, stream);
-    case 80: return launch_decode<T, 80>(p, batch, kv_heads, stream);
-    case 96: return launch_decode<T, 96>(p, batch, kv_heads, stream);
-    case 128: return launch_decode<T, 128>(p, batch, kv_heads, stream);
-    case 256: return launch_decode<T, 256>(p, batch, kv_heads, stream);
+    case 64: return dispatch_heads<T, 64>(p, batch, kv_heads, stream);
+    case 80: return dispatch_heads<T, 80>(p, batch, kv_heads, stream);
+    case 96: return dispatch_heads<T, 96>(p, batch, kv_heads, stream);
+    case 128: return dispatch_heads<T, 128>(p, batch, kv_heads, stream);
+    case 256: return dispatch_heads<T, 256>(p, batch, kv_heads, stream);
     default: return kErrHeadDim;
   }
 }
@@ -626,7 +648,7 @@ int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache
   p.context_lens = context_lens;
   p.num_heads = num_heads;
   p.group = num_heads / kv_heads;
-  p.head_tiles = (p.group + kHeadTile - 1) / kHeadTile;  // a block serves at most kHeadTile query heads
+  p.head_tiles = head_tiles_for(p.group);  // a block serves at most kMaxHeadTile query heads
   p.log2_block_size = log2_block_size;
   const int64_t max_context = static_cast<int64_t>(block_size) * max_blocks_per_seq;
   p.max_context = max_context > INT32_MAX ? INT32_MAX : static_cast<int>(max_context);
@@ -690,7 +712,8 @@ const char* kvbench_cuda_status_string(int status) {
     case kErrDtype: return "unsupported dtype (float32, float16, bfloat16)";
     case kErrHeadDim: return "unsupported head_dim (64, 80, 96, 128, 256)";
     case kErrAlignment: return "k_cache/v_cache must be 16-byte aligned with strides in whole 16-byte chunks";
-    case kErrSharedMemory: return "too many query heads per KV head for this GPU's shared memory";
+    case kErrSharedMemory: return "the decode kernel needs more shared memory per block than this GPU has";
+    case kErrGrid: return "batch and context partitions must each be at most 65535 (the CUDA grid's y/z limits)";
     case kErrBlockSize: return "block_size must be a power of two in [1, 128]";
     case kErrShape: return "inconsistent sizes (heads / kv_heads / block table / workspace)";
     default: return cudaGetErrorString(static_cast<cudaError_t>(status));
