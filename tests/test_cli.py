@@ -50,6 +50,9 @@ def test_one_run_writes_a_complete_run_folder(tmp_path):
         ("block_size=12", "block_size=12 must be a power of two"),
         ("model.path=/nonexistent/model", "model.path"),
         ("workload.distribution=gauss", "workload.distribution='gauss' is not allowed"),
+        ("seed=-1", "seed=-1 must be >= 0"),  # numpy's generator refused it with a traceback, and no row
+        ("workload.sigma=-1", "workload.sigma=-1.0 must be > 0"),
+        ("workload.spread=1.5", "workload.spread=1.5 must be in [0, 1)"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_key(tmp_path, override, expected):
