@@ -25,13 +25,34 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
 
-def describe(exc: BaseException) -> str:
+def _unchosen_group_key(overrides: list[str]) -> str | None:
+    """``gpu.count=2`` with no ``gpu=NAME`` (gpu and impl have no option by default): the one line for it.
+
+    Hydra fails such an override with a bare ``AssertionError: Unexpected type for root: NoneType``.
+    """
+    from harness.strict import CONF_DIR
+
+    chosen = {o.lstrip("+~").partition("=")[0] for o in overrides}
+    for override in overrides:
+        key = override.lstrip("+~").partition("=")[0]
+        group = key.partition(".")[0]
+        if "." in key and group not in chosen and (CONF_DIR / group).is_dir():
+            plus = "+" if group == "impl" else ""  # impl is in no defaults list (conf/config.yaml)
+            options = ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+            return (f"{override.lstrip('+~')} sets a key of {group}, but no {group} is chosen; "
+                    f"choose one with {plus}{group}=NAME (allowed: {options})")
+    return None
+
+
+def describe(exc: BaseException, overrides: list[str] = ()) -> str:
     """Hydra's or OmegaConf's composition error as one line naming the override or key."""
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
     from harness.strict import unknown_key_message
 
+    if isinstance(exc, AssertionError) and (message := _unchosen_group_key(list(overrides))):
+        return message
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
         group, _, name = exc.missing_cfg_file.rpartition("/")
         return (f"{group}={name} is unknown (no {exc.missing_cfg_file}.yaml on the config path); "

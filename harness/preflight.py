@@ -77,7 +77,7 @@ def check_command_line(argv: list[str]) -> int | None:
             hydra_app.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
             return None
         except (HydraException, OmegaConfBaseException, AssertionError) as e:
-            message = describe(e)
+            message = describe(e, overrides)
         place = _failure_place(hydra_app, overrides, mode, multirun)
     print(f"kvbench: run: error: ConfigError: {message}", file=sys.stderr)
     if place is not None:

@@ -154,6 +154,7 @@ def validate(cfg: Config) -> None:
     _check(cfg.batch >= 1, f"batch={cfg.batch} must be >= 1")
     _check(cfg.max_num_batched_tokens >= 1, f"max_num_batched_tokens={cfg.max_num_batched_tokens} must be >= 1")
     _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
+    _check(cfg.seed >= 0, f"seed={cfg.seed} must be >= 0")  # numpy's generators take no negative seed
     _check(cfg.cpu_threads is None or cfg.cpu_threads >= 1, f"cpu_threads={cfg.cpu_threads} must be >= 1 (or null: torch's default)")
     _check(cfg.max_seq_len >= 2, f"max_seq_len={cfg.max_seq_len} must be >= 2")
     bs = cfg.block_size
@@ -171,7 +172,8 @@ def validate(cfg: Config) -> None:
     _check(w.n >= 1, f"workload.n={w.n} must be >= 1")
     _check(0 <= w.shared_prefix_len < cfg.max_seq_len,
            f"workload.shared_prefix_len={w.shared_prefix_len} must be in [0, max_seq_len={cfg.max_seq_len})")
-    _check(w.sigma > 0 and 0 <= w.spread < 1, "workload.sigma must be > 0 and workload.spread in [0, 1)")
+    _check(w.sigma > 0, f"workload.sigma={w.sigma} must be > 0")
+    _check(0 <= w.spread < 1, f"workload.spread={w.spread} must be in [0, 1)")
     if w.distribution == "fixed":
         _check(float(w.prompt_len).is_integer() and float(w.output_len).is_integer(),
                f"workload.prompt_len={w.prompt_len:g} and workload.output_len={w.output_len:g} "

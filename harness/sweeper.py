@@ -158,7 +158,7 @@ class GuardedSweeper(Sweeper):
         try:
             self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         except (HydraException, OmegaConfBaseException, AssertionError) as e:
-            return describe(e)
+            return describe(e, list(overrides))
         return None
 
     def _job_dir(self, num: int) -> Path:

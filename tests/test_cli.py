@@ -50,6 +50,9 @@ def test_one_run_writes_a_complete_run_folder(tmp_path):
         ("block_size=12", "block_size=12 must be a power of two"),
         ("model.path=/nonexistent/model", "model.path"),
         ("workload.distribution=gauss", "workload.distribution='gauss' is not allowed"),
+        ("seed=-1", "seed=-1 must be >= 0"),  # numpy's generator refused it with a traceback, and no row
+        ("workload.sigma=-1", "workload.sigma=-1.0 must be > 0"),
+        ("workload.spread=1.5", "workload.spread=1.5 must be in [0, 1)"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_key(tmp_path, override, expected):
@@ -82,6 +85,9 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path):
         ("workload.promptlen=5", "workload.promptlen is not a config key; did you mean workload.prompt_len?"),
         ("+workload.promptlen=5", "workload.promptlen is not a config key; did you mean workload.prompt_len?"),
         ("model.name=llama-2-7b", "choose it with model=llama-2-7b"),
+        # a key of a group that has no option chosen (gpu is null by default): Hydra's bare AssertionError before
+        ("gpu.count=2", "gpu.count=2 sets a key of gpu, but no gpu is chosen; choose one with gpu=NAME "
+                        "(allowed: a100-40gb, a100-80gb, h100-sxm, h200, l4, rtx-4090)"),
         # a key of another scenario (each scenario has its own dataclass)
         ("scenario.warmup=0", "scenario.warmup belongs to scenario=decode, kernel, max_rate, not scenario=capacity "
                               "(scenario=capacity keys: name, concurrency_points)"),
@@ -94,6 +100,16 @@ def test_hydra_level_errors_are_one_line_with_a_row(tmp_path, override, expected
     assert p.stderr.strip().count("\n") == 0 and expected in p.stderr, p.stderr  # one line
     row = pd.read_csv(tmp_path / "rows.csv").iloc[0]
     assert row.status == "error" and expected in row.error
+
+
+def test_a_key_of_an_unchosen_impl_names_the_plus_override(tmp_path):
+    """impl is in no defaults list, so its keys need +impl=NAME first; each job of a sweep says so too."""
+    p = harness("-m", "scenario=capacity", "impl.kernel=sdpa,torch", f"hydra.sweep.dir={tmp_path}")
+    assert p.returncode == 2
+    for num, kernel in enumerate(("sdpa", "torch")):  # the sweeper's check of each job (harness/sweeper.py)
+        expected = f"impl.kernel={kernel} sets a key of impl, but no impl is chosen; choose one with +impl=NAME"
+        assert pd.read_csv(tmp_path / str(num) / "rows.csv").error[0].startswith(f"ConfigError: {expected}")
+        assert expected in p.stderr, p.stderr
 
 
 def test_a_sweep_with_one_bad_value_runs_the_others(tmp_path):
