@@ -43,6 +43,18 @@ def test_capacity_on_the_simulated_clock(compose, tmp_path):
     assert 0 <= row["slo_attainment"] <= 1 and row["normalized_latency_s"] > 0
 
 
+def test_simulated_rows_have_throughput_over_the_simulated_duration(compose, tmp_path):
+    """tokens_per_s and output_tokens_per_s as the decode rows define them, over the simulated clock's duration;
+    a clockless capacity row has no duration and so no rate."""
+    (row,), code = run_job(compose(["+impl=paged_torch", *SIM, "workload.num_requests=24", "arrival.rate=2"]),
+                           tmp_path / "sim")
+    assert code == 0 and row["clock"] == "simulated" and row["output_tokens"] > 0 and row["duration_s"] > 0
+    assert row["output_tokens_per_s"] == pytest.approx(row["output_tokens"] / row["duration_s"])
+    assert row["tokens_per_s"] == pytest.approx((row["prompt_tokens"] + row["output_tokens"]) / row["duration_s"])
+    (row,), code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=tiny-llama"]), tmp_path / "bare")
+    assert code == 0 and row.get("output_tokens_per_s") is None and row.get("tokens_per_s") is None
+
+
 def test_simulated_gaps_add_up_to_each_sequences_decode_time():
     """Every gap between a sequence's tokens is counted once: without preemption, the gaps of all
     sequences sum to the sum of (finish - first token) over the sequences."""
