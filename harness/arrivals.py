@@ -53,3 +53,16 @@ def arrival_times(cfg: ArrivalConfig, count: int, seed: int, trace_s: Sequence[f
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, ARRIVAL_STREAM])))
     gaps = rng.gamma(shape, 1.0 / (cfg.rate * shape), size=count - 1)
     return [0.0, *np.cumsum(gaps).tolist()]
+
+
+def ignored_rate_note(cfg: ArrivalConfig) -> str | None:
+    """A row's note when ``arrival.rate`` was set for a process that does not read it (burst, trace).
+
+    Not an error: a sweep such as ``arrival=burst,poisson arrival.rate=40`` sets the rate for every
+    job on purpose. The schema's default rate is None, so a rate here was set by the user.
+    """
+    if cfg.rate is None or cfg.name in RATE_ARRIVALS:
+        return None
+    why = {"burst": "arrival=burst sends every request at t=0",
+           "trace": "arrival=trace takes the file's times (arrival.time_scale scales them)"}.get(cfg.name, "")
+    return f"arrival.rate={cfg.rate:g} ignored: {why or f'arrival={cfg.name} reads no rate'}"

@@ -53,7 +53,7 @@ class TraceColumns:
 class WorkloadConfig:
     name: str = "chat"
     distribution: str = "lognormal"  # fixed | uniform | lognormal | trace (lengths from workload.path)
-    num_requests: Optional[int] = None  # None: equal to the top-level batch
+    num_requests: Optional[int] = None  # None: equal to the top-level batch (workload=trace: every row of the file)
     # Means, in tokens. Floats so a dataset's measured mean (sharegpt: 161.31) is written as is;
     # whole numbers draw exactly the requests they drew when these were ints.
     prompt_len: float = 96

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from harness.arrivals import arrival_times
+from harness.arrivals import arrival_times, ignored_rate_note
 from harness.config import Config, ImplConfig
 from harness.kv_math import kv_bytes_per_token, torch_dtype
 from harness.measure.fingerprint import Fingerprint
@@ -70,8 +70,10 @@ class RunContext:
 
     @property
     def workload_notes(self) -> list[str]:
-        """What drawing the requests changed (clipped lengths), for the rows' ``notes``."""
-        return list(self.workload.notes)
+        """What drawing the requests and their arrival times changed (clipped lengths) or ignored
+        (an ``arrival.rate`` that the arrival process does not read), for the rows' ``notes``."""
+        rate_note = ignored_rate_note(self.cfg.arrival)
+        return list(self.workload.notes) + ([rate_note] if rate_note else [])
 
     @cached_property
     def model(self):

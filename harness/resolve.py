@@ -75,8 +75,8 @@ def resolve(raw: DictConfig | Config) -> Config:
     _one_of("isolation", cfg.isolation, ISOLATIONS)
     if isinstance(cfg.scenario, MaxRateScenario) and cfg.arrival.rate is None:
         cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
-    if cfg.workload.num_requests is None:
-        cfg.workload.num_requests = cfg.batch
+    if cfg.workload.num_requests is None and cfg.workload.distribution != "trace":
+        cfg.workload.num_requests = cfg.batch  # a trace's default is its file's row count (describe_trace)
     validate(cfg)  # the keys that do not depend on the device, before the device is looked for
     if cfg.device.name == "auto":
         cfg.device.name = "cuda" if cuda_available() else "cpu"
@@ -108,11 +108,14 @@ def _gpu_total_bytes() -> int:
 
 def describe_trace(cfg: Config) -> None:
     """Read the trace once here, so a bad file is a config error before the run starts, and
-    record the selected requests' mean lengths as ``workload.prompt_len``/``output_len``."""
+    record the selected requests' mean lengths as ``workload.prompt_len``/``output_len``, and
+    their count as ``workload.num_requests`` when it was left unset (every row of the file)."""
     from harness.trace import read_trace
 
     w = cfg.workload
     trace = read_trace(w, w.num_requests, cfg.seed)
+    if w.num_requests is None:
+        w.num_requests = len(trace.prompt_lens)
     _check(cfg.arrival.name != "trace" or trace.arrival_s is not None,
            f"arrival=trace needs arrival times, but workload.path={w.path!r} has no "
            f"workload.columns.arrival_s={w.columns.arrival_s!r} column")
@@ -166,7 +169,8 @@ def validate(cfg: Config) -> None:
     _check(0 <= d.watermark < 1, f"device.watermark={d.watermark} must be in [0, 1)")
     w = cfg.workload
     _one_of("workload.distribution", w.distribution, DISTRIBUTIONS)
-    _check(w.num_requests >= 1, f"workload.num_requests={w.num_requests} must be >= 1")
+    _check(w.num_requests is None or w.num_requests >= 1,  # None: a trace's every row (describe_trace)
+           f"workload.num_requests={w.num_requests} must be >= 1")
     _check(w.prompt_len >= 1, f"workload.prompt_len={w.prompt_len} must be >= 1")
     _check(w.output_len >= 1, f"workload.output_len={w.output_len} must be >= 1")
     _check(w.n >= 1, f"workload.n={w.n} must be >= 1")

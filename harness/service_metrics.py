@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from functools import cache
 from typing import Iterable, Sequence as Seq
 
 from harness.config import ArrivalConfig, SloConfig
@@ -147,6 +148,60 @@ def slo_set(slo: SloConfig) -> bool:
     return any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2el_ms, slo.normalized_latency_s))
 
 
+PERCENTILE_BOUNDS = ("ttft_ms", "tpot_ms", "e2el_ms")  # held at slo.percentile; normalized_latency_s is a mean
+
+
+def _bounds(slo: SloConfig) -> tuple:
+    """What the SLO checks: each set limit, and the percentile when a limit is held at one."""
+    limits = tuple((k, float(getattr(slo, k))) for k in (*PERCENTILE_BOUNDS, "normalized_latency_s")
+                   if getattr(slo, k) is not None)
+    held_at = float(slo.percentile) if any(getattr(slo, k) is not None for k in PERCENTILE_BOUNDS) else None
+    return limits, held_at
+
+
+@cache
+def _slo_presets() -> dict[str, tuple]:
+    """conf/slo/NAME.yaml: each preset's bounds, by name."""
+    from omegaconf import OmegaConf
+
+    from harness.strict import CONF_DIR
+
+    out = {}
+    for path in sorted((CONF_DIR / "slo").glob("*.yaml")):
+        preset = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SloConfig), OmegaConf.load(path)))
+        out[path.stem] = _bounds(preset)
+    return out
+
+
+def slo_label(slo: SloConfig) -> str | None:
+    """The row's ``slo`` column: what the run was held to, whatever name the config carries.
+
+    - None when no limit is set (``slo=none``: no goodput, attainment or pass columns);
+    - a preset's name (conf/slo/NAME.yaml) when the limits and percentile are exactly that preset's
+      (the chosen ``slo.name`` first, then any other preset): ``interactive``;
+    - else the limits themselves, in a fixed order: the percentile limits as ``KEY<=VALUE`` joined by
+      ``,`` then ``@pQ`` (the percentile they are held at), then the mean normalized-latency bound;
+      every key as the ``slo.KEY`` override names it, values as ``%g``. For example
+      ``tpot_ms<=10@p50``, ``ttft_ms<=100,tpot_ms<=50@p99``, ``normalized_latency_s<=0.1``,
+      ``ttft_ms<=2000@p99,normalized_latency_s<=0.1``.
+
+    So overriding one limit of a preset (``slo=interactive slo.tpot_ms=50``) or naming custom limits
+    (``slo.name=my-slo slo.ttft_ms=100``) labels the run by the limits it was really held to.
+    """
+    if not slo_set(slo):
+        return None
+    bounds = _bounds(slo)
+    presets = _slo_presets()
+    for name in (slo.name, *presets):
+        if presets.get(name) == bounds:
+            return name
+    limits, held_at = bounds
+    held = ",".join(f"{k}<={v:g}" for k, v in limits if k in PERCENTILE_BOUNDS)
+    parts = ([f"{held}@p{held_at:g}"] if held else []) + [f"{k}<={v:g}" for k, v in limits
+                                                           if k not in PERCENTILE_BOUNDS]
+    return ",".join(parts)
+
+
 def slo_passes(row: dict, slo: SloConfig) -> bool:
     """The run passes when the chosen percentile of each latency is within its limit
     and the mean normalized latency within its bound (the paper's criterion)."""
@@ -214,7 +269,7 @@ def service_columns(cfg_arrival: ArrivalConfig, slo: SloConfig, requests: Seq[Re
         "arrival": cfg_arrival.name,
         "request_rate": offered_rate(cfg_arrival, requests),
         "clock": clock,
-        "slo": None if slo.name == "none" else slo.name,
+        "slo": slo_label(slo),
         "idle_s": idle_s,
         **summarize(request_timings(finished), len(requests), duration_s, slo, itl),
     }

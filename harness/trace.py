@@ -89,18 +89,20 @@ def _select(rows: int, count: int, how: str, seed: int) -> np.ndarray:
     return np.sort(rng.choice(rows, size=count, replace=False))
 
 
-def read_trace(cfg: WorkloadConfig, count: int, seed: int) -> Trace:
-    """``count`` rows of ``cfg.path``, chosen by ``cfg.sample`` and put in arrival order."""
+def read_trace(cfg: WorkloadConfig, count: int | None, seed: int) -> Trace:
+    """``count`` rows of ``cfg.path`` (None: every row), chosen by ``cfg.sample`` and put in arrival order."""
     path = Path(cfg.path)
     df = _read_frame(path)
     cols = cfg.columns
     prompt = _lengths(df, "prompt_len", cols.prompt_len, path)
     output = _lengths(df, "output_len", cols.output_len, path)
     arrival = _numeric(df, "arrival_s", cols.arrival_s, path) if cols.arrival_s in df.columns else None
+    if count is None:
+        count = len(df)
     if count > len(df):
         raise ConfigError(f"workload.num_requests: {count} requests asked for, but workload.path={str(path)!r} "
-                          f"has {len(df)} rows (num_requests defaults to batch; capacity also draws "
-                          f"the largest scenario.concurrency_points)")
+                          f"has {len(df)} rows (unset, workload.num_requests takes every row; capacity also "
+                          f"draws the largest scenario.concurrency_points)")
     rows = _select(len(df), count, cfg.sample, seed)
     if arrival is not None:
         rows = rows[np.argsort(arrival[rows], kind="stable")]

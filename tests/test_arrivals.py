@@ -107,6 +107,23 @@ def test_run_requests_carry_arrivals_and_nothing_else_changes(compose, tmp_path)
     assert len(digests) == 4  # the digest covers arrival times
 
 
+@pytest.mark.parametrize("overrides, note", [
+    (["arrival.rate=50"], "arrival.rate=50 ignored: arrival=burst sends every request at t=0"),
+    (["arrival=poisson", "arrival.rate=50"], None),
+    ([], None),  # burst without a rate: nothing to say
+])
+def test_a_rate_burst_ignores_is_in_the_rows_notes(compose, tmp_path, overrides, note):
+    """Not an error (a sweep sets arrival.rate for burst and poisson jobs alike), but said in the row."""
+    from harness.run import run_job
+
+    sim = ["+impl=paged_torch", "scenario=capacity", "model=llama-2-13b", "gpu=a100-40gb", "max_seq_len=2048",
+           "batch=8", "workload=sharegpt", "workload.num_requests=16"]
+    (row,), code = run_job(compose([*sim, *overrides]), tmp_path)
+    assert code == 0, row.get("error")
+    assert (note in (row["notes"] or "")) if note else "ignored" not in (row["notes"] or "")
+    assert row["request_rate"] == (50 if "arrival=poisson" in overrides else None)
+
+
 def test_clipped_requests_are_counted_in_the_notes():
     cfg, count, max_seq_len, seed = preset("chat"), 200, 100, 1
     rng = np.random.Generator(np.random.PCG64(seed))

@@ -166,3 +166,28 @@ def test_max_rate_markdown_names_the_simulated_gpu():
     assert "| paged_torch | 2x h200 | 17 | 2.27× |" in md and "| paged_torch | 4x h200 | 31 | 1.00× |" in md
     wall = max_rate_markdown(rows.drop(columns=["gpu", "clock"]).head(2))
     assert "simulated GPU" not in wall  # wall-clock rows keep the table as it was
+
+
+def test_normalized_latency_keeps_simulated_and_wall_clock_rows_apart(tmp_path):
+    """Simulated-GPU rows (capacity, clock=simulated) run on the same machine as wall-clock ones: the table
+    names the clock and GPU of each row, and the figure draws them in separate panels, never averaged."""
+    norm = {"wall": 0.5, "simulated": 0.02}
+    for clock, scenario, gpu in (("wall", "decode", None), ("simulated", "capacity", "1x a100-40gb")):
+        write_run(tmp_path / "runs" / clock, [
+            {**service_row("paged_torch", rate, clock), "scenario": scenario, "clock": clock, "gpu": gpu,
+             "normalized_latency_s": norm[clock]} for rate in RATES])
+    report = build_report([tmp_path / "runs"], tmp_path / "out", "cmd")
+    md = (tmp_path / "out" / "REPORT.md").read_text()
+    section = md.split(". Normalized latency vs request rate\n")[1].split("\n## ")[0]
+    header = next(ln for ln in section.splitlines() if ln.startswith("| device |"))
+    assert "| clock | simulated GPU | impl |" in header
+    body = [ln for ln in section.splitlines() if ln.startswith("| cpu-test |")]
+    assert sum("| wall | – |" in ln for ln in body) == 3 and sum("| simulated | 1x a100-40gb |" in ln for ln in body) == 3
+    fig = report.figures["normalized_latency"]
+    drawn = {ax.get_title(): sorted({round(y, 6) for ln in ax.lines if ln.get_label().startswith("_child")
+                                     for y in ln.get_ydata()}) for ax in fig.axes if ax.lines}
+    assert len(drawn) == 2 and sorted(drawn.values()) == [[0.02], [0.5]]  # one panel per clock, each its own values
+    assert any("simulated" in t and "a100" in t for t in drawn) and any("wall" in t for t in drawn)
+    wall_only = build_report([tmp_path / "runs" / "wall"], tmp_path / "out_wall", "cmd")
+    text = (tmp_path / "out_wall" / "REPORT.md").read_text()
+    assert "| clock | impl |" in text and "simulated GPU" not in text and "normalized_latency" in wall_only.figures

@@ -11,7 +11,7 @@ import pytest
 from harness.config import ArrivalConfig, SloConfig
 from harness.scenarios.max_rate import search_rate
 from harness.sequence import Sequence
-from harness.service_metrics import offered_rate, request_timings, summarize
+from harness.service_metrics import offered_rate, request_timings, slo_label, summarize
 from harness.workload import Request
 
 
@@ -77,6 +77,22 @@ def test_slo_goodput_attainment_and_pass():
     paper = SloConfig(normalized_latency_s=0.3)
     mean_norm = summarize(timings, 4, 2.0, paper)["normalized_latency_s"]
     assert summarize(timings, 4, 2.0, paper)["slo_pass"] == (mean_norm <= 0.3)
+
+
+@pytest.mark.parametrize("slo, label", [
+    (SloConfig(), None),  # slo=none: nothing checked
+    (SloConfig(name="none", percentile=50), None),
+    (SloConfig(name="interactive", ttft_ms=450, tpot_ms=40), "interactive"),
+    (SloConfig(name="none", ttft_ms=450.0, tpot_ms=40.0), "interactive"),  # the preset's limits, however set
+    (SloConfig(name="none", ttft_ms=100), "ttft_ms<=100@p99"),
+    (SloConfig(name="none", tpot_ms=10, percentile=50), "tpot_ms<=10@p50"),
+    (SloConfig(name="interactive", ttft_ms=450, tpot_ms=50), "ttft_ms<=450,tpot_ms<=50@p99"),  # one limit changed
+    (SloConfig(name="interactive", ttft_ms=450, tpot_ms=40, percentile=90), "ttft_ms<=450,tpot_ms<=40@p90"),
+    (SloConfig(name="my-slo", normalized_latency_s=0.01), "normalized_latency_s<=0.01"),  # a mean: no percentile
+    (SloConfig(e2el_ms=2000, normalized_latency_s=0.1, percentile=99.9), "e2el_ms<=2000@p99.9,normalized_latency_s<=0.1"),
+])
+def test_slo_label_names_a_preset_only_when_its_limits_are_the_presets(slo, label):
+    assert slo_label(slo) == label
 
 
 def test_offered_rate():

@@ -43,6 +43,18 @@ def test_capacity_on_the_simulated_clock(compose, tmp_path):
     assert 0 <= row["slo_attainment"] <= 1 and row["normalized_latency_s"] > 0
 
 
+def test_simulated_rows_have_throughput_over_the_simulated_duration(compose, tmp_path):
+    """tokens_per_s and output_tokens_per_s as the decode rows define them, over the simulated clock's duration;
+    a clockless capacity row has no duration and so no rate."""
+    (row,), code = run_job(compose(["+impl=paged_torch", *SIM, "workload.num_requests=24", "arrival.rate=2"]),
+                           tmp_path / "sim")
+    assert code == 0 and row["clock"] == "simulated" and row["output_tokens"] > 0 and row["duration_s"] > 0
+    assert row["output_tokens_per_s"] == pytest.approx(row["output_tokens"] / row["duration_s"])
+    assert row["tokens_per_s"] == pytest.approx((row["prompt_tokens"] + row["output_tokens"]) / row["duration_s"])
+    (row,), code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=tiny-llama"]), tmp_path / "bare")
+    assert code == 0 and row.get("output_tokens_per_s") is None and row.get("tokens_per_s") is None
+
+
 def test_simulated_gaps_add_up_to_each_sequences_decode_time():
     """Every gap between a sequence's tokens is counted once: without preemption, the gaps of all
     sequences sum to the sum of (finish - first token) over the sequences."""
@@ -81,6 +93,27 @@ def test_simulated_max_rate_matches_a_brute_force_grid(compose, tmp_path):
     best = max((rate for rate, ok in passing if ok), default=0.0)
     assert 0 < best < 12  # the bound bites inside the grid
     assert abs(row["max_rate_rps"] - best) <= 0.5  # the grid's step (the search's tolerance is finer)
+
+
+def test_rows_label_the_slo_by_its_limits(compose, tmp_path):
+    """Custom limits on slo=none, or a preset with one limit changed, are labelled by the limits in the
+    service row and the max-rate row alike, and the report's max-rate table shows that label."""
+    from harness.report.markdown import max_rate_markdown
+
+    small = [*SIM, "workload.num_requests=24", "arrival.rate=2"]
+    (row,), code = run_job(compose(["+impl=paged_torch", *small, "slo.ttft_ms=100"]), tmp_path / "custom")
+    assert code == 0 and row["slo"] == "ttft_ms<=100@p99" and row["slo_pass"] is not None
+    (row,), code = run_job(compose(["+impl=paged_torch", *small, "slo=interactive", "slo.tpot_ms=50"]), tmp_path / "o")
+    assert code == 0 and row["slo"] == "ttft_ms<=450,tpot_ms<=50@p99"
+    (row,), code = run_job(compose(["+impl=paged_torch", *small, "slo=interactive"]), tmp_path / "preset")
+    assert code == 0 and row["slo"] == "interactive"
+    (row,), code = run_job(compose(["+impl=paged_torch", *small, "slo.tpot_ms=10", "slo.percentile=50",
+                                    "scenario=max_rate", "scenario.probe=capacity", "scenario.start_rps=1",
+                                    "scenario.tolerance_rps=1", "scenario.search_limit=4"]), tmp_path / "max_rate")
+    assert code == 0, row.get("error")
+    assert row["slo"] == "tpot_ms<=10@p50"
+    table = max_rate_markdown(pd.DataFrame([{**row, "run_dir": "r", "device_slug": "d"}]))
+    assert "| tpot_ms<=10@p50 |" in table and "none" not in table
 
 
 def test_a_clockless_bookkeeping_run_refuses_arrivals(compose, tmp_path):

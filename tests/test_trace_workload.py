@@ -91,8 +91,8 @@ def test_resolve_records_the_selected_mean_lengths(compose, tmp_path):
     path = write(TRACE, tmp_path / "t.parquet")
     cfg = resolved(compose, tmp_path, f"workload.path={path}", "workload.columns.prompt_len=input_tokens",
                    "workload.columns.output_len=gen_tokens", "workload.columns.arrival_s=ts", "arrival=trace",
-                   "arrival.time_scale=2")
-    # The first three rows (batch=3): ts 5, 1, 3 -> in arrival order 1, 3, 5.
+                   "arrival.time_scale=2", "workload.num_requests=3")
+    # The first three rows: ts 5, 1, 3 -> in arrival order 1, 3, 5.
     assert (cfg.workload.prompt_len, cfg.workload.output_len) == (round(49 / 3, 2), round(10 / 3, 2))
     ctx = RunContext(cfg, tmp_path, fingerprint=None)
     assert [r.arrival_s for r in ctx.requests] == [0.0, 4.0, 8.0]  # (ts - 1) * 2
@@ -114,7 +114,6 @@ BAD_FILES = {
     "gap.csv": (lengths([3, None], [2, 2]), "workload.columns.prompt_len='prompt_len' must hold numbers"),
     "times.parquet": (lengths([3, 4], [2, 2], arrival_s=["0", "later"]),
                       "workload.columns.arrival_s='arrival_s' must hold numbers"),
-    "short.csv": (lengths([3], [2]), "workload.num_requests: 3 requests asked for"),
 }
 
 
@@ -125,6 +124,38 @@ def test_bad_trace_file_is_a_config_error_naming_the_key(compose, tmp_path, name
     with pytest.raises(ConfigError) as err:
         resolved(compose, tmp_path, f"workload.path={path}")
     assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("overrides, count", [([], 5), (["workload.num_requests=3"], 3),
+                                             (["workload.num_requests=3", "workload.sample=random"], 3)])
+def test_num_requests_defaults_to_every_row_of_the_trace(compose, tmp_path, overrides, count):
+    """Not to batch (3 here, 8 by default: a 2-row trace was an error); an explicit count still wins."""
+    path = write(TRACE, tmp_path / "t.csv")
+    cfg = resolved(compose, tmp_path, f"workload.path={path}", "workload.columns.prompt_len=input_tokens",
+                   "workload.columns.output_len=gen_tokens", *overrides)
+    assert cfg.workload.num_requests == count and cfg.batch == 3
+    ctx = RunContext(cfg, tmp_path, fingerprint=None)
+    assert len(ctx.requests) == count
+    if not overrides:
+        assert sorted(len(r.prompt_ids) for r in ctx.requests) == sorted(TRACE.input_tokens)
+        assert cfg.workload.prompt_len == round(TRACE.input_tokens.mean(), 2)
+
+
+def test_two_rows_run_with_the_default_batch(compose, tmp_path):
+    path = write(lengths([12, 7], [3, 2]), tmp_path / "t.csv")
+    (row,), code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=tiny-llama", "device=cpu",
+                                    "max_seq_len=64", "workload=trace", f"workload.path={path}",
+                                    "scenario.concurrency_points=[1,2]"]), tmp_path / "run")
+    assert code == 0, row.get("error")
+    assert row["num_requests"] == 2 and row["batch"] == 8 and row["output_tokens"] == 5
+
+
+def test_an_explicit_num_requests_beyond_the_rows_is_a_config_error(compose, tmp_path):
+    path = write(lengths([3, 4], [2, 2]), tmp_path / "short.csv")
+    with pytest.raises(ConfigError) as err:
+        resolved(compose, tmp_path, f"workload.path={path}", "workload.num_requests=3")
+    assert "workload.num_requests: 3 requests asked for" in str(err.value) and "has 2 rows" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -178,11 +209,11 @@ def test_cli_runs_a_trace_with_its_arrivals(tmp_path):
                 "arrival.time_scale=0.5", f"hydra.run.dir={out}")
     assert p.returncode == 0, p.stderr
     row = pd.read_csv(out / "rows.csv").iloc[0]
-    assert row.status == "ok" and row.workload == "trace" and row.num_requests == 2
+    assert row.status == "ok" and row.workload == "trace" and row.num_requests == 3  # every row, not batch=2
     assert row.trace_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert "1 of 2 requests clipped to max_seq_len=64" in row.notes
+    assert "1 of 3 requests clipped to max_seq_len=64" in row.notes
     tokens = [json.loads(line) for line in (out / "tokens.jsonl").read_text().splitlines()]
-    assert [len(t["prompt_ids"]) for t in tokens] == [12, 63]
+    assert [len(t["prompt_ids"]) for t in tokens] == [12, 63, 9]
 
 
 def test_cli_bad_trace_exits_2_with_an_error_row(tmp_path):

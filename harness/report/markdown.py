@@ -128,7 +128,10 @@ def gpu_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> tup
 
 
 SERVICE_COLUMNS = {
-    "device_slug": "device", "model": "model", "workload": "workload", "arrival": "arrival", "impl": "impl",
+    "device_slug": "device", "model": "model", "workload": "workload", "arrival": "arrival",
+    # The clock the latencies were taken on, and the GPU a simulated one models: the device_slug of a
+    # simulated row is the machine that ran the simulator, not the GPU its latencies are of.
+    "clock": "clock", "gpu": "simulated GPU", "impl": "impl",
     "batch": "batch", "request_rate": "offered req/s", "achieved_rps": "achieved req/s",
     "ttft_ms_p99": "TTFT p99 ms", "tpot_ms_p99": "TPOT p99 ms", "e2el_ms_p99": "E2E p99 ms",
     "queue_ms_p99": "queue p99 ms", "normalized_latency_s": "normalized latency s/token",
@@ -199,7 +202,10 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
         table, note = decode_table(col.rows, max_spread)
         return md_table(table) + note
     if name == "normalized_latency":
-        table, note = _marked(service_table(col.rows), SERVICE_COLUMNS, max_spread)
+        service = service_table(col.rows)
+        if "gpu" in service and service["gpu"].isna().all():  # wall-clock runs only: no simulated GPU to name
+            service = service.drop(columns="gpu")
+        table, note = _marked(service, SERVICE_COLUMNS, max_spread)
         return ("Offered and achieved rates, latency percentiles over requests (vLLM's definitions), "
                 "the paper's normalized latency, and the SLO's goodput:\n\n" + md_table(table) + note)
     if name == "kv_over_time":

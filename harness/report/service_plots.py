@@ -170,5 +170,6 @@ def max_rate_table(rows: pd.DataFrame) -> pd.DataFrame:
 def service_table(rows: pd.DataFrame) -> pd.DataFrame:
     """The service rows, ordered for reading: setting, impl, then rate."""
     df = service_rows(rows)
-    order = [c for c in ("device_slug", "model", "workload", "arrival", "impl", "request_rate", "run_dir") if c in df]
+    order = [c for c in ("device_slug", "model", "workload", "arrival", "clock", "gpu", "impl", "request_rate", "run_dir")
+             if c in df]
     return df.sort_values(order)

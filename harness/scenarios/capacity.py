@@ -19,6 +19,7 @@ from harness.budget import kv_budget
 from harness.config import Config, ImplConfig
 from harness.context import RunContext, run_id
 from harness.cost_model import cost_model_for
+from harness.metrics import per_second
 from harness.service_metrics import service_columns
 from harness.simulator import simulate
 from harness.timeline import append_table, requests_table, simulated_steps_table
@@ -85,10 +86,16 @@ def simulated_row(ctx: RunContext, impl: ImplConfig, points: bool = False) -> di
     wall = time.perf_counter() - t0
     if points and "points" not in ctx.tables:
         ctx.tables["points"] = concurrency_points(ctx, budget.kv_bytes)
+    output_tokens = sum(r.output_len * r.n for r in requests) if not sim.rejected else None
+    prompt_tokens = sum(len(r.prompt_ids) for r in requests)
     service = {}
     if clock is not None:
         service = service_columns(cfg.arrival, cfg.slo, requests, sim.sequences, sim.elapsed_s, sim.idle_s,
                                   "simulated", itl=sim.itl)
+        # As the decode rows define them, over the run's duration (here the simulated clock's).
+        if output_tokens is not None:
+            service["tokens_per_s"] = per_second(prompt_tokens + output_tokens, sim.elapsed_s)
+            service["output_tokens_per_s"] = per_second(output_tokens, sim.elapsed_s)
         if cfg.timeline_tables:
             rid = run_id(ctx.run_dir)
             append_table(ctx.tables, "requests", requests_table(sim.sequences, impl.name, rid))
@@ -106,8 +113,8 @@ def simulated_row(ctx: RunContext, impl: ImplConfig, points: bool = False) -> di
         "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, mean_len),
         "preemptions": sim.preemptions,
         "rejected": len(sim.rejected),
-        "output_tokens": sum(r.output_len * r.n for r in requests) if not sim.rejected else None,
-        "prompt_tokens": sum(len(r.prompt_ids) for r in requests),
+        "output_tokens": output_tokens,
+        "prompt_tokens": prompt_tokens,
         "cache_hit_tokens": allocator.cache_hit_tokens,
         **sim.peaks.as_row(),
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},

@@ -18,6 +18,7 @@ import pandas as pd
 
 from harness.config import ImplConfig
 from harness.context import RunContext, run_id
+from harness.service_metrics import slo_label
 from harness.timeline import append_table
 
 # The probe's columns kept in the rate_probes table (and, for the best passing probe, in the row).
@@ -93,7 +94,7 @@ def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
         "status": "ok",
         "notes": "; ".join(notes),
         "arrival": ctx.cfg.arrival.name,
-        "slo": ctx.cfg.slo.name,
+        "slo": slo_label(ctx.cfg.slo),
         "clock": "simulated" if sc.probe == "capacity" else "wall",
         "gpu": best.get("gpu"),
         "max_rate_rps": found,
