@@ -25,6 +25,7 @@ from harness.kv_math import GB, activation_bytes_estimate, weight_bytes
 MAX_SIMULATED_GB = 2048.0
 # On CPU the KV pool is allocated in RAM: at most this share of the RAM free when it is built.
 HOST_POOL_RAM_FRACTION = 0.5
+HOST_WEIGHTS_RAM_FRACTION = 0.8  # of the free RAM, for the model's weights on CPU
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,19 @@ def check_host_pool(kv_bytes: int, free_ram_bytes: int) -> None:
             f"a KV pool of {kv_bytes / GB:.2f} GB is allocated in RAM on CPU and may take at most "
             f"{HOST_POOL_RAM_FRACTION:.0%} of the free RAM ({limit / GB:.2f} of {free_ram_bytes / GB:.2f} GB); "
             "lower device.memory_gb or set a smaller device.kv_cache_gb")
+
+
+def check_host_weights(cfg: Config, free_ram_bytes: int) -> None:
+    """The model's weights, built in RAM on CPU: refused above ``HOST_WEIGHTS_RAM_FRACTION`` of the
+    free RAM, with the sizes, instead of the kernel's OOM killer ending the process with no row."""
+    weights = weight_bytes(cfg.model, cfg.dtype)
+    limit = int(free_ram_bytes * HOST_WEIGHTS_RAM_FRACTION)
+    if weights > limit:
+        raise ConfigError(
+            f"model={cfg.model.name} in dtype={cfg.dtype} needs {weights / GB:.2f} GB of weights in RAM on CPU, "
+            f"more than {HOST_WEIGHTS_RAM_FRACTION:.0%} of the free RAM ({limit / GB:.2f} of "
+            f"{free_ram_bytes / GB:.2f} GB); use a smaller model (tiny-llama, qwen2.5-0.5b, llama-3.2-1b) or "
+            "scenario=capacity, which allocates nothing")
 
 
 def out_of_memory_message(exc: BaseException) -> str | None:

@@ -80,6 +80,11 @@ class RunContext:
         from harness.model.weights import build_model
 
         if self.device.type == "cpu":  # process-wide: a sweep's later job must not inherit an earlier one's
+            import psutil
+
+            from harness.budget import check_host_weights
+
+            check_host_weights(self.cfg, psutil.virtual_memory().available)
             torch.set_num_threads(self.cfg.cpu_threads or _DEFAULT_THREADS)
         return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed)
 

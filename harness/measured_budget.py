@@ -33,6 +33,8 @@ def budget_for(ctx: RunContext) -> MemoryBudget:
     if "budget" not in ctx.memo:
         total = torch.cuda.get_device_properties(0).total_memory if ctx.device.type == "cuda" else None
         prompt_lens = [len(r.prompt_ids) for r in ctx.requests]
+        if total is None:  # the analytic budget first: one that leaves nothing fails before any weight is built
+            kv_budget(ctx.cfg, None, None, None, prompt_lens)
         # Captured first, as vLLM does: the graphs' memory is held for the whole run, so the KV cache gets none of it.
         pieces = ctx.decode_pieces
         act = measure_activation_peak(ctx, forward_tokens_bound(ctx.cfg, prompt_lens), logits_rows_bound(ctx.cfg))

@@ -62,6 +62,35 @@ def test_cpu_decode_refuses_a_pool_beyond_the_ram(compose, tmp_path):
     assert code == 2 and rows[0]["status"] == "error" and "free RAM" in rows[0]["error"]
 
 
+def _no_model_may_be_built(monkeypatch):
+    import harness.model.weights as weights
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(weights, "build_model", refuse)
+
+
+def test_a_budget_the_weights_exceed_fails_before_they_are_built(compose, tmp_path, monkeypatch):
+    """An 8B model on the default 0.25 GB CPU device: the analytic budget refuses it at once
+    (before: 32 GB of fp32 weights were allocated and the OOM killer ended the run, no row)."""
+    _no_model_may_be_built(monkeypatch)
+    rows, code = run_job(compose(["+impl=paged_torch", "model=llama-3.1-8b", "device=cpu"]), tmp_path)
+    assert code == 2 and rows[0]["status"] == "error"
+    assert "leaves nothing for the KV cache: weights need 32.12 GB" in rows[0]["error"]
+
+
+def test_weights_beyond_the_free_ram_are_refused_with_their_size(compose, tmp_path, monkeypatch):
+    import psutil
+
+    _no_model_may_be_built(monkeypatch)
+    free = type("Mem", (), {"available": 10**6})()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: free)
+    rows, code = run_job(compose([*TINY_DECODE, "device=cpu"]), tmp_path)
+    assert code == 2 and rows[0]["status"] == "error"
+    assert "model=tiny-llama in dtype=float32 needs" in rows[0]["error"] and "of the free RAM" in rows[0]["error"]
+
+
 def test_allocation_failures_are_oom_with_a_message():
     assert "out of host memory" in out_of_memory_message(MemoryError())
     cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried")
