@@ -15,6 +15,10 @@
 // The same source runs on CPU under cuda_emulation.h (see cuda_compat.h), which is how
 // the tests check these kernels and launchers on a machine with no GPU.
 //
+// Block ids are trusted: an id outside the pool reads outside the cache (an illegal
+// address on a GPU), as in vLLM's kernels: checking them would cost a device sync per
+// call. The C++ CPU op checks them; kernels/validate.py checks shapes and dtypes.
+//
 // Launchers are extern "C" (declared in paged_attention.h), take raw pointers,
 // sizes, strides and a stream, and return 0 or a status for
 // kvbench_cuda_status_string(); they never throw, so they can be linked into a
@@ -151,7 +155,8 @@ struct Tiles {
   static constexpr int kRowBytes = HEAD_DIM * static_cast<int>(sizeof(T));
   static constexpr int kChunks = kRowBytes / 16;  // 16-byte chunks per row
   static constexpr int kRowsWanted = 8192 / kRowBytes;  // ~8 KB per tile
-  static constexpr int kRows = kRowsWanted > 32 ? 32 : kRowsWanted < 8 ? 8 : kRowsWanted;
+  // At least 16 rows: the score pass covers 16 rows at once (4 warps x 4 rows of 8 lanes).
+  static constexpr int kRows = kRowsWanted > 32 ? 32 : kRowsWanted < 16 ? 16 : kRowsWanted;
   static constexpr int kStages = 4;
   static constexpr int kTileBytes = kRows * kRowBytes;
   static constexpr int kRingBytes = kStages * kTileBytes;
