@@ -25,6 +25,11 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
 
+# The config groups with no option chosen by default (conf/config.yaml): a key of any other
+# group sets a key of its default option, which Hydra handles.
+UNCHOSEN_BY_DEFAULT = ("gpu", "impl")
+
+
 def _unchosen_group_key(overrides: list[str]) -> str | None:
     """``gpu.count=2`` with no ``gpu=NAME`` (gpu and impl have no option by default): the one line for it.
 
@@ -36,7 +41,7 @@ def _unchosen_group_key(overrides: list[str]) -> str | None:
     for override in overrides:
         key = override.lstrip("+~").partition("=")[0]
         group = key.partition(".")[0]
-        if "." in key and group not in chosen and (CONF_DIR / group).is_dir():
+        if "." in key and group in UNCHOSEN_BY_DEFAULT and group not in chosen:
             plus = "+" if group == "impl" else ""  # impl is in no defaults list (conf/config.yaml)
             options = ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
             return (f"{override.lstrip('+~')} sets a key of {group}, but no {group} is chosen; "

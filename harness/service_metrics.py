@@ -181,7 +181,7 @@ def slo_label(slo: SloConfig) -> str | None:
       (the chosen ``slo.name`` first, then any other preset): ``interactive``;
     - else the limits themselves, in a fixed order: the percentile limits as ``KEY<=VALUE`` joined by
       ``,`` then ``@pQ`` (the percentile they are held at), then the mean normalized-latency bound;
-      every key as the ``slo.KEY`` override names it, values as ``%g``. For example
+      every key as the ``slo.KEY`` override names it, values as ``%.12g``. For example
       ``tpot_ms<=10@p50``, ``ttft_ms<=100,tpot_ms<=50@p99``, ``normalized_latency_s<=0.1``,
       ``ttft_ms<=2000@p99,normalized_latency_s<=0.1``.
 
@@ -196,8 +196,8 @@ def slo_label(slo: SloConfig) -> str | None:
         if presets.get(name) == bounds:
             return name
     limits, held_at = bounds
-    held = ",".join(f"{k}<={v:g}" for k, v in limits if k in PERCENTILE_BOUNDS)
-    parts = ([f"{held}@p{held_at:g}"] if held else []) + [f"{k}<={v:g}" for k, v in limits
+    held = ",".join(f"{k}<={v:.12g}" for k, v in limits if k in PERCENTILE_BOUNDS)
+    parts = ([f"{held}@p{held_at:.12g}"] if held else []) + [f"{k}<={v:.12g}" for k, v in limits
                                                            if k not in PERCENTILE_BOUNDS]
     return ",".join(parts)
 

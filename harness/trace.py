@@ -97,6 +97,8 @@ def read_trace(cfg: WorkloadConfig, count: int | None, seed: int) -> Trace:
     prompt = _lengths(df, "prompt_len", cols.prompt_len, path)
     output = _lengths(df, "output_len", cols.output_len, path)
     arrival = _numeric(df, "arrival_s", cols.arrival_s, path) if cols.arrival_s in df.columns else None
+    if len(df) == 0:
+        raise ConfigError(f"workload.path={str(path)!r} has no rows: a trace needs at least one request")
     if count is None:
         count = len(df)
     if count > len(df):

@@ -25,7 +25,9 @@ from kernels.validate import check_decode_args, check_write_args
 
 SOURCES = (CSRC / "ops.cpp", EMULATED_SOURCE)
 # -fno-strict-aliasing: the kernels reinterpret 16-byte loads as halves, as CUDA allows.
-CFLAGS = ("-O2", "-DKVBENCH_CUDA_EMULATION", "-fno-strict-aliasing", "-Wno-unknown-pragmas")
+# -fvisibility=hidden: the emulated launchers carry the real ones' extern "C" names; hidden,
+# neither library can bind to the other's if both load in one process (a GPU machine).
+CFLAGS = ("-O2", "-DKVBENCH_CUDA_EMULATION", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-fvisibility=hidden")
 
 
 def emulated_spec() -> BuildSpec:

@@ -112,6 +112,13 @@ def test_a_key_of_an_unchosen_impl_names_the_plus_override(tmp_path):
         assert expected in p.stderr, p.stderr
 
 
+def test_a_key_of_a_defaulted_group_is_not_taken_for_the_unchosen_one(tmp_path):
+    """workload has a default option, so workload.sigma is fine: the message names gpu, which has none."""
+    p = harness("scenario=capacity", "workload.sigma=0.5", "gpu.count=2", f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 2
+    assert "gpu.count=2 sets a key of gpu, but no gpu is chosen" in p.stderr and "workload" not in p.stderr, p.stderr
+
+
 def test_a_sweep_with_one_bad_value_runs_the_others(tmp_path):
     p = harness("-m", "+impl=paged_torch", "scenario=capacity", "model=tiny-llama", "batch=1,abc,2",
                 f"hydra.sweep.dir={tmp_path}")

@@ -30,6 +30,15 @@ def emulated():
     return cuda_emulated.load()
 
 
+def test_the_emulated_launchers_are_not_exported(emulated):
+    """They carry the real launchers' names: hidden, neither library binds to the other's in one process."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(emulated))
+    for name in ("kvbench_paged_decode_attention", "kvbench_write_kv", "kvbench_paged_decode_workspace_bytes"):
+        assert not hasattr(lib, name), name
+
+
 # (dtype, block_size, kv_heads, group, head_dim, lens): every head dim, every dtype, block
 # sizes 1-128, groups below, at and above a block's 8 query heads, both partition paths.
 DECODE_CASES = [

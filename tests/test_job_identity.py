@@ -1,14 +1,17 @@
-"""A job's id hashes only the values that differ from the schema's defaults: a key added with
-a default leaves every id as it was, and any changed value changes it."""
+"""A job's id hashes the values that differ from the committed defaults (harness/identity_defaults.json):
+a key added with a default leaves every id as it was, a changed default or value changes it."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from harness.config import Config, DecodeScenario, ImplConfig, WorkloadConfig
-from harness.job_identity import identity_fields, job_id
+from harness.job_identity import (
+    SNAPSHOT, add_new_keys, identity_fields, job_id, load_snapshot, missing_keys, schema_defaults,
+)
 from harness.model.config import ModelConfig, RopeScaling
 from harness.resolve import resolve
 
@@ -43,11 +46,15 @@ def test_a_new_defaulted_key_leaves_the_id_unchanged(cfg):
     top = _copy_as(dataclasses.replace(cfg, model=model, workload=workload, scenario=scenario), grown)
     flat = dataclasses.asdict(top)
     assert flat["new_knob"] == 3 and flat["model"]["new_flag"] is False and flat["scenario"]["new_knob"] == 0.5
-    assert job_id(top, SLUG) == before
+    # The snapshot as `python -m harness.job_identity` would grow it for this schema.
+    recorded = load_snapshot()
+    grown_snapshot = {**recorded, **{k: v for k, v in schema_defaults(grown).items() if k not in recorded}}
+    assert {"new_knob", "model:ModelConfig.new_flag", "scenario:DecodeScenario.new_knob"} <= set(grown_snapshot)
+    assert job_id(top, SLUG, grown_snapshot) == before
     # A new key set to something other than its default is a different job.
     for path, value in [(("new_knob",), 4), (("model", "new_flag"), True), (("workload", "new_name"), "y"),
                         (("scenario", "new_knob"), 1.5)]:
-        assert job_id(_set(top, path, value), SLUG) != before, path
+        assert job_id(_set(top, path, value), SLUG, grown_snapshot) != before, path
 
 
 def _changed(value):
@@ -113,7 +120,29 @@ def test_scenarios_at_their_defaults_are_different_jobs(compose):
 
 def test_the_identity_lists_only_what_differs_from_the_defaults(cfg):
     fields = identity_fields(cfg, SLUG)["config"]
-    assert fields["scenario"] == {"name": "decode"}
-    assert fields["impl"]["name"] == "paged_torch"
-    assert "model" not in fields and "arrival" not in fields and "seed" not in fields  # all at their defaults
+    assert fields["scenario"] == "DecodeScenario"  # the class names the scenario; its keys are at their defaults
+    assert not any(k.startswith("scenario:") for k in fields)
+    assert fields["impl"] == "ImplConfig" and fields["impl:ImplConfig.name"] == "paged_torch"
+    assert not any(k.startswith(("model", "arrival")) for k in fields) and "seed" not in fields  # all at defaults
     assert fields["max_seq_len"] == 128
+
+
+def test_a_changed_default_changes_the_id_of_jobs_at_it(cfg):
+    """The snapshot keeps each key's default as first recorded: a job at a new default is told
+    apart from one measured at the old (a schema changing block_size's default from 16 to 32)."""
+    at_new_default = _set(cfg, ("block_size",), 32)
+    assert load_snapshot()["block_size"] == 16 and "block_size" not in identity_fields(cfg, SLUG)["config"]
+    assert job_id(at_new_default, SLUG) != job_id(cfg, SLUG)
+
+
+def test_the_snapshot_records_every_schema_key():
+    assert missing_keys() == {}, (f"{SNAPSHOT.name} lacks {sorted(missing_keys())}: run "
+                                  "`python -m harness.job_identity` and commit it (existing entries stay)")
+
+
+def test_growing_the_snapshot_never_rewrites_an_entry(tmp_path):
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps({"block_size": 32, "batch": 8}))  # block_size's default "was" 32
+    new = add_new_keys(path)
+    grown = json.loads(path.read_text())
+    assert grown["block_size"] == 32 and "batch" not in new and "dtype" in new and grown["dtype"] == "auto"

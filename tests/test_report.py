@@ -275,3 +275,16 @@ def test_eager_and_graphed_decode_rows_stay_apart():
     ys = [[float(y) for y in line.get_ydata()] for line in ax.lines]
     tops = sorted(round(max(y)) for y in ys if len(y) == 2 and not any(math.isnan(v) for v in y))
     assert set(tops) == {6400, 19200}  # eager and graphed lines; averaged together they would top at 12800
+
+
+def test_eager_lines_stay_solid_whichever_rows_come_first():
+    from harness.report.speed_plots import decode_throughput
+
+    base = {"scenario": "decode", "status": "ok", "device_slug": "nvidia-h200", "model": "m", "dtype": "bfloat16",
+            "workload": "chat", "impl": "paged_triton"}
+    rows = pd.DataFrame([{**base, "batch": b, "cuda_graph": graphs, "output_tokens_per_s": (3.0 if graphs else 1.0) * b}
+                         for graphs in (True, False) for b in (1, 64)])  # graphed rows first
+    (ax,) = [a for a in decode_throughput(rows, {"paged_triton": "C1"}).axes if a.lines]
+    styles = {round(max(line.get_ydata())): line.get_linestyle() for line in ax.lines  # not the caps' markers
+              if line.get_linestyle() != "None" and len(line.get_ydata()) == 2}
+    assert styles[64] == "-" and styles[192] != "-"  # eager solid, CUDA graphs dashed

@@ -158,6 +158,12 @@ def test_an_explicit_num_requests_beyond_the_rows_is_a_config_error(compose, tmp
     assert "\n" not in str(err.value)
 
 
+def test_a_trace_without_rows_is_a_config_error(compose, tmp_path):
+    path = write(lengths([], []), tmp_path / "empty.csv")
+    with pytest.raises(ConfigError, match="has no rows: a trace needs at least one request"):
+        resolved(compose, tmp_path, f"workload.path={path}")
+
+
 @pytest.mark.parametrize(
     "overrides, expected",
     [

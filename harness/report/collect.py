@@ -263,13 +263,15 @@ def ok_rows(df: pd.DataFrame, scenario: str | None = None) -> pd.DataFrame:
     return df[sel].copy()
 
 
+MODES = ["eager", "CUDA graphs"]  # the style order: eager lines solid, graphed ones dashed
+
+
 def with_mode(df: pd.DataFrame) -> pd.DataFrame:
     """Each decode row's ``mode``: ``CUDA graphs`` (cuda_graph=true: the dense work replayed) or
     ``eager`` (also rows from before the switch existed). The two are different measurements of
     one impl, so figures and tables keep them apart instead of averaging them."""
     graphs = df["cuda_graph"] if "cuda_graph" in df else pd.Series(False, index=df.index)
-    return df.assign(mode=graphs.map(lambda v: "CUDA graphs" if str(v).strip().lower() in ("true", "1", "1.0")
-                                     else "eager"))
+    return df.assign(mode=graphs.map(lambda v: "CUDA graphs" if _as_bool(v) is True else "eager"))
 
 
 def burst(df: pd.DataFrame) -> pd.DataFrame:

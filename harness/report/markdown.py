@@ -148,10 +148,12 @@ def max_rate_markdown(rows: pd.DataFrame) -> str:
     t = t.assign(ratio=t["ratio"].map(lambda r: "–" if pd.isna(r) else f"{r:.2f}×"))
     if "gpu" in t and t["gpu"].isna().all():  # wall-clock runs only: no simulated GPU to name
         t = t.drop(columns="gpu")
+    if "mode" in t and (t["mode"] == "eager").all():  # no CUDA-graph runs: nothing to tell apart
+        t = t.drop(columns="mode")
     return ("The largest offered rate at which each impl passed the SLO (median over runs), and its ratio to "
             "contiguous at the same setting; the paper's headline is 2-4× for paging.\n\n"
             + md_table(_pick(t, {"device_slug": "device", "model": "model", "workload": "workload",
-                                 "batch": "batch", "arrival": "arrival", "slo": "SLO", "impl": "impl",
+                                 "batch": "batch", "arrival": "arrival", "slo": "SLO", "mode": "mode", "impl": "impl",
                                  "gpu": "simulated GPU", "max_rate_rps": "max rate req/s", "ratio": "vs contiguous",
                                  "probes": "probes", "runs": "runs"})))
 

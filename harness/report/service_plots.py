@@ -12,21 +12,22 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness.report.collect import ok_rows
+from harness.report.collect import ok_rows, with_mode
 from harness.report.figures import MAX_FACETS, devices, drop_legend, facet_labels, grid, legend_outside, wrap
 from harness.report.speed_plots import BARS
 
 # Panels per model, workload and device (as the paper's Figure 12), split further by what else varies.
-FACETS = ["model", "workload", "dtype", "batch", "arrival", "clock", "gpu", "device_slug"]
+FACETS = ["model", "workload", "dtype", "batch", "arrival", "clock", "gpu", "mode", "device_slug"]
 ALWAYS = ("model", "workload", "device_slug")
 # Impls are compared at one setting: the max-rate ratio is taken among rows equal in all of these.
-RATE_GROUP = ["device_slug", "model", "workload", "dtype", "batch", "max_seq_len", "arrival", "slo", "clock", "gpu"]
+RATE_GROUP = ["device_slug", "model", "workload", "dtype", "batch", "max_seq_len", "arrival", "slo", "clock", "gpu",
+              "mode"]
 
 
 def service_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """Ok rows measured under an arrival process at an offered rate (burst rows have none): decode
     runs on the wall clock and capacity runs on the simulated one (``clock``, ``gpu``)."""
-    df = pd.concat([ok_rows(rows, "decode"), ok_rows(rows, "capacity")])
+    df = with_mode(pd.concat([ok_rows(rows, "decode"), ok_rows(rows, "capacity")]))
     if "request_rate" not in df:
         return df.iloc[0:0]
     df = df.dropna(subset=["request_rate"])
@@ -150,7 +151,7 @@ def kv_over_time(steps: pd.DataFrame, rows: pd.DataFrame, palette: dict) -> Figu
 
 def max_rate_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Per setting and impl: the largest rate that passed the SLO (median over runs) and its ratio to contiguous."""
-    df = ok_rows(rows, "max_rate")
+    df = with_mode(ok_rows(rows, "max_rate"))
     if df.empty or "max_rate_rps" not in df:
         return pd.DataFrame()
     df = df.dropna(subset=["max_rate_rps"])

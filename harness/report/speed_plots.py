@@ -6,7 +6,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from harness.report.collect import burst, ok_rows, with_mode
+from harness.report.collect import MODES, burst, ok_rows, with_mode
 from harness.report.figures import (
     MAX_FACETS, count_axis, drop_legend, facet_labels, grid, legend_outside, wrap,
 )
@@ -26,10 +26,12 @@ def decode_throughput(rows: pd.DataFrame, palette: dict) -> Figure | None:
                                always=("model", "workload", "device_slug"))
     facets = sorted(df["facet"].unique())[:MAX_FACETS]
     fig, axes = grid(len(facets), size=(5.4, 4.0))
+    # One style for every panel (the last one's legend explains it): by mode when any rows replayed graphs.
+    by_mode = bool((df["mode"] != "eager").any())
+    style = {"style": "mode", "style_order": MODES} if by_mode else {"style": "impl"}
     for i, (ax, facet) in enumerate(zip(axes, facets)):
         sub = df[df["facet"] == facet]
-        style = "mode" if sub["mode"].nunique() > 1 else "impl"
-        sns.lineplot(data=sub, x="batch", y="output_tokens_per_s", hue="impl", style=style, markers=True,
+        sns.lineplot(data=sub, x="batch", y="output_tokens_per_s", hue="impl", **style, markers=True,
                      markersize=8, palette=palette, hue_order=sorted(sub["impl"].unique()), **BARS, ax=ax)
         count_axis(ax, sub["batch"])
         ax.set_title(wrap(facet))
@@ -126,7 +128,7 @@ def gpu_comparison(rows: pd.DataFrame, palette: dict) -> Figure | None:
                                   if "kernel_batch" in kernel else "-")
     panels = []  # (frame, x, y, x label, y label, style)
     if len(decode):
-        style = "mode" if decode["mode"].nunique() > 1 else "impl"
+        style = "mode" if (decode["mode"] != "eager").any() else "impl"
         panels += [(decode, "batch", "output_tokens_per_s", "batch", "output tokens/s", style),
                    (decode, "batch", "tokens_per_tbps", "batch", "output tokens/s per TB/s of peak", style)]
     if len(kernel):
@@ -142,7 +144,8 @@ def gpu_comparison(rows: pd.DataFrame, palette: dict) -> Figure | None:
                 ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="0.5")
             else:
                 sns.lineplot(data=sub, x=x, y=y, hue="impl", hue_order=[i for i in impls if i in set(sub["impl"])],
-                             style=style, palette=palette, markers=True, **BARS, ax=ax,
+                             style=style, style_order=MODES if style == "mode" else None, palette=palette,
+                             markers=True, **BARS, ax=ax,
                              legend=c == len(devs) - 1)
                 count_axis(ax, sub[x])
             peak = frame.loc[frame["device_slug"] == dev, "peak_tbps"].dropna()
