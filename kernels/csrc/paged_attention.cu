@@ -41,7 +41,6 @@ constexpr int kMaxPartition = 512;  // tokens per block at most; longer contexts
 constexpr int kMinPartition = 128;  // the least a partition shrinks to: a multiple of every block size
 constexpr int kBlocksPerSm = 4;     // partitions shrink until the grid has this many blocks per SM
 constexpr int kMaxHeadTile = 8;      // query heads one block serves at most (bounds its accumulators)
-constexpr int kDecodeStaticSmem = kMaxPartition * 4;  // the decode kernel's staged block ids
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Status codes beside cudaError_t values (which are >= 0).
@@ -165,11 +164,12 @@ struct Tiles {
   static constexpr int kRegionBytes = kRingBytes > kReduceBytes ? kRingBytes : kReduceBytes;
 };
 
-// Dynamic shared memory of the decode kernel, in bytes: the ring (or the reduction), q for
-// HEADS heads, the probabilities [heads][partition], 1/sum per head.
+// Shared memory of the decode kernel, in bytes, all of it dynamic: the ring (or the
+// reduction), q for HEADS heads, the probabilities [heads][partition], 1/sum per head, and
+// the partition's block ids (at most one per token, at block size 1).
 template <typename T, int HEAD_DIM, int HEADS>
 __host__ __device__ constexpr int decode_smem_bytes(int heads, int partition) {
-  return Tiles<T, HEAD_DIM, HEADS>::kRegionBytes + 4 * (HEADS * HEAD_DIM + heads * partition + HEADS);
+  return Tiles<T, HEAD_DIM, HEADS>::kRegionBytes + 4 * (HEADS * HEAD_DIM + heads * partition + HEADS + partition);
 }
 
 // The query heads a block serves for a GQA group: the group (at most kMaxHeadTile), rounded
@@ -214,13 +214,13 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   float* q_s = reinterpret_cast<float*>(smem + TL::kRegionBytes);    // [HEADS][HEAD_DIM]
   float* prob_s = q_s + HEADS * HEAD_DIM;                        // [heads][p.partition]
   float* inv_sum_s = prob_s + heads * p.partition;                   // [HEADS]
+  int32_t* table_s = reinterpret_cast<int32_t*>(inv_sum_s + HEADS);  // [blocks of the partition]
 
   const T* q = static_cast<const T*>(p.q) + seq * p.q_stride_b + head0 * p.q_stride_h;
   for (int i = tid; i < heads * HEAD_DIM; i += kNumThreads)
     q_s[i] = to_float(q[(i / HEAD_DIM) * p.q_stride_h + i % HEAD_DIM]) * p.scale;
   // The partition's block ids, staged once: a row's address then needs no dependent global
   // load (partitions start on a block boundary: a partition is a multiple of every block size).
-  __shared__ int32_t table_s[kMaxPartition];  // kDecodeStaticSmem bytes
   const int32_t* table = p.block_tables + seq * p.bt_stride + (start >> p.log2_block_size);
   const int num_blocks = (n + (1 << p.log2_block_size) - 1) >> p.log2_block_size;
   for (int i = tid; i < num_blocks; i += kNumThreads) table_s[i] = table[i];
@@ -551,7 +551,7 @@ cudaError_t smem_optin_for(int device, int* smem_optin) {
 // launch gets (that is its own dynamic size), so raising it to the limit once covers
 // every later launch on the device, whatever its query-head group. (A cudaDeviceReset
 // would undo it; torch never resets a device.)
-// ``dynamic_max`` is the opt-in limit less the kernel's static shared memory.
+// ``dynamic_max``: the opt-in limit (these kernels have no static shared memory).
 template <auto KERNEL>
 cudaError_t allow_optin_smem(int device, int dynamic_max) {
   static std::atomic<bool> raised[kMaxDevices];  // one array per instantiation
@@ -572,9 +572,9 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
   cudaError_t err = cudaGetDevice(&device);  // cheap: the calling thread's current device
   if (err == cudaSuccess) err = smem_optin_for(device, &smem_optin);
   if (err != cudaSuccess) return err;
-  if (smem + kDecodeStaticSmem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
-  if (smem + kDecodeStaticSmem > 48 * 1024) {
-    err = allow_optin_smem<paged_decode_kernel<T, HEAD_DIM, HEADS>>(device, smem_optin - kDecodeStaticSmem);
+  if (smem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
+  if (smem > 48 * 1024) {  // the kernel has no static shared memory: its dynamic size is all of it
+    err = allow_optin_smem<paged_decode_kernel<T, HEAD_DIM, HEADS>>(device, smem_optin);
     if (err != cudaSuccess) return err;
   }
   const bool split = p.part_out != nullptr;
