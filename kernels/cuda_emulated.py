@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from kernels.build_cache import BuildError, BuildSpec, build_timeout_s, ensure_built
-from kernels.cuda_op import CSRC, CUDA_SOURCE, EMULATED_SOURCE, KernelBuildError, build_dir, find_cxx
+from kernels.build_cache import BuildSpec
+from kernels.cuda_op import CSRC, CUDA_SOURCE, EMULATED_SOURCE, build_and_load, find_cxx
 from kernels.validate import check_decode_args, check_write_args
 
 SOURCES = (CSRC / "ops.cpp", EMULATED_SOURCE)
@@ -38,12 +38,7 @@ def emulated_spec() -> BuildSpec:
 @functools.cache
 def load() -> Path:
     """Build (or reuse) and load the emulated op once per process; returns its path."""
-    try:
-        path = ensure_built(emulated_spec(), build_dir(), build_timeout_s())
-    except BuildError as err:
-        raise KernelBuildError(str(err)) from err
-    torch.ops.load_library(str(path))
-    return path
+    return build_and_load(emulated_spec())
 
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,

@@ -110,14 +110,20 @@ def op_spec() -> BuildSpec:
                      extra_cflags=tuple(cflags), extra_cuda_cflags=tuple(cuda_cflags), with_cuda=with_cuda, cxx=cxx)
 
 
-@functools.cache
-def load_op() -> Path:
-    """Build (or reuse) and load the op library once per process; returns its path."""
+def build_and_load(spec: BuildSpec) -> Path:
+    """Build (or reuse) the op library ``spec`` describes and load its ops into torch.ops; returns its path."""
     try:
-        path = ensure_built(op_spec(), build_dir(), build_timeout_s())
+        path = ensure_built(spec, build_dir(), build_timeout_s())
     except BuildError as err:
         raise KernelBuildError(str(err)) from err
     torch.ops.load_library(str(path))
+    return path
+
+
+@functools.cache
+def load_op() -> Path:
+    """Build (or reuse) and load the op library once per process; returns its path."""
+    path = build_and_load(op_spec())
     _register_fakes()
     return path
 

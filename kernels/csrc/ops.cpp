@@ -192,16 +192,21 @@ void define_ops(torch::Library& m) {
   m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
 }
 
+#ifdef KVBENCH_CUDA_LAUNCHERS
+// The CUDA path's kernels: for CUDA tensors, or for CPU tensors under the emulator.
+void impl_cuda_path(torch::Library& m) {
+  m.impl("paged_decode_attention", &kvbench::decode_cuda);
+  m.impl("paged_decode_attention_out", &kvbench::decode_out_cuda);
+  m.impl("write_kv", &kvbench::write_kv_cuda);
+}
+#endif
+
 }  // namespace
 
 #ifdef KVBENCH_CUDA_EMULATION
 TORCH_LIBRARY(kvbench_emu, m) { define_ops(m); }
 
-TORCH_LIBRARY_IMPL(kvbench_emu, CPU, m) {
-  m.impl("paged_decode_attention", &kvbench::decode_cuda);
-  m.impl("paged_decode_attention_out", &kvbench::decode_out_cuda);
-  m.impl("write_kv", &kvbench::write_kv_cuda);
-}
+TORCH_LIBRARY_IMPL(kvbench_emu, CPU, m) { impl_cuda_path(m); }
 #else
 TORCH_LIBRARY(kvbench, m) { define_ops(m); }
 
@@ -213,9 +218,5 @@ TORCH_LIBRARY_IMPL(kvbench, CPU, m) {
 #endif
 
 #ifdef KVBENCH_WITH_CUDA
-TORCH_LIBRARY_IMPL(kvbench, CUDA, m) {
-  m.impl("paged_decode_attention", &kvbench::decode_cuda);
-  m.impl("paged_decode_attention_out", &kvbench::decode_out_cuda);
-  m.impl("write_kv", &kvbench::write_kv_cuda);
-}
+TORCH_LIBRARY_IMPL(kvbench, CUDA, m) { impl_cuda_path(m); }
 #endif
