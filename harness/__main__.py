@@ -12,8 +12,8 @@ import sys
 
 if __name__ == "__main__":
     try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
-        from harness.app import main
-        from harness.preflight import check_command_line
+        from harness.front.app import main
+        from harness.front.preflight import check_command_line
 
         if (code := check_command_line(sys.argv[1:])) is not None:
             sys.exit(code)

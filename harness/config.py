@@ -1,7 +1,7 @@
 """The structured config schema: one dataclass per config group.
 
 Hydra merges conf/*.yaml over these dataclasses (type-checking every key);
-``harness.resolve`` then fills the ``auto`` choices and validates the values once,
+``harness.front.resolve`` then fills the ``auto`` choices and validates the values once,
 at the entry point, raising ``ConfigError`` naming the bad key and the allowed values.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from harness.model.config import ModelConfig
@@ -65,7 +64,7 @@ class WorkloadConfig:
     shared_prefix_len: int = 0  # tokens common to every prompt (a system prompt)
     n: int = 1  # parallel samples per prompt
     vocab_limit: Optional[int] = None  # draw ids below this (default: model vocab)
-    # distribution=trace: a CSV, JSONL or parquet file, one request per row (harness/trace.py)
+    # distribution=trace: a CSV, JSONL or parquet file, one request per row (harness/serving/trace.py)
     path: Optional[str] = None
     columns: TraceColumns = field(default_factory=TraceColumns)
     sample: str = "head"  # head (the first rows) | random (seeded, without replacement)
@@ -73,7 +72,7 @@ class WorkloadConfig:
 
 @dataclass
 class ArrivalConfig:
-    """When each request arrives (harness/arrivals.py); burst is every request at t=0."""
+    """When each request arrives (harness/serving/arrivals.py); burst is every request at t=0."""
 
     name: str = "burst"  # burst | poisson | gamma | constant | trace
     rate: Optional[float] = None  # offered requests per second (poisson, gamma, constant)
@@ -108,13 +107,16 @@ class DeviceConfig:
 
 @dataclass
 class GpuConfig:
-    """A GPU for the simulated clock (conf/gpu/NAME.yaml; harness/cost_model.py uses the figures).
+    """A GPU for the simulated clock (conf/gpu/NAME.yaml; harness/serving/cost_model.py uses the figures).
 
     ``gpu=NAME`` fills every figure from the file; any can be overridden, e.g. a measured
     copy bandwidth for ``bandwidth_gbps``. A figure left None is taken from conf/gpu/NAME.yaml.
     """
 
     name: str = MISSING
+    # The words of this GPU's name as torch and NVML give it ("NVIDIA H100 80GB HBM3": h100): the
+    # report finds a measured row's peak bandwidth here (harness/report/hardware.py). A label, not a figure.
+    match: List[str] = field(default_factory=list)
     count: int = 1  # GPUs working on one model (tensor parallel)
     memory_gb: Optional[float] = None  # per GPU; the capacity scenario's device.memory_gb defaults to it x count
     bandwidth_gbps: Optional[float] = None  # memory bandwidth per GPU, GB/s
@@ -128,9 +130,10 @@ class GpuConfig:
 
 @dataclass
 class ScenarioConfig:
-    """What every scenario has. Each scenario's dataclass below adds its own keys; its
-    conf/scenario/NAME.yaml composes that dataclass first (its defaults list), so a key
-    that belongs to another scenario is an error naming the scenario's keys (harness/strict.py)."""
+    """What every scenario has. Each scenario's module (harness/scenarios/NAME.py) holds its own
+    dataclass, a subclass of this one with its keys (``SCHEMA``), stored as the option
+    ``scenario=NAME``; a key that belongs to another scenario is an error naming the
+    scenario's keys (harness/front/strict.py)."""
 
     name: str = MISSING
 
@@ -140,39 +143,7 @@ class ScenarioConfig:
         return False
 
 
-@dataclass
-class DecodeScenario(ScenarioConfig):
-    """End-to-end generation with a real model (harness/scenarios/decode.py)."""
 
-    name: str = "decode"
-    warmup: int = 1  # warm-up passes over a few requests before the measured run
-
-
-@dataclass
-class CapacityScenario(ScenarioConfig):
-    """No model compute: the scheduler and cache bookkeeping at full scale (harness/scenarios/capacity.py)."""
-
-    name: str = "capacity"
-    # Numbers of concurrent requests for the memory-vs-concurrency table
-    concurrency_points: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 100, 128, 256])
-
-    @property
-    def bookkeeping(self) -> bool:
-        return True
-
-
-@dataclass
-class KernelScenario(ScenarioConfig):
-    """Decode attention alone at one point (harness/scenarios/kernel.py): the batch and block size
-    are the top-level ``batch`` and ``block_size``, the heads the model's; sweep them with ``-m``."""
-
-    name: str = "kernel"
-    context_len: int = 1024  # tokens of K and V every sequence of the batch attends to
-    warmup: int = 3  # untimed calls first
-    iters: int = 20  # timed calls: the rows give their median and 10th/90th percentiles
-    # A contiguous slab has no blocks, so block_size changes nothing it reads: a sweep over block_size
-    # times it in the job whose block_size is this one, and skips it in the others. None: every job.
-    slab_block_size: Optional[int] = None
 
 
 @dataclass
@@ -187,35 +158,12 @@ class SearchScenario(ScenarioConfig):
         return self.probe == "capacity"
 
 
-@dataclass
-class MaxConcurrencyScenario(SearchScenario):
-    """The largest batch served with every sequence resident (harness/scenarios/max_concurrency.py)."""
 
-    name: str = "max_concurrency"
-    search_limit: int = 4096  # stop growing the batch here
-
-
-@dataclass
-class MaxRateScenario(SearchScenario):
-    """The largest arrival rate that passes the SLO (harness/scenarios/max_rate.py)."""
-
-    name: str = "max_rate"
-    warmup: int = 1  # warm-up passes before the first decode probe (the later ones find everything warm)
-    start_rps: float = 1.0  # the first rate probed (then doubled until the SLO fails, then bisected)
-    tolerance_rps: float = 0.25  # stop bisecting when the bracket is this narrow
-    search_limit: float = 256  # the highest rate probed (req/s)
-
-
-# scenario=NAME: each scenario's schema, stored for Hydra as scenario_schema_NAME (register_configs).
-SCENARIOS: dict[str, type[ScenarioConfig]] = {
-    "decode": DecodeScenario, "capacity": CapacityScenario, "kernel": KernelScenario,
-    "max_concurrency": MaxConcurrencyScenario, "max_rate": MaxRateScenario,
-}
 
 
 @dataclass
 class Config:
-    # The chosen scenario's dataclass (SCENARIOS), merged over this base by conf/scenario/NAME.yaml.
+    # The chosen scenario's dataclass (harness/scenarios/NAME.py: SCHEMA), the option scenario=NAME.
     scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
@@ -249,13 +197,3 @@ class Config:
     # between attention calls (harness/model/piecewise.py); the caches' attention stays eager.
     cuda_graph: bool = False
 
-
-def register_configs() -> None:
-    # The root schema, and one schema per scenario that conf/scenario/NAME.yaml composes
-    # through its defaults list; the other group files in conf/ are validated against the
-    # typed fields of ``Config`` when Hydra merges them. The scenario schemas are stored
-    # outside the scenario group, so they are not options of it (``--help``, error messages).
-    store = ConfigStore.instance()
-    store.store(name="schema", node=Config)
-    for name, schema in SCENARIOS.items():
-        store.store(name=f"scenario_schema_{name}", node=schema)

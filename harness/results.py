@@ -17,8 +17,8 @@ IDENTIFIERS = [
     "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "model", "dtype", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
-    "job_id",  # harness/job_identity.py: what `resume=true` matches a folder's rows by
-    "replay_of",  # harness/replay.py: the run folder this row re-ran
+    "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by
+    "replay_of",  # harness/front/replay.py: the run folder this row re-ran
 ]
 FINGERPRINT = [
     "device", "device_slug", "gpu_name", "gpu_count", "gpu_memory_bytes", "driver_version",
@@ -43,7 +43,7 @@ METRICS = [
     "energy_j", "avg_power_w", "energy_per_output_token_j",  # NVML's board energy counter over the run
     "output_digest",
     "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent lanes
-    # service (harness/service_metrics.py): arrivals, per-request latency, SLO and goodput
+    # service (harness/serving/service_metrics.py): arrivals, per-request latency, SLO and goodput
     "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "gpu", "slo",
     *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
@@ -84,7 +84,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
     A reader, or a run killed mid-write, sees the old file or the new one, never half of
     one. The temporary name is a dot file (the report skips those), unique per process
-    (a run folder has one writer at a time: harness/run_folder.py holds its lock).
+    (a run folder has one writer at a time: harness/job/folder.py holds its lock).
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -58,7 +58,7 @@ class AdmitPlan:
 
     token_ids: Sequence[int]
     num_samples: int  # the sequence and its num_samples - 1 forks
-    final_len: int | None
+    total_len: int | None
     cached_tokens: int  # leading tokens already in the cache (prefix-cache hits): not computed again
     fits: bool  # the sequence and its forks fit now
     generation: int  # the allocator's state counter when planned
@@ -75,12 +75,12 @@ class KVAllocator(ABC):
     # Counts changes of state (admit, append, fork, release): an ``AdmitPlan`` is valid for one.
     generation: int = 0
 
-    # ``final_len`` is the sequence's length once it finishes (prompt + every output token),
+    # ``total_len`` is the sequence's length once it finishes (prompt + every output token),
     # which the scheduler knows (output lengths are fixed). Only allocators that reserve a
     # sequence's whole region at admission use it; the others ignore it.
 
     @abstractmethod
-    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> AdmitPlan:
+    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, total_len: int | None = None) -> AdmitPlan:
         """What admitting ``token_ids`` (and ``num_samples - 1`` forks) would take now; no state change.
 
         The one place a prompt is examined (a paged pool hashes its blocks here): the
@@ -95,9 +95,9 @@ class KVAllocator(ABC):
         (``StalePlanError`` otherwise) and must fit (``ValueError`` otherwise).
         """
 
-    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> bool:
+    def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, total_len: int | None = None) -> bool:
         """Whether a new sequence (and its ``num_samples - 1`` forks) fits now."""
-        return self.plan_admit(token_ids, num_samples, final_len).fits
+        return self.plan_admit(token_ids, num_samples, total_len).fits
 
     def _check_plan(self, plan: AdmitPlan) -> None:
         """``admit``'s guard: the plan is of the current state, and it fits."""
@@ -107,8 +107,8 @@ class KVAllocator(ABC):
         if not plan.fits:
             raise ValueError("admit() of a plan that does not fit (check plan.fits first)")
 
-    def note_waiting(self, final_len: int | None) -> None:
-        """The ``final_len`` of the request first in the waiting queue (None: none waits).
+    def note_waiting(self, total_len: int | None) -> None:
+        """The ``total_len`` of the request first in the waiting queue (None: none waits).
 
         The scheduler notes it after every step. External fragmentation is measured
         against it; allocators without variable-size regions have none and ignore it.
@@ -151,12 +151,9 @@ class KVAllocator(ABC):
         return self.usage().pool_tokens
 
     def usage_plus_written(self, num_tokens: int) -> CacheUsage:
-        """``usage()`` once ``num_tokens`` more tokens are appended into slots their sequences already hold.
+        """``usage()`` once ``num_tokens`` more tokens fill slots their sequences already hold (no allocation).
 
-        Such appends (``appendable_without_alloc``) allocate nothing, so only used and
-        logical tokens grow, and the unwritten reserved slots shrink by as much. Here those are
-        reservation waste (slots reserved at admission); an allocator whose unwritten slots count
-        as fragmentation (paged) overrides this. The simulator accounts riding tokens this way.
+        Here the filled slots were reservation waste; paged, where they are fragmentation, overrides this.
         """
         u = self.usage()
         return replace(u, used_tokens=u.used_tokens + num_tokens, logical_tokens=u.logical_tokens + num_tokens,

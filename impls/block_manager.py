@@ -140,7 +140,7 @@ class BlockManager(KVAllocator):
 
     # ---- admission --------------------------------------------------------
     def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1,
-                   final_len: int | None = None) -> PagedAdmitPlan:
+                   total_len: int | None = None) -> PagedAdmitPlan:
         """Prefix hits of the prompt's full blocks (up to the first miss) and the blocks it costs.
 
         Forks share every block, so ``num_samples`` costs nothing here.
@@ -162,7 +162,7 @@ class BlockManager(KVAllocator):
             hits.append(b)
         revived = sum(1 for b in hits if self.ref[b] == 0)
         cost = blocks_for_tokens(len(token_ids), bs) - len(hits) + revived
-        return PagedAdmitPlan(token_ids, num_samples, final_len, cached_tokens=len(hits) * bs,
+        return PagedAdmitPlan(token_ids, num_samples, total_len, cached_tokens=len(hits) * bs,
                               fits=cost + self.watermark_blocks <= self.num_free_blocks, generation=self.generation,
                               hits=tuple(hits), next_hash=next_hash, new_blocks=cost)
 

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from impls.base import KVCache, PrefillSpan
-from impls.flat_prefill import FlatPrefill, flat_prefill_attention, prepare_flat_prefill
+from impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
 from impls.lane_allocator import LaneAllocator
 from impls.staging import StagingBuffer
 from kernels.sdpa import decode_sdpa
@@ -32,7 +32,7 @@ class _Decode:
     lanes: torch.Tensor | None  # [B] lane (slab index) of each sequence, when not dense
 
 
-class ContiguousCache(KVCache):
+class ContiguousCache(FlatSlotPrefill, KVCache):
     allocator: LaneAllocator
 
     def __init__(self, allocator: LaneAllocator, **tensor_args) -> None:
@@ -75,11 +75,6 @@ class ContiguousCache(KVCache):
             None if order is None else staging[order], None if inverse is None else staging[inverse],
             None if gather is None else staging[gather],
         )
-
-    def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        meta: FlatPrefill) -> torch.Tensor:
-        k_flat, v_flat = self.write_flat(layer, k, v, meta.slot_mapping)
-        return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:

@@ -46,3 +46,13 @@ def flat_prefill_attention(q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.
                           v_flat[s.first_slot : s.first_slot + s.end], scale)
         for s in meta.seqs
     ])
+
+
+class FlatSlotPrefill:
+    """``forward_prefill`` of a cache whose slots are one flat token array per layer (``write_flat``):
+    the contiguous and region caches. Mixed in before ``KVCache``."""
+
+    def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        meta: FlatPrefill) -> torch.Tensor:
+        k_flat, v_flat = self.write_flat(layer, k, v, meta.slot_mapping)
+        return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)

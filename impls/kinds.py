@@ -34,7 +34,7 @@ class PoolSpec:
     bytes_per_token: int  # every layer's K and V of one token
     max_seq_len: int
     block_size: int
-    max_sequences: int  # sequences that can run at once (batch x parallel samples)
+    max_num_seqs: int  # sequences that can run at once (batch x parallel samples)
     min_tokens: int  # the smallest pool still holds one request of this many tokens
     watermark: float  # paged: fraction of blocks kept back at admission
     prefix_caching: bool
@@ -104,6 +104,11 @@ class CacheKind(ABC):
     def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
         """Sequences of ``tokens_per_request`` tokens the budget holds at once (vLLM's start-up figure)."""
 
+    @abstractmethod
+    def unbounded_allocator(self, spec: PoolSpec, sequence_lens: list[int]) -> KVAllocator:
+        """An allocator with room for every sequence of ``sequence_lens`` (final lengths) at once,
+        whatever the budget: what serving them all concurrently reserves (the capacity points)."""
+
     def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:
         """Per layout of ``pool`` (a key of ``pool.tables``), what this kind's decode kernel reads there."""
         raise NotImplementedError(f"cache kind {self.name!r} gives the kernel scenario no layout (kernel_layouts)")
@@ -116,7 +121,7 @@ class ContiguousKind(CacheKind):
 
     def pool_size(self, spec: PoolSpec) -> int:
         lane_bytes = spec.max_seq_len * spec.bytes_per_token
-        lanes = min(spec.max_sequences, spec.kv_bytes // lane_bytes)
+        lanes = min(spec.max_num_seqs, spec.kv_bytes // lane_bytes)
         if lanes < 1:
             raise CacheSizeError(
                 f"the KV budget ({spec.kv_bytes / 1e9:.3f} GB) holds no lane of max_seq_len="
@@ -134,6 +139,9 @@ class ContiguousKind(CacheKind):
 
     def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
         return spec.kv_bytes // (spec.max_seq_len * spec.bytes_per_token)
+
+    def unbounded_allocator(self, spec: PoolSpec, sequence_lens: list[int]) -> LaneAllocator:
+        return LaneAllocator(len(sequence_lens), spec.max_seq_len)
 
     def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:
         # The in-order blocks seen as a slab [batch, blocks x block_size, kv_heads, head_dim]: a view of
@@ -178,6 +186,11 @@ class PagedKind(CacheKind):
     def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
         return self.num_blocks(spec) // blocks_for_tokens(tokens_per_request, spec.block_size)
 
+    def unbounded_allocator(self, spec: PoolSpec, sequence_lens: list[int]) -> BlockManager:
+        # One block more per sequence than its final length needs: a copy-on-write of its last block.
+        blocks = sum(blocks_for_tokens(n, spec.block_size) + 1 for n in sequence_lens)
+        return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching)
+
     def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:
         # Shuffled blocks, as a pool fills; and the same kernel on in-order blocks, which is what
         # paging costs over a contiguous read.
@@ -219,6 +232,10 @@ class RegionKind(CacheKind):
         # Token slots over the region a request of ``tokens_per_request`` reserves (holes ignored).
         reserved = RESERVATIONS[self.reservation](tokens_per_request, spec.max_seq_len)
         return spec.kv_bytes // spec.bytes_per_token // reserved
+
+    def unbounded_allocator(self, spec: PoolSpec, sequence_lens: list[int]) -> RegionAllocator:
+        slots = sum(RESERVATIONS[self.reservation](n, spec.max_seq_len) for n in sequence_lens)
+        return RegionAllocator(slots, spec.max_seq_len, RESERVATIONS[self.reservation])
 
 
 KINDS: dict[str, CacheKind] = {kind.name: kind for kind in (ContiguousKind(), PagedKind())}

@@ -34,9 +34,9 @@ class LaneAllocator(KVAllocator):
     def num_tokens(self, seq_id: int) -> int:
         return self.length[seq_id]
 
-    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, final_len: int | None = None) -> AdmitPlan:
+    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, total_len: int | None = None) -> AdmitPlan:
         fits = len(token_ids) <= self.max_seq_len and len(self.free) >= num_samples  # a lane per sample
-        return AdmitPlan(token_ids, num_samples, final_len, cached_tokens=0, fits=fits, generation=self.generation)
+        return AdmitPlan(token_ids, num_samples, total_len, cached_tokens=0, fits=fits, generation=self.generation)
 
     def admit(self, seq_id: int, plan: AdmitPlan) -> int:
         self._check_plan(plan)

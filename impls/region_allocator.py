@@ -54,10 +54,10 @@ class RegionAllocator(KVAllocator):
         self.generation = 0
 
     # ---- policy and placement ----------------------------------------------------
-    def reserved_slots(self, final_len: int | None) -> int:
-        if final_len is None:
-            raise ValueError("a variable-size reservation needs the sequence's final_len (prompt + output)")
-        return self.reservation(final_len, self.max_seq_len)
+    def reserved_slots(self, total_len: int | None) -> int:
+        if total_len is None:
+            raise ValueError("a variable-size reservation needs the sequence's total_len (prompt + output)")
+        return self.reservation(total_len, self.max_seq_len)
 
     def first_fit(self, slots: int) -> int | None:
         """Start of the first hole (in address order) that holds ``slots``; None if none does."""
@@ -105,9 +105,9 @@ class RegionAllocator(KVAllocator):
         return self.length[seq_id]
 
     def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1,
-                   final_len: int | None = None) -> RegionAdmitPlan:
-        slots = self.reserved_slots(final_len)
-        return RegionAdmitPlan(token_ids, num_samples, final_len, cached_tokens=0,
+                   total_len: int | None = None) -> RegionAdmitPlan:
+        slots = self.reserved_slots(total_len)
+        return RegionAdmitPlan(token_ids, num_samples, total_len, cached_tokens=0,
                                fits=len(token_ids) <= slots and self._places(slots, num_samples),
                                generation=self.generation, region_slots=slots)
 
@@ -166,8 +166,8 @@ class RegionAllocator(KVAllocator):
     def appendable_without_alloc(self, seq_id: int) -> int:
         return self.region[seq_id][1] - self.length[seq_id]  # the region was reserved whole at admission
 
-    def note_waiting(self, final_len: int | None) -> None:
-        self._waiting_slots = None if final_len is None else self.reserved_slots(final_len)
+    def note_waiting(self, total_len: int | None) -> None:
+        self._waiting_slots = None if total_len is None else self.reserved_slots(total_len)
 
     def external_fragmentation(self, slots: int | None) -> int:
         """Free slots in holes smaller than ``slots`` (a waiting request's reservation); 0 for None."""

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from impls.base import KVCache, PrefillSpan
-from impls.flat_prefill import FlatPrefill, flat_prefill_attention, prepare_flat_prefill
+from impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
 from impls.region_allocator import RegionAllocator
 from impls.staging import StagingBuffer
 from kernels.sdpa import decode_sdpa
@@ -29,7 +29,7 @@ class _Decode:
     mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
 
 
-class RegionCache(KVCache):
+class RegionCache(FlatSlotPrefill, KVCache):
     allocator: RegionAllocator
 
     def __init__(self, allocator: RegionAllocator, **tensor_args) -> None:
@@ -56,11 +56,6 @@ class RegionCache(KVCache):
         # Slots past a sequence's length repeat its last slot: inside its region, and masked out.
         gather = staging[starts_field][:, None] + torch.minimum(positions, seq_lens - 1)
         return _Decode(staging[slot_mapping], gather, (positions < seq_lens)[:, None, None, :])
-
-    def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        meta: FlatPrefill) -> torch.Tensor:
-        k_flat, v_flat = self.write_flat(layer, k, v, meta.slot_mapping)
-        return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:

@@ -20,17 +20,17 @@ from typing import Callable
 Reservation = Callable[[int, int], int]
 
 
-def reserve_max(final_len: int, max_seq_len: int) -> int:
+def reserve_max(total_len: int, max_seq_len: int) -> int:
     return max_seq_len
 
 
-def reserve_pow2(final_len: int, max_seq_len: int) -> int:
-    pow2 = 1 << max(final_len - 1, 0).bit_length()  # the smallest power of two >= final_len
-    return max(final_len, min(pow2, max_seq_len))
+def reserve_pow2(total_len: int, max_seq_len: int) -> int:
+    pow2 = 1 << max(total_len - 1, 0).bit_length()  # the smallest power of two >= total_len
+    return max(total_len, min(pow2, max_seq_len))
 
 
-def reserve_oracle(final_len: int, max_seq_len: int) -> int:
-    return final_len
+def reserve_oracle(total_len: int, max_seq_len: int) -> int:
+    return total_len
 
 
 RESERVATIONS: dict[str, Reservation] = {"max": reserve_max, "pow2": reserve_pow2, "oracle": reserve_oracle}

@@ -35,7 +35,7 @@ def compose():
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from harness.config import register_configs
+    from harness.front.schemas import register_configs
 
     register_configs()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.measure.nvml import driver_version
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from harness.paths import REPO_ROOT
 
 
 @dataclass(frozen=True)

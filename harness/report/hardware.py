@@ -1,24 +1,33 @@
-"""Peak memory bandwidth by GPU, to put results from different GPUs on one scale."""
+"""Peak memory bandwidth by GPU, to put results from different GPUs on one scale.
+
+The figures are conf/gpu/NAME.yaml's ``bandwidth_gbps`` (each with its datasheet source):
+the one home of a GPU's peak. A row measured on a GPU is matched to the file whose
+``match`` words all appear in its GPU name (or device slug); the file with the most
+words wins, so ``h100 pcie`` takes an H100 PCIe before ``h100`` does.
+"""
 
 from __future__ import annotations
 
 import math
 import re
+from functools import cache
 
 import pandas as pd
+from omegaconf import OmegaConf
 
-# Datasheet HBM/GDDR bandwidth in TB/s. Matched in order against the slugified GPU name
-# (or device slug): every token must appear, so list the more specific entries first.
-PEAK_TBPS: list[tuple[tuple[str, ...], float]] = [
-    (("h200",), 4.8),
-    (("h100", "nvl"), 3.9),
-    (("h100", "pcie"), 2.0),
-    (("h100",), 3.35),  # SXM (torch names it "NVIDIA H100 80GB HBM3")
-    (("a100", "80gb", "pcie"), 1.94),
-    (("a100", "80gb"), 2.0),  # SXM
-    (("l40s",), 0.864),
-    (("4090",), 1.008),
-]
+from harness.paths import CONF_DIR
+
+
+@cache
+def gpu_peaks() -> list[tuple[tuple[str, ...], float]]:
+    """(match words, peak TB/s) of every conf/gpu/ file that has both, most specific first."""
+    found = []
+    for path in sorted((CONF_DIR / "gpu").glob("*.yaml")):
+        spec = OmegaConf.load(path)
+        words, gbps = tuple(str(w).lower() for w in spec.get("match") or ()), spec.get("bandwidth_gbps")
+        if words and gbps:
+            found.append((words, float(gbps) / 1000))
+    return sorted(found, key=lambda entry: -len(entry[0]))
 
 
 def _tokens(name: str) -> list[str]:
@@ -30,14 +39,14 @@ def table_peak_tbps(name: str | None) -> float:
     if not isinstance(name, str) or not name:
         return math.nan
     tokens = _tokens(name)
-    for needles, tbps in PEAK_TBPS:
+    for needles, tbps in gpu_peaks():
         if all(n in tokens for n in needles):
             return tbps
     return math.nan
 
 
 def peak_tbps(row: pd.Series) -> float:
-    """The table's figure for the row's GPU, else the row's own peak_bw_gbps, else NaN."""
+    """conf/gpu/'s figure for the row's GPU, else the row's own peak_bw_gbps, else NaN."""
     for key in ("gpu_name", "device_slug"):
         tbps = table_peak_tbps(row.get(key))
         if not math.isnan(tbps):

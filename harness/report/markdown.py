@@ -217,7 +217,7 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
         return md_table(kernel_table(col.rows))
     if name == "gpu_comparison":
         table, note = gpu_table(col.rows, max_spread)
-        return ("Peak bandwidth from the datasheet table in harness/report/hardware.py, else the row's "
+        return ("Peak bandwidth from conf/gpu/ (each GPU's datasheet figure), else the row's "
                 "peak_bw_gbps.\n\n" + md_table(table) + note)
     return ""
 

@@ -1,6 +1,6 @@
 """Repeats that disagree: a metric whose spread over a run's repeats exceeds a bound is marked, not quoted clean.
 
-A row's ``<metric>_spread`` is (max - min) / median over its repeats (harness.metrics.median_and_spread).
+A row's ``<metric>_spread`` is (max - min) / median over its repeats (harness.measure.metrics.median_and_spread).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 No tensors and no model compute: the same ``Scheduler`` and allocators as the
 decode scenario run the workload under a memory budget, admitting under the same
-``max_num_batched_tokens`` per prefill step. harness/simulator.py runs it event
+``max_num_batched_tokens`` per prefill step. harness/serving/simulator.py runs it event
 by event (allocations, finishes), with exactly the figures of a step-by-step run;
 ``decode_steps`` counts decode steps as the decode engine does. Generated tokens
 are synthetic (a fixed function of request and sample).
@@ -12,49 +12,66 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, List
 
-import pandas as pd
+from harness.config import ImplConfig, ScenarioConfig
+from harness.results import run_id
 
-from harness.budget import kv_budget
-from harness.config import Config, ImplConfig
-from harness.context import RunContext, run_id
-from harness.cost_model import cost_model_for
-from harness.metrics import per_second
-from harness.service_metrics import service_columns
-from harness.simulator import simulate
-from harness.timeline import append_table, requests_table, simulated_steps_table
-from harness.workload import Request, generate_requests
-from impls.allocator import KVAllocator
-from impls.block_manager import BlockManager
-from harness.cache_factory import analytic_max_concurrency, build_allocator
-from impls.lane_allocator import LaneAllocator
-from impls.sizing import blocks_for_tokens
+if TYPE_CHECKING:  # reading a config imports this module; running it loads pandas and the impls
+    import pandas as pd
+
+    from harness.scenarios.context import JobContext
+    from harness.serving.workload import Request
 
 
-def _unbounded(variant: str, requests: list[Request], cfg: Config) -> KVAllocator:
-    seqs = sum(r.n for r in requests)
-    if variant == "contiguous":
-        return LaneAllocator(seqs, cfg.max_seq_len)
-    blocks = sum(r.n * blocks_for_tokens(r.total_len, cfg.block_size) + r.n for r in requests)
-    return BlockManager(blocks, cfg.block_size, prefix_caching=(variant == "paged_shared"))
+@dataclass
+class CapacityScenario(ScenarioConfig):
+    """No model compute: the scheduler and cache bookkeeping at full scale (harness/scenarios/capacity.py)."""
+
+    name: str = "capacity"
+    # Numbers of concurrent requests for the memory-vs-concurrency table
+    concurrency_points: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 100, 128, 256])
+
+    @property
+    def bookkeeping(self) -> bool:
+        return True
+
+
+SCHEMA = CapacityScenario
+
+# The memory-vs-concurrency table's variants: (cache kind, shares prefixes, parallel samples stored apart).
+POINT_VARIANTS = {"contiguous": ("contiguous", False, False), "paged": ("paged", False, True),
+                  "paged_shared": ("paged", True, False)}
 
 
 def _unshared(requests: list[Request]) -> list[Request]:
     """Parallel samples as independent requests: what paging without sharing stores."""
+    from harness.serving.workload import Request
+
     return [Request(r.request_id * r.n + k, r.prompt_ids, r.output_len, 1) for r in requests for k in range(r.n)]
 
 
-def concurrency_points(ctx: RunContext, kv_bytes: int) -> pd.DataFrame:
+def concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
     """Memory needed to serve N concurrent requests, per variant (the seeds' experiment)."""
+    import pandas as pd
+
+    from harness.kv.factory import pool_spec
+    from harness.serving.simulator import simulate
+    from harness.serving.workload import generate_requests
+    from impls.kinds import cache_kind
+
     cfg = ctx.cfg
     points = sorted(set(cfg.scenario.concurrency_points))
     pool = generate_requests(cfg.workload, max(points), cfg.model.vocab_size, cfg.max_seq_len, cfg.seed)
     rows = []
     for n_req in points:
         reqs = pool[:n_req]
-        for variant in ("contiguous", "paged", "paged_shared"):
-            run_reqs = _unshared(reqs) if variant == "paged" else reqs
-            sim = simulate(_unbounded(variant, run_reqs, cfg), run_reqs, sum(r.n for r in run_reqs),
+        for variant, (kind, shares, apart) in POINT_VARIANTS.items():
+            run_reqs = _unshared(reqs) if apart else reqs
+            spec = replace(pool_spec(None, cfg, kv_bytes), prefix_caching=shares)
+            lens = [r.total_len for r in run_reqs for _ in range(r.n)]
+            sim = simulate(cache_kind(kind).unbounded_allocator(spec, lens), run_reqs, sum(r.n for r in run_reqs),
                            cfg.max_num_batched_tokens, cfg.model.vocab_size, ctx.bytes_per_token)
             rows.append({"concurrency": n_req, "variant": variant, "model": cfg.model.name,
                          "dtype": cfg.dtype, "block_size": cfg.block_size, "max_seq_len": cfg.max_seq_len,
@@ -66,13 +83,21 @@ def concurrency_points(ctx: RunContext, kv_bytes: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     return [simulated_row(ctx, impl, points=True)]
 
 
-def simulated_row(ctx: RunContext, impl: ImplConfig, points: bool = False) -> dict:
+def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False) -> dict:
     """One impl's capacity row; with ``gpu=NAME`` also its service columns on the simulated clock
     (and its ``requests``/``steps`` tables). ``points``: add the memory-vs-concurrency table."""
+    from harness.kv.budget import kv_budget
+    from harness.kv.factory import analytic_max_concurrency, build_allocator
+    from harness.measure.metrics import per_second
+    from harness.serving.cost_model import cost_model_for
+    from harness.serving.service_metrics import service_columns
+    from harness.serving.simulator import simulate
+    from harness.serving.timeline import append_table, requests_table, steps_table
+
     cfg = ctx.cfg
     requests = ctx.requests
     # Weights from the shape, activations estimated; nothing is allocated.
@@ -99,7 +124,7 @@ def simulated_row(ctx: RunContext, impl: ImplConfig, points: bool = False) -> di
         if cfg.timeline_tables:
             rid = run_id(ctx.run_dir)
             append_table(ctx.tables, "requests", requests_table(sim.sequences, impl.name, rid))
-            append_table(ctx.tables, "steps", simulated_steps_table(sim.records, impl.name, rid))
+            append_table(ctx.tables, "steps", steps_table(sim.records, impl.name, rid))
     mean_len = round(statistics.mean(r.total_len for r in requests))
     rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
     notes = " | ".join(ctx.workload_notes + ([rejected] if rejected else [])) or None

@@ -4,28 +4,44 @@ from __future__ import annotations
 
 import gc
 import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+from harness.config import ImplConfig, ScenarioConfig
+from harness.results import run_id
 
-from harness.budget import MemoryBudget, budget_limit_note
-from harness.measured_budget import budget_for
-from harness.config import ImplConfig
-from harness.context import RunContext, run_id
-from harness.engine import Engine, EngineResult
-from harness.measure.memory import MemoryTracker
-from harness.metrics import median_and_spread, ms, output_digest, per_second, percentile
-from harness.service_metrics import service_columns
-from harness.timeline import append_table, requests_table, steps_table
-from harness.workload import Request
-from harness.cache_factory import analytic_max_concurrency, build_cache
+if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    from harness.kv.budget import MemoryBudget
+    from harness.scenarios.context import JobContext
+    from harness.serving.engine import EngineResult
+    from harness.serving.workload import Request
+
+
+@dataclass
+class DecodeScenario(ScenarioConfig):
+    """End-to-end generation with a real model (harness/scenarios/decode.py)."""
+
+    name: str = "decode"
+    warmup: int = 1  # warm-up passes over a few requests before the measured run
+
+
+SCHEMA = DecodeScenario
 
 
 def warmup_requests(requests: list[Request]) -> list[Request]:
     """A few short requests, to compile kernels and fill caches before measuring."""
+    from harness.serving.workload import Request
+
     return [Request(r.request_id, r.prompt_ids[:16], min(r.output_len, 4), 1) for r in requests[:2]]
 
 
-def _run_once(ctx: RunContext, impl: ImplConfig, budget: MemoryBudget, requests: list[Request], track: bool):
+def _run_once(ctx: JobContext, impl: ImplConfig, budget: MemoryBudget, requests: list[Request], track: bool):
+    import torch
+
+    from harness.kv.factory import analytic_max_concurrency, build_cache
+    from harness.measure.memory import MemoryTracker
+    from harness.serving.engine import Engine
+
     cache = build_cache(impl, ctx.cfg, budget.kv_bytes, ctx.device)
     total = sum(r.output_len * r.n for r in requests)
     update, close = ctx.progress(total, impl.name) if track else (None, lambda: None)
@@ -45,7 +61,11 @@ def _run_once(ctx: RunContext, impl: ImplConfig, budget: MemoryBudget, requests:
     return result, tracker.report, max_conc
 
 
-def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budget: MemoryBudget) -> dict:
+def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budget: MemoryBudget) -> dict:
+    from harness.kv.budget import budget_limit_note
+    from harness.measure.metrics import median_and_spread, ms, output_digest, per_second, percentile
+    from harness.serving.service_metrics import service_columns
+
     res = results[len(results) // 2]  # a representative repeat for the non-timing columns
     requests = ctx.requests
     output_tokens = sum(len(s.output_ids) for s in res.sequences)
@@ -99,13 +119,15 @@ def _row(ctx: RunContext, results: list[EngineResult], mem, max_conc: int, budge
     }
 
 
-def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     return measure(ctx, impl, ctx.cfg.scenario.warmup)
 
 
-def measure(ctx: RunContext, impl: ImplConfig, warmup: int) -> list[dict]:
+def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
     """The decode row after ``warmup`` warm-up passes: the scenario's, or a search's probe (which says how many)."""
-    budget = budget_for(ctx)
+    from harness.serving.timeline import append_table, requests_table, steps_table
+
+    budget = ctx.kv_budget()
     for _ in range(warmup):
         _run_once(ctx, impl, budget, warmup_requests(ctx.requests), track=False)
     results, mem, max_conc = [], None, 0

@@ -14,16 +14,33 @@ point's largest difference from the torch reference.
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
-from harness.config import ImplConfig
-from harness.context import RunContext
-from harness.measure.bandwidth import peak_bandwidth_gbps
-from harness.measure.timing import L2_FLUSH_BYTES, copy_bandwidth_gbps, time_call
-from harness.metrics import attention_bytes, bandwidth_gbps
-from impls.kinds import KernelPool, cache_kind
-from impls.sizing import blocks_for_tokens
-from kernels.reference import paged_decode_attention_ref
+from harness.config import ImplConfig, ScenarioConfig
+
+if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    import torch
+
+    from harness.scenarios.context import JobContext
+    from impls.kinds import KernelPool
+
+
+@dataclass
+class KernelScenario(ScenarioConfig):
+    """Decode attention alone at one point (harness/scenarios/kernel.py): the batch and block size
+    are the top-level ``batch`` and ``block_size``, the heads the model's; sweep them with ``-m``."""
+
+    name: str = "kernel"
+    context_len: int = 1024  # tokens of K and V every sequence of the batch attends to
+    warmup: int = 3  # untimed calls first
+    iters: int = 20  # timed calls: the rows give their median and 10th/90th percentiles
+    # A contiguous slab has no blocks, so block_size changes nothing it reads: a sweep over block_size
+    # times it in the job whose block_size is this one, and skips it in the others. None: every job.
+    slab_block_size: Optional[int] = None
+
+
+SCHEMA = KernelScenario
 
 # The Triton interpreter runs programs one by one in numpy: bound the work per call on CPU.
 INTERPRETER_MAX_WORK = 2**16  # batch * kv_heads * context
@@ -36,6 +53,12 @@ def _skip(reason: str) -> dict:
 def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, int], dtype, device,
             gen: torch.Generator) -> tuple[torch.Tensor, KernelPool]:
     """Random queries, and random K/V for ``batch`` sequences of ``context`` tokens with their tables in both layouts."""
+    import torch
+
+    from harness.measure.timing import L2_FLUSH_BYTES
+    from impls.kinds import KernelPool
+    from impls.sizing import blocks_for_tokens
+
     heads, kv_heads, head_dim = shape
     blocks_per_seq = blocks_for_tokens(context, block_size)
     elem = torch.finfo(dtype).bits // 8
@@ -51,7 +74,14 @@ def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, in
     return q, KernelPool(k_cache, v_cache, {"paged": shuffled, "contiguous": identity}, lens, context)
 
 
-def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+    import torch
+
+    from harness.measure.bandwidth import peak_bandwidth_gbps
+    from harness.measure.metrics import attention_bytes, bandwidth_gbps
+    from harness.measure.timing import copy_bandwidth_gbps, time_call
+    from impls.kinds import cache_kind
+    from kernels.reference import paged_decode_attention_ref
     from kernels.registry import get_paged_kernel
 
     kind = cache_kind(impl.cache, impl.reservation)

@@ -11,19 +11,29 @@ The analytic prediction (vLLM's formula) sits beside it in the row.
 from __future__ import annotations
 
 import copy
-
 import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from harness.budget import kv_budget
-from harness.config import ImplConfig
-from harness.context import RunContext
+from harness.config import ImplConfig, SearchScenario
 from harness.errors import ConfigError
-from harness.cache_factory import analytic_max_concurrency, build_allocator
+
+if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    from harness.scenarios.context import JobContext
 
 
-def _probe_ctx(ctx: RunContext, b: int) -> RunContext:
+@dataclass
+class MaxConcurrencyScenario(SearchScenario):
+    """The largest batch served with every sequence resident (harness/scenarios/max_concurrency.py)."""
+
+    name: str = "max_concurrency"
+    search_limit: int = 4096  # stop growing the batch here
+
+
+SCHEMA = MaxConcurrencyScenario
+
+
+def _probe_ctx(ctx: JobContext, b: int) -> JobContext:
     cfg = copy.deepcopy(ctx.cfg)
     cfg.batch = b
     cfg.workload.num_requests = b
@@ -31,11 +41,16 @@ def _probe_ctx(ctx: RunContext, b: int) -> RunContext:
     return ctx.derive(cfg)
 
 
-def _passes(ctx: RunContext, impl: ImplConfig, b: int) -> bool:
+def _passes(ctx: JobContext, impl: ImplConfig, b: int) -> bool:
+    import torch
+
+    from harness.kv.budget import kv_budget
+    from harness.kv.factory import build_allocator
+
     probe = _probe_ctx(ctx, b)
     want = b * probe.cfg.workload.n
     if ctx.cfg.scenario.probe == "capacity":
-        from harness.simulator import simulate
+        from harness.serving.simulator import simulate
 
         alloc = build_allocator(impl, probe.cfg, kv_budget(probe.cfg).kv_bytes)
         sim = simulate(alloc, probe.requests, want, probe.cfg.max_num_batched_tokens, probe.cfg.model.vocab_size,
@@ -52,7 +67,7 @@ def _passes(ctx: RunContext, impl: ImplConfig, b: int) -> bool:
     return not row["preemptions"] and not row["rejected"] and row["peak_concurrency"] == want
 
 
-def search(ctx: RunContext, impl: ImplConfig, limit: int) -> tuple[int, int]:
+def search(ctx: JobContext, impl: ImplConfig, limit: int) -> tuple[int, int]:
     """(largest passing batch, number of probes): grow by doubling, then bisect."""
     probes, good, bad = 0, 0, None
     b = 1
@@ -74,15 +89,14 @@ def search(ctx: RunContext, impl: ImplConfig, limit: int) -> tuple[int, int]:
     return good, probes
 
 
-def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+    from harness.kv.budget import kv_budget
+    from harness.kv.factory import analytic_max_concurrency
+
     cfg = ctx.cfg
     limit = int(cfg.scenario.search_limit)
     found, probes = search(ctx, impl, limit)
-    budget = kv_budget(cfg) if cfg.scenario.probe == "capacity" or ctx.device.type == "cpu" else None
-    if budget is None:
-        from harness.measured_budget import budget_for
-
-        budget = budget_for(ctx)
+    budget = kv_budget(cfg) if cfg.scenario.probe == "capacity" or ctx.device.type == "cpu" else ctx.kv_budget()
     tokens = round(statistics.mean(r.total_len for r in ctx.requests))
     return [{
         "status": "ok",

@@ -12,14 +12,28 @@ probe is listed in the run's ``rate_probes`` table.
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
-import pandas as pd
+from harness.config import ImplConfig, SearchScenario
+from harness.results import run_id
 
-from harness.config import ImplConfig
-from harness.context import RunContext, run_id
-from harness.service_metrics import slo_label
-from harness.timeline import append_table
+if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    from harness.scenarios.context import JobContext
+
+
+@dataclass
+class MaxRateScenario(SearchScenario):
+    """The largest arrival rate that passes the SLO (harness/scenarios/max_rate.py)."""
+
+    name: str = "max_rate"
+    warmup: int = 1  # warm-up passes before the first decode probe (the later ones find everything warm)
+    start_rps: float = 1.0  # the first rate probed (then doubled until the SLO fails, then bisected)
+    tolerance_rps: float = 0.25  # stop bisecting when the bracket is this narrow
+    search_limit: float = 256  # the highest rate probed (req/s)
+
+
+SCHEMA = MaxRateScenario
 
 # The probe's columns kept in the rate_probes table (and, for the best passing probe, in the row).
 PROBE_COLUMNS = ("request_rate", "achieved_rps", "normalized_latency_s", "goodput_rps", "slo_attainment",
@@ -52,7 +66,7 @@ def search_rate(passes: Callable[[float], bool], start: float, limit: float, tol
     return good, probes
 
 
-def _probe(ctx: RunContext, impl: ImplConfig, rate: float, first: bool) -> dict:
+def _probe(ctx: JobContext, impl: ImplConfig, rate: float, first: bool) -> dict:
     cfg = copy.deepcopy(ctx.cfg)
     cfg.arrival.rate = rate
     cfg.repeat = 1
@@ -68,12 +82,17 @@ def _probe(ctx: RunContext, impl: ImplConfig, rate: float, first: bool) -> dict:
     return row
 
 
-def run(ctx: RunContext, impl: ImplConfig) -> list[dict]:
+def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+    import pandas as pd
+
+    from harness.serving.service_metrics import slo_label
+    from harness.serving.timeline import append_table
+
     sc = ctx.cfg.scenario
     listed: list[dict] = []
     if sc.probe == "decode":
         # cuda_graph=true: built (captured on a GPU) by reading them, once, here; every probe keeps the
-        # batch, so RunContext.derive hands them on instead of each probe capturing its own.
+        # batch, so JobContext.derive hands them on instead of each probe capturing its own.
         ctx.decode_pieces
 
     def passes(rate: float) -> bool:

@@ -23,11 +23,11 @@ import harness  # noqa: F401  (MKL threading fixed before torch loads)
 import kernels  # noqa: F401  (Triton interpreter switch, before any kernel import)
 import torch
 
-from harness.engine import Engine, EngineResult
+from harness.serving.engine import Engine, EngineResult
 from harness.model.config import ModelConfig
 from harness.model.hf_config import resolve_model_config
 from harness.model.weights import build_model
-from harness.workload import Request
+from harness.serving.workload import Request
 from impls.base import KVCache
 from impls.block_manager import BlockManager
 from impls.contiguous import ContiguousCache
@@ -39,7 +39,7 @@ IMPLS = ("contiguous", "paged_torch", "paged_cuda")
 
 
 def tiny_llama_checkpoint(folder: Path) -> None:
-    """conf/model/tiny-llama.yaml's shape as a HF LlamaForCausalLM, weights O(1) as in tests/test_model.py."""
+    """conf/model/tiny-llama.yaml's shape as a HF LlamaForCausalLM, weights O(1) as in tests/unit/harness/model/test_llama.py."""
     import transformers
 
     config = transformers.LlamaConfig(

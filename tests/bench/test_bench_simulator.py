@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.budget import kv_budget
-from harness.cache_factory import build_allocator
-from harness.kv_math import kv_bytes_per_token
-from harness.resolve import load_impl, resolve
-from harness.simulator import simulate
-from harness.workload import generate_requests
+from harness.kv.budget import kv_budget
+from harness.kv.factory import build_allocator
+from harness.kv.sizes import kv_bytes_per_token
+from harness.front.resolve import load_impl, resolve
+from harness.serving.simulator import simulate
+from harness.serving.workload import generate_requests
 
 REQUESTS = 2000
 README_70B = ["scenario=capacity", "model=llama-3.1-70b", "dtype=bfloat16", "max_seq_len=4096", "batch=256",

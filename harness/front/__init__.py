@@ -1,0 +1,7 @@
+"""front/: a command line becomes a valid config, or one line and an error row.
+
+Hydra's app and sweeper, the pre-flight composition, Hydra error rewording, the strict
+key checks, resolution (``auto`` choices, every key checked), the sweep dry run,
+replay, and the door every job goes through (job.py). The top room: it may import
+every room below it (job/, scenarios/, serving/, kv/, measure/, model/).
+"""

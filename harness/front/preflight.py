@@ -1,0 +1,88 @@
+"""Compose the command line before Hydra does, so that a bad one fails as kvbench's errors do.
+
+Hydra composes a run's config before calling the task function; a type error
+(``batch=abc``), an unknown key or an unknown option (``model=nope``) would end the
+process with Hydra's several-line message and exit code 1, and leave no row. Composing
+it here first (as Hydra will) turns such a failure into one line, an error row in the
+folder the run would have had, and exit code 2. A ``-m`` sweep is checked the same way
+for its shared overrides; the sweeper checks each job (harness/front/sweeper.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, open_dict
+
+from harness.front.compose_errors import CONFIG_ERROR_CODE, describe, write_failed_job
+from harness.paths import CONF_DIR
+
+CONFIG_NAME = "config"
+
+
+def _placement_overrides(overrides: list[str]) -> list[list[str]]:
+    """Override sets that fix where a run writes, most specific first: the hydra.* ones with
+    the sweep file (its hydra.sweep.dir), then the hydra.* ones alone."""
+    hydra_own = [o for o in overrides if o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    sweep = [o for o in overrides if o.lstrip("+~").startswith("sweep=")]
+    return [hydra_own + sweep, hydra_own] if sweep else [hydra_own]
+
+
+def _run_dir(cfg: DictConfig, multirun: bool) -> Path:
+    if not multirun:
+        return Path(str(cfg.hydra.run.dir))
+    with open_dict(cfg.hydra.job):  # a sweep that cannot compose: its first job's folder
+        cfg.hydra.job.num = 0
+        cfg.hydra.job.id = f"{cfg.hydra.job.name}_0"
+    return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+
+
+def _failure_place(hydra_app, overrides: list[str], mode, multirun: bool) -> tuple[Path, DictConfig] | None:
+    """Where the failed run's row goes, and the config its identifiers come from."""
+    for subset in _placement_overrides(overrides):
+        try:
+            cfg = hydra_app.compose_config(CONFIG_NAME, subset, run_mode=mode, with_log_configuration=False)
+            run_dir = _run_dir(cfg, multirun)
+        except Exception:  # noqa: BLE001 - the placement itself is broken: try with fewer overrides
+            continue
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return run_dir, cfg
+    return None
+
+
+def check_command_line(argv: list[str]) -> int | None:
+    """None when Hydra can compose ``argv``; else writes the error row and returns the exit code."""
+    from hydra import initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
+
+    from harness.front.schemas import register_configs
+
+    register_configs()  # the schema the defaults list names
+    args = get_args_parser().parse_args(argv)
+    if (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+            or args.config_path or args.config_dir or args.config_name or args.experimental_rerun):
+        return None  # not a run, or a config source of its own: Hydra's own handling
+    multirun = bool(args.multirun)
+    mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+    overrides = list(args.overrides)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        hydra_app = GlobalHydra.instance().hydra
+        try:
+            hydra_app.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
+            return None
+        except (HydraException, OmegaConfBaseException, AssertionError) as e:
+            message = describe(e, overrides)
+        place = _failure_place(hydra_app, overrides, mode, multirun)
+    print(f"kvbench: run: error: ConfigError: {message}", file=sys.stderr)
+    if place is not None:
+        run_dir, base = place
+        write_failed_job(run_dir, message, overrides, base)
+        print(f"results: {run_dir}")
+    return CONFIG_ERROR_CODE
+

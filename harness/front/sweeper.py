@@ -1,0 +1,199 @@
+"""Hydra's basic sweep, made to survive a job that does not compose.
+
+Hydra's ``BasicSweeper`` composes every job of a batch before launching it and stops the
+whole sweep on the first that fails (``batch=1,abc,2``: a type error; ``model=a,nope``:
+an unknown option). This one composes each job the same way, gives a failing job its
+error row (in the folder the job would have had) and launches the others through the
+configured launcher (basic, joblib, submitit), each under its own job number. At the end
+it prints one line (``3 jobs: 2 ok, 1 error: multirun/.../1``) and exits non-zero when any
+job failed. Registered for Hydra as hydra_plugins/kvbench_sweeper (``hydra/sweeper=kvbench``).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+SHOWN_FAILURES = 5  # failing folders named in the summary line
+# conf/sweep/ files are named for the device they are the default sweep of (make sweep)
+DEVICE_PREFIXES = ("cpu_", "gpu_")
+
+
+def sweep_folder(sweep: str) -> str:
+    """The results folder of the conf/sweep/ file ``sweep``: its name less the device prefix (cpu_kernel: kernel)."""
+    return next((sweep.removeprefix(p) for p in DEVICE_PREFIXES if sweep.startswith(p)), sweep)
+
+
+def register_sweep_folder_resolver() -> None:
+    """``${kvbench_sweep_folder:NAME}`` in configs (conf/hydra/sweep_results.yaml): ``sweep_folder(NAME)``."""
+    if not OmegaConf.has_resolver("kvbench_sweep_folder"):
+        OmegaConf.register_new_resolver("kvbench_sweep_folder", sweep_folder)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What one job of a sweep came to: its folder, its status, its exit code."""
+
+    num: int
+    run_dir: str
+    status: str  # ok, or the first failing status of its rows (error, oom, interrupted, ...)
+    code: int  # 0 ok, 1 failed, 2 bad config (as a single run would exit)
+
+
+def job_outcome_value(run_dir: Path, rows: list[dict], code: int) -> dict:
+    """The task function's return value: what the sweeper needs to know about the job."""
+    failing = [r.get("status") for r in rows if r.get("status") not in ("ok", "skipped")]
+    status = "ok" if code == 0 else next((s for s in failing if s), "error")
+    return {"run_dir": str(run_dir), "status": status, "code": code}
+
+
+def summary_line(outcomes: Sequence[JobOutcome]) -> str:
+    """``4 jobs: 3 ok, 1 error: multirun/2026-11-30/12-00-00/2``"""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    line = f"{len(outcomes)} jobs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    failed = [o for o in outcomes if o.code]
+    if failed:
+        named = ", ".join(o.run_dir for o in failed[:SHOWN_FAILURES])
+        more = f" and {len(failed) - SHOWN_FAILURES} more" if len(failed) > SHOWN_FAILURES else ""
+        line += f": {named}{more}"
+    return line
+
+
+def expand(overrides: list, max_batch_size: int | None) -> list[list[list[str]]]:
+    """Every job's overrides (the cartesian product of the sweeps), in batches: as Hydra's basic sweeper."""
+    from hydra.errors import HydraException
+
+    axes: dict[str, list[str]] = {}
+    for o in overrides:
+        key = o.get_key_element()
+        if not o.is_sweep_override():
+            axes[key] = [f"{key}={o.get_value_element_as_str()}"]
+        elif o.is_discrete_sweep():
+            axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            raise HydraException(f"hydra/sweeper=kvbench does not support sweep type {o.value_type.name}: {key}")
+    jobs = [list(combo) for combo in itertools.product(*axes.values())]
+    size = max_batch_size if max_batch_size and max_batch_size > 0 else max(1, len(jobs))
+    return [jobs[i:i + size] for i in range(0, len(jobs), size)]
+
+
+class GuardedSweeper(Sweeper):
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.launcher: Launcher | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        params = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
+        parsed = OverridesParser.create(config_loader=self.hydra_context.config_loader).parse_overrides(params)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+
+        returns: list[Sequence[JobReturn]] = []
+        outcomes: list[JobOutcome] = []
+        first = 0
+        for batch in expand(parsed, self.max_batch_size):
+            results, batch_outcomes = self._run_batch(batch, first)
+            returns.append(results)
+            outcomes += batch_outcomes
+            first += len(batch)
+        self._finish(outcomes)
+        return returns
+
+    def _run_batch(self, batch: Sequence[Sequence[str]], first: int) -> tuple[list[JobReturn], list[JobOutcome]]:
+        """Launch the jobs that compose, in runs of consecutive job numbers; record the others."""
+        results: list[JobReturn] = []
+        outcomes: list[JobOutcome] = []
+        pending: list[Sequence[str]] = []  # composable jobs, numbered from ``start`` on
+
+        def launch_pending() -> None:
+            if pending:
+                launched = list(self.launcher.launch(pending, initial_job_idx=start))
+                results.extend(launched)
+                outcomes.extend(self._outcome(start + i, r) for i, r in enumerate(launched))
+
+        start = first
+        for num, overrides in enumerate(batch, first):
+            message = self._compose_error(overrides)
+            if message is None:
+                pending.append(overrides)
+                continue
+            launch_pending()
+            outcomes.append(self._record_failure(num, list(overrides), message))
+            pending, start = [], num + 1
+        launch_pending()
+        return results, outcomes
+
+    def _compose_error(self, overrides: Sequence[str]) -> str | None:
+        """None when the job composes (what the launcher will do with it), else the one-line reason."""
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        from harness.front.compose_errors import describe
+
+        try:
+            self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        except (HydraException, OmegaConfBaseException, AssertionError) as e:
+            return describe(e, list(overrides))
+        return None
+
+    def _job_dir(self, num: int) -> Path:
+        """The folder job ``num`` would have had (hydra.sweep.dir / hydra.sweep.subdir)."""
+        cfg = copy.deepcopy(self.config)
+        with open_dict(cfg.hydra.job):
+            cfg.hydra.job.num = num
+            cfg.hydra.job.id = f"{cfg.hydra.job.name}_{num}"
+        return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+
+    def _record_failure(self, num: int, overrides: list[str], message: str) -> JobOutcome:
+        from harness.front.compose_errors import CONFIG_ERROR_CODE, write_failed_job
+
+        run_dir = self._job_dir(num)
+        base = copy.deepcopy(self.config)
+        with open_dict(base):
+            del base["hydra"]
+        write_failed_job(run_dir, message, overrides, base)
+        print(f"kvbench: job {num}: error: ConfigError: {message}", file=sys.stderr)
+        return JobOutcome(num, str(run_dir), "error", CONFIG_ERROR_CODE)
+
+    @staticmethod
+    def _outcome(num: int, ret: JobReturn) -> JobOutcome:
+        run_dir = str(OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir", default="")) if ret.hydra_cfg else ""
+        if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict):
+            value = ret.return_value
+            return JobOutcome(num, value.get("run_dir", run_dir), value["status"], int(value["code"]))
+        exc = ret._return_value  # a failed job's exception (the public property re-raises it)
+        print(f"kvbench: job {num}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return JobOutcome(num, run_dir, "error", 1)
+
+    @staticmethod
+    def _finish(outcomes: list[JobOutcome]) -> None:
+        code = max((o.code for o in outcomes), default=0)
+        print(f"kvbench: {summary_line(outcomes)}", file=sys.stderr if code else sys.stdout)
+        if code:
+            # Hydra discards a sweeper's return value; the exit code is the one way to say it.
+            raise SystemExit(code)

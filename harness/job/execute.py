@@ -1,0 +1,71 @@
+"""One resolved job: run its scenario for each impl and write the run folder as each finishes.
+
+A crash mid-run becomes that impl's row with ``status`` and ``error``, so a sweep goes
+on with the next job. Each impl's row is written as soon as that impl finishes. The
+folder is this job's alone (harness/job/folder.py), and ``resume=true`` keeps what an
+earlier attempt of the same job finished.
+"""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from harness.config import Config, ImplConfig
+from harness.job.folder import RunFolder
+from harness.job.identity import job_id
+from harness.job.impl_runner import ImplResult, run_impl
+from harness.job.interrupts import JobInterrupted
+from harness.job.isolation import run_in_process
+from harness.measure.fingerprint import collect
+from harness.results import atomic_write, write_json
+from harness.scenarios.context import JobContext
+
+
+def exit_code(row: dict) -> int:
+    """The exit code a kept row stands for (as when it was first run)."""
+    if row.get("status") in ("ok", "skipped"):
+        return 0
+    return 2 if str(row.get("error") or "").startswith("ConfigError") else 1
+
+
+def execute(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: dict) -> tuple[list[dict], int]:
+    """Each of ``impls`` not already finished in ``folder`` (locked by the caller); returns the rows and the exit code."""
+    run_dir = folder.path
+    fingerprint = collect(cfg.device.name)
+    jid = job_id(cfg, fingerprint.device_slug)
+    previous = folder.claim(jid, fingerprint.device_slug, cfg.resume)
+    todo = [impl for impl in impls if not previous.done(impl.name)]
+    if previous.rows and not todo:
+        rows = [r for impl in impls for r in previous.rows_of(impl.name)]
+        print(f"kvbench: resume: {run_dir} already holds this job's finished rows (job_id {jid}); nothing to run")
+        return rows, max(map(exit_code, rows), default=0)
+    previous = previous.without({impl.name for impl in todo})
+    atomic_write(run_dir / "config.yaml", lambda tmp: OmegaConf.save(OmegaConf.structured(cfg), tmp))
+    write_json(run_dir / "env.json", fingerprint.as_dict())
+    ctx = JobContext(cfg, run_dir, fingerprint, tokens=previous.tokens, tables=previous.tables)
+    by_impl = {impl.name: previous.rows_of(impl.name) for impl in impls}  # the order rows are written in
+    code = max((exit_code(r) for rows in by_impl.values() for r in rows), default=0)
+    run_one = run_in_process if cfg.isolation == "process" else run_impl
+
+    def stamp(rows: list[dict]) -> list[dict]:
+        return [{**r, "job_id": jid, **extra} for r in rows]
+
+    def write() -> None:
+        folder.write([r for rows in by_impl.values() for r in rows], ctx.tokens, ctx.tables)
+
+    running: ImplConfig | None = None
+    try:
+        for impl in todo:
+            running = impl
+            result: ImplResult = run_one(ctx, impl)
+            by_impl[impl.name] = stamp(result.rows)
+            code = max(code, result.code)
+            running = None
+            write()
+    except JobInterrupted as e:
+        if running is not None:
+            by_impl[running.name] = stamp([{**ctx.identifiers(running), "status": "interrupted",
+                                            "error": f"interrupted by {e.signal_name}"}])
+        write()
+        raise
+    return [r for rows in by_impl.values() for r in rows], code

@@ -1,0 +1,163 @@
+"""The run folder as a guarded place: one writer at a time, one job per folder, no stale files.
+
+``job.json`` names the job whose files the folder holds (harness/job/identity.py). A
+run takes the folder's lock, then claims it: a folder that holds another job is
+refused; one that holds this job is either resumed (its finished rows kept) or
+cleared of the earlier attempt's files before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+from filelock import FileLock, Timeout
+
+from harness.results import write_json, write_run, write_tokens
+
+JOB_FILE = "job.json"
+LOCK_FILE = ".kvbench.lock"
+ROWS, TOKENS = "rows", "tokens.jsonl"
+# Side tables a folder written before job.json listed its tables may hold.
+KNOWN_TABLES = ("points", "requests", "steps")
+FINAL = ("ok", "oom", "skipped")  # statuses that resume keeps; error and interrupted re-run
+
+
+class RunFolderError(Exception):
+    """The folder cannot be written by this run; the message names it and says what to do."""
+
+
+def read_table(path_stem: Path) -> pd.DataFrame | None:
+    """``<stem>.parquet``, else ``<stem>.csv``; None when neither is there or readable."""
+    for path, read in ((path_stem.with_suffix(".parquet"), pd.read_parquet),
+                       (path_stem.with_suffix(".csv"), pd.read_csv)):
+        if path.exists():
+            try:
+                return read(path)
+            except Exception:  # noqa: BLE001 - a damaged table: try its twin, else treat as absent
+                continue
+    return None
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    """Rows as dicts with None (not NaN) where a value is missing, as the scenarios write them."""
+    return df.astype(object).where(df.notna(), None).to_dict("records")
+
+
+@dataclass
+class Previous:
+    """What an earlier attempt of the same job left: its rows, tokens and side tables."""
+
+    rows: list[dict] = field(default_factory=list)
+    tokens: list[dict] = field(default_factory=list)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def rows_of(self, impl: str) -> list[dict]:
+        return [r for r in self.rows if r.get("impl") == impl]
+
+    def done(self, impl: str) -> bool:
+        """The impl has rows and every one has a final status."""
+        rows = self.rows_of(impl)
+        return bool(rows) and all(r.get("status") in FINAL for r in rows)
+
+    def without(self, impls: set[str]) -> Previous:
+        """Drop what the given impls left (they run again and write it anew)."""
+        tables = {name: (t[~t["impl"].isin(impls)] if "impl" in t.columns else t) for name, t in self.tables.items()}
+        return Previous([r for r in self.rows if r.get("impl") not in impls],
+                        [t for t in self.tokens if t.get("impl") not in impls], tables)
+
+
+class RunFolder:
+    def __init__(self, path: Path):
+        self.path = path
+        self._tables: list[str] = []
+
+    @contextmanager
+    def locked(self) -> Iterator[RunFolder]:
+        """Hold the folder's lock; a second writer fails at once instead of interleaving files.
+
+        The OS releases the lock when its holder dies (even by kill -9), so no stale lock
+        survives a crash.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.path / LOCK_FILE, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RunFolderError(f"another kvbench run is writing to {self.path}; wait for it to finish "
+                                 "or choose another folder (hydra.run.dir=... or hydra.sweep.dir=...)") from None
+        try:
+            yield self
+        finally:
+            lock.release()
+
+    def job(self) -> dict | None:
+        """The folder's job.json, or None (a new folder, or one written before job.json existed)."""
+        try:
+            job = json.loads((self.path / JOB_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        return job if isinstance(job, dict) and job.get("job_id") else None
+
+    def refuse_other(self, job_id: str | None) -> None:
+        """Raise unless the folder is new, of unknown job, or holds ``job_id``'s files."""
+        held = self.job()
+        if held and held["job_id"] != job_id:
+            raise RunFolderError(
+                f"{self.path} holds another job's results (job_id {held['job_id']}, see its config.yaml); "
+                "choose another folder (hydra.run.dir=... or hydra.sweep.dir=...) or delete it "
+                "(`make sweep FRESH=1` starts the default sweep afresh)")
+
+    def claim(self, job_id: str, device_slug: str, resume: bool) -> Previous:
+        """Make the folder this job's; with ``resume``, return what an earlier attempt of it left.
+
+        Without resume (or when the folder's job is unknown), the earlier attempt's rows,
+        tokens and side tables are removed first, so none can be mistaken for this run's.
+        """
+        self.refuse_other(job_id)
+        held = self.job()
+        previous = self.read() if resume and held else Previous()
+        if not previous.rows:
+            self.clear(held)
+            previous = Previous()
+        self._tables = list(previous.tables)
+        self._write_job(job_id, device_slug)
+        return previous
+
+    def read(self) -> Previous:
+        rows = read_table(self.path / ROWS)
+        tokens = []
+        try:
+            tokens = [json.loads(line) for line in (self.path / TOKENS).read_text().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            pass  # none written yet, or damaged: the impls that need them run again
+        names = (self.job() or {}).get("tables", [])
+        tables = {n: t for n in names if (t := read_table(self.path / n)) is not None}
+        if rows is None:  # no rows: nothing finished, nothing to keep
+            return Previous()
+        return Previous(_records(rows), tokens, tables)
+
+    def clear(self, held: dict | None) -> None:
+        names = {ROWS, *KNOWN_TABLES, *((held or {}).get("tables") or [])}
+        for name in names:
+            for suffix in (".csv", ".parquet"):
+                (self.path / f"{name}{suffix}").unlink(missing_ok=True)
+        (self.path / TOKENS).unlink(missing_ok=True)
+
+    def _write_job(self, job_id: str, device_slug: str) -> None:
+        self._job = {"job_id": job_id, "device_slug": device_slug}
+        write_json(self.path / JOB_FILE, {**self._job, "tables": self._tables})
+
+    def write(self, rows: list[dict], tokens: list[dict], tables: dict[str, pd.DataFrame]) -> None:
+        """Everything the job has so far. Rows go last: an impl counts as finished only once
+        its row is in, so a kill between the files leaves it to re-run."""
+        if set(tables) - set(self._tables):  # job.json lists a table before it exists, for clear()
+            self._tables += [n for n in tables if n not in self._tables]
+            write_json(self.path / JOB_FILE, {**self._job, "tables": self._tables})
+        if tokens:
+            write_tokens(self.path / TOKENS, tokens)
+        write_run(self.path, rows, tables)

@@ -1,0 +1,45 @@
+"""One impl of a job: run its scenario and turn any failure into its row (never a traceback wall)."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from harness.kv.budget import out_of_memory_message
+from harness.config import ImplConfig
+from harness.scenarios.context import JobContext
+from harness.errors import ConfigError
+from harness.scenarios import module as scenario_module
+
+log = logging.getLogger("kvbench")
+
+
+@dataclass
+class ImplResult:
+    rows: list[dict]
+    code: int  # 0 ok, 1 failed, 2 bad config
+
+
+def failure_row(exc: BaseException) -> dict:
+    if (oom := out_of_memory_message(exc)) is not None:  # torch's, Python's and the CPU allocator's
+        return {"status": "oom", "error": oom}
+    return {"status": "error", "error": f"{type(exc).__name__}: {exc}".strip()}
+
+
+def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
+    """The scenario's rows for ``impl``, or one failure row. ``JobInterrupted`` (a SystemExit) passes."""
+    base = ctx.identifiers(impl)
+    try:
+        scenario = scenario_module(ctx.cfg.scenario.name)
+        return ImplResult([{**base, **metrics} for metrics in scenario.run(ctx, impl)], 0)
+    except ConfigError as e:
+        return ImplResult([{**base, "status": "error", "error": f"ConfigError: {e}"}], 2)
+    except Exception as e:  # noqa: BLE001 - any failure becomes a row, the sweep goes on
+        log.debug("impl failed", exc_info=True)
+        return ImplResult([{**base, **failure_row(e), "traceback": traceback.format_exc(limit=8)}], 1)
+    finally:
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()

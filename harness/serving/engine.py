@@ -1,0 +1,241 @@
+"""The decode engine: continuous batching of real model forwards over one KV cache.
+
+Knows nothing about which impl it runs: it asks the scheduler for a step, applies
+the copies the allocator asked for, and runs one model forward per step: a varlen
+prefill of every prompt admitted in the step (their new tokens concatenated, logits
+only at each prompt's last token) or a batched decode of all running sequences. Each
+layer attends through the cache's ``forward_prefill`` or ``forward_decode``, which the
+engine picks once per step.
+Greedy sampling; sample ``k`` of a request with ``n > 1`` takes the ``k``-th ranked
+token first (so parallel samples diverge and copy-on-write is exercised), then
+continues greedily.
+
+A forward's integer inputs (token ids, positions, and the cache's metadata) go to
+the device in one copy: the engine adds its fields to a ``StagingBuffer`` and the
+cache's ``prepare_*`` adds its own and uploads it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from harness.model.llama import LlamaModel
+from harness.model.piecewise import PiecewiseDecode
+from harness.serving.scheduler import Admission, Scheduler, StepPlan
+from harness.serving.sequence import Sequence
+from harness.serving.timeline import StepRecord
+from harness.serving.workload import Request
+from harness.measure.kv_peaks import KVPeaks
+from impls.base import KVCache, PrefillSpan
+from impls.staging import StagingBuffer
+
+
+@dataclass
+class EngineResult:
+    sequences: list[Sequence]  # finished, in (request_id, sample) order
+    rejected: list[tuple[Sequence, str]]
+    wall_s: float
+    prefill_tokens: int  # tokens actually computed in prefills (cache hits excluded)
+    decode_steps: int
+    step_s: list[float]  # wall time of every decode step
+    host_s: list[float]  # host time of every decode step: from its start until the forward is enqueued
+    peak_running: int
+    max_concurrency: int  # the most sequences running at once before the first preemption
+    preemptions: int
+    peaks: KVPeaks
+    steps: list[StepRecord]
+    idle_s: float = 0.0  # time with nothing arrived and nothing running
+    memory_bound_steps: int = 0  # decode steps with room in the batch while an arrived request waited for KV
+    cache_hit_tokens: int = 0
+    counters: dict[str, int] | None = None  # KVCache.counters() at the end of the run
+    piecewise_steps: int = 0  # decode steps run as pieces (CUDA graphs on a GPU)
+
+
+@dataclass
+class _RunState:
+    """What one ``Engine.run`` accumulates, step by step."""
+
+    t0: float  # perf_counter at the start: the run's clock reads from here
+    peaks: KVPeaks
+    now: float = 0.0  # when the last step's tokens were out
+    prefill_tokens: int = 0
+    idle_s: float = 0.0
+    memory_bound_steps: int = 0
+    step_s: list[float] = field(default_factory=list)
+    host_s: list[float] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+
+    def clock(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+class Engine:
+    def __init__(
+        self,
+        model: LlamaModel,
+        cache: KVCache,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        sync: Callable[[], None] = lambda: None,
+        progress: Callable[[int], None] | None = None,
+        pieces: PiecewiseDecode | None = None,
+    ) -> None:
+        self.model = model
+        # Decode steps of at most pieces.max_batch sequences run as pieces (CUDA graphs on a GPU)
+        # around the cache's attention; larger ones, and every prefill, run the model eagerly.
+        self.pieces = pieces
+        self.piecewise_steps = 0
+        self.cache = cache
+        self.max_num_seqs = max_num_seqs
+        self.sync = sync  # waits for the device, so step times are real
+        self.progress = progress
+        self.device = next(model.parameters()).device
+        cache.warmup()  # JIT compiles happen here, never inside the timed loop
+        self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_num_batched_tokens,
+                                   max_seq_tokens=cache.allocator.max_sequence_tokens())
+
+    def _forward(self, staging: StagingBuffer, ids: int, positions: int, attend: Callable[..., torch.Tensor],
+                 meta: Any, logits_at: int | None = None):
+        """The model over staged ``ids`` and ``positions`` (``staging`` uploaded); every layer attends
+        through ``attend`` (the cache's ``forward_prefill`` or ``forward_decode``) with ``meta``."""
+        at = staging[logits_at] if logits_at is not None else None
+        return self.model(staging[ids], staging[positions], lambda layer, q, k, v: attend(layer, q, k, v, meta), at)
+
+    def _decode_forward(self, staging: StagingBuffer, ids: int, positions: int, meta: Any, batch: int):
+        if self.pieces is None or batch > self.pieces.max_batch:
+            return self._forward(staging, ids, positions, self.cache.forward_decode, meta)
+        self.piecewise_steps += 1
+        decode = self.cache.forward_decode
+        return self.pieces(staging[ids], staging[positions], lambda layer, q, k, v: decode(layer, q, k, v, meta))
+
+    def _prefill(self, admitted: list[Admission]) -> int:
+        """One forward over every admitted prompt's uncached tokens; returns how many it computed."""
+        spans = [PrefillSpan(a.seq.seq_id, a.seq.num_cached, a.seq.num_tokens) for a in admitted]
+        ids: list[int] = []
+        positions: list[int] = []
+        last: list[int] = []  # each prompt's last row of the batch: the only logits sampled
+        for adm, span in zip(admitted, spans):
+            ids += adm.seq.token_ids[span.start : span.end]
+            positions += range(span.start, span.end)
+            last.append(len(ids) - 1)
+        staging = StagingBuffer(self.device)
+        ids_h, positions_h, last_h = staging.add(ids), staging.add(positions), staging.add(last)
+        meta = self.cache.prepare_prefill(spans, staging)
+        logits = self._forward(staging, ids_h, positions_h, self.cache.forward_prefill, meta, last_h)
+        for adm, row in zip(admitted, logits):
+            forks = adm.forks
+            ranked = torch.topk(row, 1 + len(forks)).indices.tolist() if forks else [int(row.argmax())]
+            for rank, s in enumerate([adm.seq, *forks]):
+                s.output_ids.append(ranked[rank])
+        return len(ids)
+
+    @torch.inference_mode()
+    def run(self, requests: list[Request]) -> EngineResult:
+        """Serve ``requests`` on the wall clock: each is admitted only once it has arrived."""
+        sched, cache = self.scheduler, self.cache
+        pending = deque(sorted(requests, key=lambda r: r.arrival_s))  # stable: burst keeps request order
+        run = _RunState(time.perf_counter(), KVPeaks(cache.bytes_per_token))
+        self.piecewise_steps = 0
+        while pending or not sched.done:
+            now = run.clock()
+            while pending and pending[0].arrival_s <= now:
+                sched.add_request(pending.popleft())
+            if sched.done:  # nothing has arrived and nothing runs: wait for the next arrival
+                time.sleep(max(0.0, pending[0].arrival_s - now))
+                run.idle_s += run.clock() - now
+                continue
+            ts = time.perf_counter()
+            preempted_before = sched.num_preemptions
+            plan = sched.schedule()
+            if plan.is_prefill:
+                kind, touched, computed = "prefill", *self._prefill_step(plan.admitted, ts, run)
+            elif plan.decodes:
+                kind, touched, computed = "decode", *self._decode_step(plan, ts, run)
+            else:  # every running sequence was preempted: nothing to compute this step
+                continue
+            self._record(run, kind, touched, computed, sched.num_preemptions - preempted_before)
+            sched.finish(touched)
+        self.sync()
+        return self._result(run, time.perf_counter() - run.t0)
+
+    def _prefill_step(self, admitted: list[Admission], ts: float, run: _RunState) -> tuple[list[Sequence], int]:
+        """Every admitted prompt in one forward; the forks' slots copied once their parents are written."""
+        computed = self._prefill(admitted)
+        run.prefill_tokens += computed
+        self.cache.copy_slots([c for adm in admitted for c in adm.fork_copies])
+        self.sync()
+        now = run.clock()
+        touched: list[Sequence] = []
+        for adm in admitted:
+            for s in (adm.seq, *adm.forks):
+                if s.admitted_s is None:
+                    s.admitted_s = ts - run.t0
+                if s.first_token_s is None:
+                    s.first_token_s = now
+                s.token_s.append(now)
+            touched += [adm.seq, *adm.forks]
+        run.now = now
+        return touched, computed
+
+    def _decode_step(self, plan: StepPlan, ts: float, run: _RunState) -> tuple[list[Sequence], int]:
+        """One token for every running sequence, in one batched forward."""
+        self.cache.copy_slots(plan.copies)
+        seqs = plan.decodes
+        staging = StagingBuffer(self.device)
+        ids = staging.add([s.output_ids[-1] for s in seqs])
+        positions = staging.add([s.num_tokens - 1 for s in seqs])
+        meta = self.cache.prepare_decode([s.seq_id for s in seqs], staging)
+        logits = self._decode_forward(staging, ids, positions, meta, len(seqs))
+        run.host_s.append(time.perf_counter() - ts)  # enqueued; on a GPU nothing has waited for it yet
+        for s, tok in zip(seqs, logits.argmax(dim=-1).tolist()):
+            s.output_ids.append(tok)
+        self.sync()
+        run.step_s.append(time.perf_counter() - ts)
+        run.now = now = run.clock()
+        for s in seqs:
+            s.token_s.append(now)
+        if self.progress:
+            self.progress(len(seqs))
+        sched = self.scheduler
+        if sched.waiting and len(sched.running) + sched.waiting[0][1] <= self.max_num_seqs:
+            run.memory_bound_steps += 1  # batch had room, yet nothing was admitted: the KV budget
+        return seqs, len(seqs)
+
+    def _record(self, run: _RunState, kind: str, touched: list[Sequence], computed: int, preemptions: int) -> None:
+        """The step's finishes, KV peaks (before finished sequences are released) and timeline record."""
+        sched, cache = self.scheduler, self.cache
+        for s in touched:
+            if s.finished:
+                s.finish_s = run.now
+        usage = cache.allocator.usage()
+        run.peaks.update(usage)
+        run.steps.append(StepRecord(kind, 1, len(touched), computed, len(sched.running), len(sched.waiting),
+                                    usage.used_tokens * cache.bytes_per_token,
+                                    usage.reserved_tokens * cache.bytes_per_token, preemptions, t_s=run.now))
+
+    def _result(self, run: _RunState, wall: float) -> EngineResult:
+        sched, cache = self.scheduler, self.cache
+        return EngineResult(
+            sequences=sorted(sched.finished, key=lambda s: (s.request_id, s.sample)),
+            rejected=sched.rejected,
+            wall_s=wall,
+            prefill_tokens=run.prefill_tokens,
+            decode_steps=len(run.step_s),
+            step_s=run.step_s,
+            host_s=run.host_s,
+            peak_running=sched.peak_running,
+            max_concurrency=sched.max_concurrency,
+            preemptions=sched.num_preemptions,
+            peaks=run.peaks,
+            steps=run.steps,
+            idle_s=run.idle_s,
+            memory_bound_steps=run.memory_bound_steps,
+            cache_hit_tokens=cache.allocator.cache_hit_tokens,
+            counters=cache.counters(),
+            piecewise_steps=self.piecewise_steps,
+        )

@@ -1,0 +1,385 @@
+"""The scheduler and an allocator run without tensors, event by event: memory (and, with a clock, time).
+
+Shared by the capacity scenario and the max-concurrency search's bookkeeping probes.
+Every sequence "generates" a synthetic token per step (a fixed function of its request
+and sample). The figures are exactly those of running ``Scheduler`` one step at a time
+(tests/unit/harness/serving/test_simulator.py checks it against that loop), but the work follows events, not
+batch x steps:
+
+- A running sequence is *due* at the decode step whose token fills its block (which then
+  enters the prefix cache) and at the one whose token needs memory (a new block or a
+  copy-on-write: ``appendable_without_alloc`` has run out). Only due sequences go to the
+  scheduler, in running order, which checks, appends and preempts them exactly as in a
+  real decode step; so every allocation and every prefix-cache entry happens in the same
+  order as step by step.
+- Between its due steps a sequence *rides*: its tokens, which need no memory and fill no
+  block, are owed, not appended. It appends them with its next due token, or when it
+  finishes or is preempted; meanwhile the memory figures count them (``usage_plus_written``).
+- Steps where nobody is due, finishes or arrives decide nothing new, so one ``StepRecord``
+  stands for ``steps`` of them (a jump); a clock prices the jump in closed form.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol, Sequence as Seq
+
+from harness.measure.kv_peaks import KVPeaks
+from harness.serving.scheduler import Scheduler, StepPlan
+from harness.serving.sequence import Sequence
+from harness.serving.timeline import StepRecord
+from harness.serving.workload import Request
+from impls.allocator import KVAllocator
+
+
+def synthetic_token(seq: Sequence, vocab: int) -> int:
+    """The token a sequence "generates" (one per sequence: only memory is simulated)."""
+    return (seq.request_id * 1_000_003 + seq.sample * 7_919) % vocab
+
+
+class StepClock(Protocol):
+    """Prices steps (harness/serving/cost_model.py's ``CostModel``)."""
+
+    def prefill_s(self, tokens: int) -> float: ...
+
+    def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float: ...
+
+
+@dataclass
+class Simulation:
+    peaks: KVPeaks
+    peak_running: int
+    max_concurrency: int  # the most sequences running at once before the first preemption
+    preemptions: int
+    rejected: list[tuple[Sequence, str]]
+    prefill_steps: int
+    decode_steps: int  # model decode steps (a jump of k counts k), as the decode engine counts them
+    finished: int
+    records: list[StepRecord] = field(default_factory=list)
+    elapsed_s: Optional[float] = None  # simulated time, with a clock
+    idle_s: float = 0.0  # simulated time with nothing arrived and nothing running
+    sequences: list[Sequence] = field(default_factory=list)  # with a clock: the finished ones, timed
+    # With a clock: every inter-token gap, as (gap seconds, how many sequences had it); see _Run.decode.
+    itl: tuple[list[float], list[int]] = field(default_factory=lambda: ([], []))
+
+    @property
+    def steps(self) -> int:
+        return self.prefill_steps + self.decode_steps
+
+
+# Called after every record with its plan and the sequences that finished in it.
+StepObserver = Callable[[StepRecord, StepPlan, list[Sequence]], None]
+
+
+@dataclass(slots=True)
+class _Track:
+    """A running sequence's lazy state; step numbers count decode steps from the start."""
+
+    synced: int  # its tokens are in the allocator (and output_ids) up to this step
+    due: int  # the step whose token needs memory
+    finish: int  # the step that makes its last token
+    token: int
+
+
+class _Calendar:
+    """Sequences by the step of their next event; the earliest step in O(log n)."""
+
+    def __init__(self) -> None:
+        self._at: dict[int, dict[Sequence, None]] = {}
+        self._keys: list[int] = []
+
+    def add(self, step: int, seq: Sequence) -> None:
+        bucket = self._at.get(step)
+        if bucket is None:
+            self._at[step] = bucket = {}
+            heapq.heappush(self._keys, step)
+        bucket[seq] = None
+
+    def discard(self, step: int, seq: Sequence) -> None:
+        bucket = self._at.get(step)
+        if bucket is not None:
+            bucket.pop(seq, None)
+            if not bucket:
+                del self._at[step]
+
+    def at(self, step: int) -> list[Sequence]:
+        return list(self._at.get(step, ()))
+
+    def clear(self, step: int) -> None:
+        self._at.pop(step, None)
+
+    def first(self) -> Optional[int]:
+        while self._keys and self._keys[0] not in self._at:
+            heapq.heappop(self._keys)
+        return self._keys[0] if self._keys else None
+
+
+class _Run:
+    def __init__(self, allocator: KVAllocator, max_num_seqs: int, max_num_batched_tokens: int, vocab: int,
+                 bytes_per_token: int, clock: Optional[StepClock], observer: Optional[StepObserver]) -> None:
+        self.alloc, self.vocab, self.bpt = allocator, vocab, bytes_per_token
+        self.clock, self.observer = clock, observer
+        self.sched = Scheduler(allocator, max_num_seqs, max_num_batched_tokens, token_source=self._source,
+                               max_seq_tokens=allocator.max_sequence_tokens(), settle=self._settle_now)
+        self.tracks: dict[Sequence, _Track] = {}
+        self.rank: dict[Sequence, int] = {}  # admission order: the scheduler's running order
+        self.due, self.finishing = _Calendar(), _Calendar()
+        self.done = 0  # decode steps done
+        self.synced_sum = 0  # sum of tracks' ``synced``: owed tokens = tracks * step - synced_sum
+        self.admissions = 0
+        self.now = 0.0
+        self.peaks = KVPeaks(bytes_per_token)
+        self.records: list[StepRecord] = []
+        self.prefill_steps = 0
+        self.idle_s = 0.0
+        # With a clock: inter-token gaps as (seconds, count). The prefills since the last decode
+        # record stall every running sequence: (duration, sequences that prefill started).
+        self.itl_gaps: list[float] = []
+        self.itl_counts: list[int] = []
+        self._stalls: list[tuple[float, int]] = []
+
+    @staticmethod
+    def _source(seq: Sequence, k: int) -> list[int]:
+        """The tokens fed at a sequence's next ``k`` steps: its last one, then those it makes
+        meanwhile, all the same synthetic token."""
+        return [seq.output_ids[-1]] * k
+
+    # ---- lazy tokens -----------------------------------------------------------
+    def _settle(self, seq: Sequence, step: int) -> None:
+        """Append the tokens ``seq`` owes up to ``step`` (none needs memory or fills a block)."""
+        tr = self.tracks[seq]
+        owed = step - tr.synced
+        if owed > 0:
+            toks = [tr.token] * owed
+            self.alloc.append(seq.seq_id, toks)
+            seq.output_ids += toks
+            tr.synced = step
+            self.synced_sum += owed
+
+    def _settle_now(self, seq: Sequence) -> None:  # the scheduler's hook, before it preempts ``seq``
+        self._settle(seq, self.done)
+
+    def _owed(self, step: int) -> int:
+        """Tokens the riding sequences owe at the end of ``step``."""
+        return len(self.tracks) * step - self.synced_sum
+
+    def _next_due(self, seq: Sequence, step: int) -> int:
+        """After ``step``: the next step that needs memory, else the one that fills the block."""
+        free_run = self.alloc.appendable_without_alloc(seq.seq_id)
+        return step + (free_run or 1)
+
+    def _track(self, seq: Sequence) -> None:
+        """A sequence just prefilled (its first token made): ride until due or finished."""
+        step = self.done
+        tr = _Track(step, self._next_due(seq, step), step + seq.remaining, synthetic_token(seq, self.vocab))
+        self.tracks[seq] = tr
+        self.rank[seq] = self.admissions
+        self.admissions += 1
+        self.synced_sum += step
+        self.due.add(tr.due, seq)
+        self.finishing.add(tr.finish, seq)
+
+    def _drop(self, seq: Sequence) -> None:
+        tr = self.tracks.pop(seq)
+        del self.rank[seq]
+        self.synced_sum -= tr.synced
+        self.due.discard(tr.due, seq)
+        self.finishing.discard(tr.finish, seq)
+
+    # ---- steps -----------------------------------------------------------------
+    def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int,
+                preemptions: int = 0) -> StepRecord:
+        # Before finished sequences are released, as the decode engine measures.
+        usage = self.alloc.usage_plus_written(owed)
+        self.peaks.update(usage)
+        start = duration = None
+        if self.clock is not None:
+            duration = (self.clock.prefill_s(tokens) if kind == "prefill"
+                        else self.clock.decode_s(batch, kv_read, steps))
+            start, self.now = self.now, self.now + duration
+        rec = StepRecord(kind, steps, batch, tokens, batch if kind == "decode" else None, len(self.sched.waiting),
+                         usage.used_tokens * self.bpt, usage.reserved_tokens * self.bpt, preemptions,
+                         start + duration if start is not None else None, start, duration, kv_read)
+        self.records.append(rec)
+        return rec
+
+    def prefill(self, plan: StepPlan) -> None:
+        computed = sum(a.seq.num_tokens - a.seq.num_cached for a in plan.admitted)
+        seqs = [s for a in plan.admitted for s in (a.seq, *a.forks)]
+        for s in seqs:
+            s.output_ids.append(synthetic_token(s, self.vocab))
+        finished = [s for s in seqs if s.finished]
+        for s in seqs:
+            if not s.finished:
+                self._track(s)
+        self.prefill_steps += 1
+        context = sum(a.seq.num_tokens - 1 for a in plan.admitted)
+        rec = self._record("prefill", 1, len(seqs), computed, context, self._owed(self.done))
+        if self.clock is not None:  # stamped as the decode engine stamps them
+            for s in seqs:
+                if s.admitted_s is None:
+                    s.admitted_s = rec.start_s
+                if s.first_token_s is None:
+                    s.first_token_s = self.now
+            for s in finished:
+                s.finish_s = self.now
+            self._stalls.append((rec.duration_s, len(seqs) - len(finished)))
+        if self.observer is not None:
+            self.observer(rec, plan, finished)
+        self.sched.finish(finished)
+
+    def decode(self, plan: StepPlan, due: list[tuple[Sequence, int]], next_arrival: Optional[float]) -> None:
+        """The step the scheduler just planned (each ``due`` sequence appended its owed tokens and
+        this step's), then as many more as change nothing."""
+        first = self.done + 1
+        for s in plan.preempted:
+            self._drop(s)
+        self.due.clear(first)  # every sequence due now was appended, or preempted and dropped
+        tracks, free_run_of, add_due = self.tracks, self.alloc.appendable_without_alloc, self.due.add
+        for s, k in due:
+            tr = tracks.get(s)
+            if tr is None:  # preempted
+                continue
+            s.output_ids += [tr.token] * k
+            tr.synced = first
+            self.synced_sum += k
+            tr.due = first + (free_run_of(s.seq_id) or 1)
+            add_due(tr.due, s)
+        batch = len(self.sched.running)
+        if not batch:  # every sequence was preempted: no forward, nothing generated
+            self.peaks.update(self.alloc.usage())
+            return
+        kv_first = self.alloc.usage().logical_tokens + self._owed(first)
+        # Jump: end where someone finishes, stop before someone is due, and (with a clock) before
+        # a request arrives. A step that filled a block (a new prefix-cache entry, which a waiting
+        # request may hit) ends the jump too: the filler is due at the next step. So must a step
+        # that preempted: the memory it freed may let the next step admit.
+        last = self.finishing.first()
+        next_due = self.due.first()
+        if next_due is not None:
+            last = min(last, next_due - 1)
+        if plan.preempted:
+            last = first
+        steps = last - self.done
+        if next_arrival is not None:
+            steps = self._until(next_arrival, batch, kv_first, steps)
+        last = self.done + steps
+        finished = self.finishing.at(last)
+        finished.sort(key=self.rank.__getitem__)  # released in running order, as a real step does (LRU order)
+        for s in finished:
+            self._settle(s, last)
+        self.done = last
+        rec = self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last), len(plan.preempted))
+        if self.clock is not None:
+            self._gaps(batch, kv_first, steps)
+            for s in finished:
+                s.finish_s = self.now
+        if self.observer is not None:
+            self.observer(rec, plan, finished)
+        for s in finished:
+            self._drop(s)
+        self.sched.finish(finished)
+
+    def _gaps(self, batch: int, kv_first: int, steps: int) -> None:
+        """The inter-token gaps of a decode record: its first step's token follows each sequence's
+        previous one across the prefills since the last decode record (a sequence those prefills
+        started waited only for the later ones); every later step's gap is that step's duration,
+        for all ``batch`` sequences. A preempted sequence's stall shows in its E2EL, not here."""
+        clock, gaps, counts = self.clock, self.itl_gaps, self.itl_counts
+        durations = [clock.decode_s(batch, kv_first + j * batch, 1) for j in range(steps)]
+        started = min(batch, sum(n for _, n in self._stalls))
+        stall = sum(d for d, _ in self._stalls)
+        if batch - started:
+            gaps.append(durations[0] + stall)
+            counts.append(batch - started)
+        for i, (d, n) in enumerate(self._stalls):  # those started by prefill i wait for the prefills after it
+            n = min(n, started)
+            started -= n
+            if n:
+                gaps.append(durations[0] + sum(d2 for d2, _ in self._stalls[i + 1:]))
+                counts.append(n)
+        self._stalls.clear()
+        for d in durations[1:]:
+            gaps.append(d)
+            counts.append(batch)
+
+    def _until(self, arrival: float, batch: int, kv_first: int, most: int) -> int:
+        """Fewest steps (<= ``most``) after which the clock has reached ``arrival``: no later step
+        of the jump may start at or after it, since that step would admit it."""
+        def reached(k: int) -> bool:
+            return self.now + self.clock.decode_s(batch, kv_first, k) >= arrival
+
+        if not reached(most):
+            return most
+        lo, hi = 1, most
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if reached(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
+def simulate(
+    allocator: KVAllocator,
+    requests: list[Request],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    vocab: int,
+    bytes_per_token: int,
+    clock: Optional[StepClock] = None,
+    arrival_s: Optional[Seq[float]] = None,
+    observer: Optional[StepObserver] = None,
+) -> Simulation:
+    """Run ``requests`` to completion. With ``clock`` every record is priced and ``arrival_s``
+    (seconds, one per request) holds each request back until then; ``observer`` sees every
+    record with the scheduler's plan and the sequences that finished in it."""
+    if arrival_s is not None and clock is None:
+        raise ValueError("arrival times need a clock to compare them with")
+    # The run allocates millions of small objects and makes no reference cycles: the cyclic
+    # collector would only rescan every live request again and again.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token,
+                         clock, arrival_s, observer)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, arrival_s,
+              observer) -> Simulation:
+    run = _Run(allocator, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, observer)
+    sched = run.sched
+    times = arrival_s if arrival_s is not None else [0.0] * len(requests)  # a burst: all at once
+    order = sorted(range(len(requests)), key=times.__getitem__)  # stable: a burst keeps the list order
+    arrived = 0
+    while True:
+        while arrived < len(order) and times[order[arrived]] <= run.now:
+            sched.add_request(requests[order[arrived]])
+            arrived += 1
+        next_arrival = times[order[arrived]] if arrived < len(order) else None
+        if sched.done:
+            if next_arrival is None:
+                break
+            run.idle_s += next_arrival - run.now
+            run.now = next_arrival  # idle until the next request
+            continue
+        first = run.done + 1
+        due = run.due.at(first)
+        due.sort(key=run.rank.__getitem__)  # the scheduler's running order
+        candidates = [(s, first - run.tracks[s].synced) for s in due]  # owed tokens and this step's
+        plan = sched.schedule(1, candidates=candidates)
+        if plan.is_prefill:
+            run.prefill(plan)
+        else:
+            run.decode(plan, candidates, next_arrival)
+    timed = clock is not None
+    return Simulation(run.peaks, sched.peak_running, sched.max_concurrency, sched.num_preemptions,
+                      sched.rejected, run.prefill_steps, run.done, len(sched.finished), run.records,
+                      run.now if timed else None, run.idle_s, list(sched.finished) if timed else [],
+                      (run.itl_gaps, run.itl_counts))

@@ -1,0 +1,78 @@
+"""Model-building helpers shared by the model and engine tests: tiny random HF models, the named configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from harness.model.config import ModelConfig
+from tests.conftest import REPO_ROOT
+
+MODEL_YAMLS = sorted(p for p in (REPO_ROOT / "conf" / "model").glob("*.yaml") if p.stem != "auto")
+
+HF_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    # head_dim 32 != hidden/heads: the explicit head_dim key must be honoured.
+    "llama-gqa": ("llama", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5)),
+    "llama3-rope-tied": (
+        "llama",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            rope_theta=500000.0,
+            # A short original context puts frequencies in all three llama3 bands.
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+            tie_word_embeddings=True,
+        ),
+    ),
+    "llama-attention-bias": ("llama", dict(num_attention_heads=4, num_key_value_heads=4, attention_bias=True)),
+    "mistral": ("mistral", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)),
+    "qwen2-tied": ("qwen2", dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)),
+}
+HF_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+}
+
+
+def make_hf_model(case: str, seed: int = 0) -> Any:
+    """A tiny random HF model whose weights are all O(1) (HF's own 0.02 init would make
+    every logit ~0 and the comparison vacuous); norms random too, to catch swaps."""
+    import transformers
+
+    arch, extra = HF_CASES[case]
+    config_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
+    shape = dict(
+        vocab_size=160,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        max_position_embeddings=512,
+    )
+    config = config_cls(**shape, **extra)
+    torch.manual_seed(seed)
+    model = model_cls(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.normal_(0.0, 0.3)
+            elif "embed_tokens" in name:
+                p.normal_(0.0, 1.0)
+            else:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+    return model
+
+
+def load_named(name: str) -> ModelConfig:
+    merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(REPO_ROOT / "conf" / "model" / f"{name}.yaml"))
+    return OmegaConf.to_object(merged)

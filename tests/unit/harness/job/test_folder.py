@@ -1,0 +1,83 @@
+"""A run folder holds one job: another job is refused, stale files go, a second writer is turned away."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.results import atomic_write, write_table
+from harness.front.job import run_job
+from tests.helpers.harness_proc import GATED, TINY, rows, run, start, wait_for
+
+CAPACITY = ["+impl=paged_torch", "scenario=capacity", "model=tiny-llama", "device=cpu", "workload.num_requests=4",
+            "scenario.concurrency_points=[1,2]"]
+
+
+@pytest.mark.parametrize("resume", ["false", "true"])
+def test_a_folder_holding_another_job_is_refused(compose, tmp_path, resume):
+    first, code = run_job(compose(CAPACITY), tmp_path)
+    assert code == 0
+    before = (tmp_path / "rows.parquet").read_bytes()
+    refused, code = run_job(compose([*CAPACITY, "batch=3", f"resume={resume}"]), tmp_path)
+    assert code == 2
+    error = refused[0]["error"]
+    assert str(tmp_path) in error and "another job" in error and "hydra.run.dir" in error
+    assert (tmp_path / "rows.parquet").read_bytes() == before  # untouched
+    assert json.loads((tmp_path / "job.json").read_text())["job_id"] == first[0]["job_id"]
+
+
+def test_a_bad_config_does_not_overwrite_another_jobs_folder(compose, tmp_path):
+    run_job(compose(CAPACITY), tmp_path)
+    before = (tmp_path / "rows.parquet").read_bytes()
+    refused, code = run_job(compose([*CAPACITY, "batch=0"]), tmp_path)
+    assert code == 2 and "another job" in refused[0]["error"]
+    assert (tmp_path / "rows.parquet").read_bytes() == before
+
+
+def test_an_earlier_attempts_files_are_removed_before_writing(compose, tmp_path):
+    # A folder from before job.json existed: rows, tokens and a steps table of some other run.
+    write_table(pd.DataFrame([{"impl": "old", "status": "ok"}]), tmp_path / "rows")
+    write_table(pd.DataFrame([{"impl": "old", "step": 0}]), tmp_path / "steps")
+    (tmp_path / "tokens.jsonl").write_text('{"impl": "old"}\n')
+    new, code = run_job(compose(CAPACITY), tmp_path)  # capacity writes no tokens and no steps
+    assert code == 0
+    assert not (tmp_path / "tokens.jsonl").exists() and not list(tmp_path.glob("steps.*"))
+    assert list(rows(tmp_path).impl) == ["paged_torch"] and (tmp_path / "points.parquet").exists()
+    # The same job again (no resume) starts afresh too: its own earlier rows are replaced.
+    again, code = run_job(compose(CAPACITY), tmp_path)
+    assert code == 0 and len(rows(tmp_path)) == 1 and rows(tmp_path).wall_s[0] == again[0]["wall_s"]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_second_writer_gets_a_clear_error_and_leaves_the_first_alone(tmp_path):
+    gate, out = tmp_path / "gate", tmp_path / "run"
+    gate.touch()
+    first = start(*GATED, *TINY, "batch=2", f"hydra.run.dir={out}", KVB_GATE=str(gate))
+    try:
+        wait_for(Path(f"{gate}.reached"), first)
+        job = (out / "job.json").read_text()
+        second = run(*GATED, *TINY, "batch=2", "seed=1", f"hydra.run.dir={out}")
+        assert second.returncode == 2
+        assert f"another kvbench run is writing to {out}" in second.stderr and "Traceback" not in second.stderr
+        assert (out / "job.json").read_text() == job and not (out / "rows.parquet").exists()
+    finally:
+        gate.unlink()
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stderr[-3000:]
+    assert list(rows(out).status) == ["ok"] and rows(out).seed[0] == 0
+
+
+def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("old\n")
+
+    def half_then_fail(tmp: Path) -> None:
+        tmp.write_text("ne")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        atomic_write(path, half_then_fail)
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["rows.csv"]

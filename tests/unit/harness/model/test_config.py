@@ -1,0 +1,57 @@
+"""Every named model config in conf/model/: valid, and its published shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.model.hf_config import resolve_model_config
+from harness.model.llama import LlamaModel
+from tests.helpers.models import MODEL_YAMLS, load_named
+
+# ---------------------------------------------------------------- named configs
+
+PUBLISHED_PARAMETERS = {
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-3-8b": 8_030_261_248,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.2-1b": 1_235_814_400,
+    "mistral-7b": 7_241_732_096,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-7b": 7_615_616_512,
+}
+
+
+@pytest.mark.parametrize("path", MODEL_YAMLS, ids=[p.stem for p in MODEL_YAMLS])
+def test_named_config_loads_and_validates(path: Path) -> None:
+    cfg = resolve_model_config(load_named(path.stem))
+    assert cfg.name == path.stem and cfg.weights == "dummy" and cfg.path is None
+    assert cfg.head_dim in (64, 80, 96, 128, 256)  # what the attention kernels support
+    if path.stem in PUBLISHED_PARAMETERS:
+        # Meta device: the real module tree, no memory; checks every shape field at once.
+        model = LlamaModel(cfg, torch.float16, "meta")
+        assert model.num_parameter_bytes() == 2 * PUBLISHED_PARAMETERS[path.stem]
+
+
+def test_named_config_spot_checks() -> None:
+    assert set(PUBLISHED_PARAMETERS) | {"tiny-llama", "tiny-qwen2", "tiny-mistral"} == {p.stem for p in MODEL_YAMLS}
+    l2 = load_named("llama-2-7b")
+    assert 2 * l2.num_layers * l2.num_kv_heads * l2.head_dim * 2 == 524288
+    l70 = load_named("llama-3.1-70b")
+    assert (l70.num_layers, l70.num_kv_heads, l70.hidden_size) == (80, 8, 8192)
+    l31 = load_named("llama-3.1-8b")
+    assert l31.rope_scaling is not None and (l31.rope_scaling.factor, l31.rope_theta) == (8.0, 500000.0)
+    assert load_named("llama-3.2-1b").rope_scaling.factor == 32.0  # type: ignore[union-attr]
+    q = load_named("qwen2.5-0.5b")
+    assert q.qkv_bias and q.tie_word_embeddings and q.rms_norm_eps == 1e-6
+    tiny = load_named("tiny-llama")
+    assert (
+        tiny.vocab_size, tiny.hidden_size, tiny.num_heads, tiny.num_kv_heads,
+        tiny.head_dim, tiny.num_layers, tiny.intermediate_size, tiny.rope_theta, tiny.tie_word_embeddings,
+    ) == (4096, 256, 4, 2, 64, 4, 768, 10000.0, False)  # fmt: skip
+    tq = load_named("tiny-qwen2")
+    assert tq.architecture == "qwen2" and tq.qkv_bias and tq.tie_word_embeddings and tq.hidden_size == 256

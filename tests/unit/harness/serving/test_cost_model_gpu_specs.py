@@ -1,0 +1,86 @@
+"""conf/gpu/: every spec loads and validates; gpu=NAME sizes the capacity scenario's device; bad input is one line."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.kv.budget import kv_budget
+from harness.config import Config, GpuConfig
+from harness.scenarios.capacity import CapacityScenario
+from harness.serving.cost_model import cost_model_for, gpu_spec
+from harness.errors import ConfigError
+from harness.model.config import ModelConfig
+from harness.front.resolve import resolve
+from harness.front.job import run_job
+from tests.conftest import REPO_ROOT
+
+GPUS = sorted(p.stem for p in (REPO_ROOT / "conf" / "gpu").glob("*.yaml"))
+SOURCED = ("memory_gb", "bandwidth_gbps", "tflops", "interconnect_gbps", "interconnect_latency_us")
+
+
+def test_the_issue_names_are_all_there():
+    assert {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "l4", "rtx-4090"} <= set(GPUS)
+
+
+@pytest.mark.parametrize("name", GPUS)
+def test_spec_loads_validates_and_cites_its_figures(compose, name):
+    cfg = resolve(compose(["scenario=capacity", "model=llama-2-7b", f"gpu={name}"]))
+    spec = gpu_spec(cfg.gpu)  # every figure filled and in range
+    assert spec.name == name and spec.count == 1
+    assert 0 < spec.bw_efficiency <= 1 and 0 < spec.flops_efficiency <= 1
+    assert cost_model_for(cfg).decode_s(1, 1) > 0
+    text = (REPO_ROOT / "conf" / "gpu" / f"{name}.yaml").read_text().splitlines()
+    for key in SOURCED:  # each datasheet figure carries its source: a comment on its line or the one above
+        (i,) = [i for i, line in enumerate(text) if line.startswith(f"{key}:")]
+        assert "#" in text[i] or text[i - 1].startswith("#"), f"{name}: {key} has no source"
+
+
+def test_gpu_sets_the_capacity_budget_times_count(compose):
+    cfg = resolve(compose(["scenario=capacity", "model=llama-2-7b", "gpu=a100-80gb", "gpu.count=2"]))
+    assert cfg.device.memory_gb == 160 and cfg.dtype == "bfloat16"  # a simulated GPU counts as a GPU
+    budget = kv_budget(cfg)
+    assert budget.device_bytes == 160 * 10**9 and budget.source == "device.memory_gb"
+    # An explicit device.memory_gb still wins; the decode scenario (real device) is left alone.
+    assert resolve(compose(["scenario=capacity", "model=llama-2-7b", "gpu=h200", "device.memory_gb=90"])
+                   ).device.memory_gb == 90
+    from harness.front.resolve import CPU_MEMORY_GB
+
+    assert resolve(compose(["scenario=decode", "device=cpu", "gpu=h200"])).device.memory_gb == CPU_MEMORY_GB
+
+
+def test_gpu_budget_in_a_capacity_row(compose, tmp_path):
+    (row,), code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=llama-3.1-70b", "gpu=h200",
+                                    "gpu.count=8", "scenario.concurrency_points=[1]"]), tmp_path)
+    assert code == 0, row.get("error")
+    assert row["budget_device_bytes"] == 8 * 141 * 10**9
+
+
+def test_a_python_gpu_config_takes_the_spec_figures_it_leaves_out():
+    cfg = resolve(Config(scenario=CapacityScenario(), model=ModelConfig(name="llama-2-7b"),
+                         gpu=GpuConfig(name="h100-sxm", bandwidth_gbps=3000)))
+    assert cfg.gpu.bandwidth_gbps == 3000 and cfg.gpu.tflops == 989 and cfg.device.memory_gb == 80
+
+
+def test_unknown_gpu_name_lists_the_names(compose):
+    with pytest.raises(ConfigError) as err:
+        resolve(compose(["scenario=capacity", "gpu=h200", "gpu.name=h300"]))
+    msg = str(err.value)
+    assert "\n" not in msg and "gpu.name='h300'" in msg and all(name in msg for name in GPUS)
+
+
+def test_weights_that_do_not_fit_name_the_gpu_and_both_sizes(compose, tmp_path):
+    (row,), code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=llama-3.1-70b", "gpu=l4",
+                                    "gpu.count=2"]), tmp_path)
+    assert code == 2 and row["status"] == "error"
+    msg = row["error"]
+    assert "\n" not in msg and "gpu=l4" in msg and "gpu.count=2" in msg
+    assert "43.2 GB usable" in msg and re.search(r"weights of model=llama-3.1-70b \(141\.\d GB", msg)
+
+
+def test_a_cost_figure_of_zero_names_its_key(compose, tmp_path):
+    (row,), code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=llama-2-7b", "gpu=h200",
+                                    "gpu.bandwidth_gbps=0"]), tmp_path)
+    assert code == 2 and row["status"] == "error" and "gpu.bandwidth_gbps=0" in row["error"]
+    assert "\n" not in row["error"]

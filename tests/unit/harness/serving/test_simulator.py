@@ -1,0 +1,212 @@
+"""The event-driven simulator gives exactly what running the scheduler one step at a time gives."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.serving.cost_model import CostModel, GpuSpec, ModelCost
+from harness.measure.kv_peaks import KVPeaks
+from harness.front.job import run_job
+from harness.serving.scheduler import Scheduler
+from harness.serving.simulator import simulate, synthetic_token
+from harness.serving.workload import Request
+from impls.block_manager import BlockManager
+from impls.lane_allocator import LaneAllocator
+
+BPT = 1000  # bytes per token: any constant
+
+
+@dataclass
+class Step:
+    kind: str
+    batch: int
+    tokens: int
+    kv_read: int
+    waiting: int
+    reserved: int
+    used: int
+    start: float
+    duration: float
+
+
+def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, arrival_s=None):
+    """The reference: the decode engine's loop without a model, one scheduler step at a time."""
+    sched = Scheduler(alloc, max_num_seqs, max_tokens, max_seq_tokens=alloc.usage().pool_tokens)
+    times = arrival_s or [0.0] * len(requests)
+    order = sorted(range(len(requests)), key=lambda i: times[i])
+    now, arrived, steps, peaks = 0.0, 0, [], KVPeaks(BPT)
+    while True:
+        while arrived < len(order) and times[order[arrived]] <= now:
+            sched.add_request(requests[order[arrived]])
+            arrived += 1
+        if sched.done:
+            if arrived == len(order):
+                break
+            now = times[order[arrived]]
+            continue
+        plan = sched.schedule()
+        if plan.is_prefill:
+            tokens = sum(a.seq.num_tokens - a.seq.num_cached for a in plan.admitted)
+            read = sum(a.seq.num_tokens for a in plan.admitted)
+            touched = [s for a in plan.admitted for s in (a.seq, *a.forks)]
+        elif plan.decodes:
+            touched = plan.decodes
+            tokens, read = len(touched), alloc.usage().logical_tokens
+        else:  # everything preempted: no forward
+            peaks.update(alloc.usage())
+            continue
+        for s in touched:
+            s.output_ids.append(synthetic_token(s, vocab))
+        usage = alloc.usage()
+        peaks.update(usage)
+        kind = "prefill" if plan.is_prefill else "decode"
+        duration = 0.0
+        if clock is not None:
+            duration = clock.prefill_s(tokens) if plan.is_prefill else clock.decode_s(len(touched), read)
+        steps.append(Step(kind, len(touched), tokens, read, len(sched.waiting), usage.reserved_tokens * BPT,
+                          usage.used_tokens * BPT, now, duration))
+        now += duration
+        sched.finish(touched)
+    return sched, steps, peaks
+
+
+def assert_same(make_alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, arrival_s=None):
+    ref_alloc, alloc = make_alloc(), make_alloc()
+    sched, steps, peaks = step_by_step(ref_alloc, requests, max_num_seqs, max_tokens, vocab, clock, arrival_s)
+    seen = []
+    sim = simulate(alloc, requests, max_num_seqs, max_tokens, vocab, BPT, clock, arrival_s,
+                   observer=lambda rec, plan, done: seen.extend(done))
+    assert sim.peaks == peaks
+    assert (sim.peak_running, sim.max_concurrency, sim.preemptions) == (
+        sched.peak_running, sched.max_concurrency, sched.num_preemptions)
+    assert [(s.request_id, s.sample, why) for s, why in sim.rejected] == [
+        (s.request_id, s.sample, why) for s, why in sched.rejected]
+    assert sim.prefill_steps == sum(s.kind == "prefill" for s in steps)
+    assert sim.decode_steps == sum(s.kind == "decode" for s in steps)
+    assert sim.finished == len(sched.finished) == len(seen)
+    assert alloc.cache_hit_tokens == ref_alloc.cache_hit_tokens
+    assert sorted((s.request_id, s.sample, s.output_ids, s.preempted) for s in seen) == sorted(
+        (s.request_id, s.sample, s.output_ids, s.preempted) for s in sched.finished)
+    # Every record stands for exactly the steps it jumped over.
+    i = 0
+    for rec in sim.records:
+        group = steps[i : i + rec.steps]
+        i += rec.steps
+        assert len(group) == rec.steps and {s.kind for s in group} == {rec.kind}
+        assert all(s.batch == rec.batch for s in group) and sum(s.tokens for s in group) == rec.tokens
+        assert [s.kv_read for s in group] == [rec.kv_tokens_read + j * rec.batch for j in range(rec.steps)]
+        last = group[-1]
+        assert (last.waiting, last.reserved, last.used) == (rec.waiting, rec.kv_reserved_bytes, rec.kv_used_bytes)
+        if clock is not None:
+            assert rec.start_s == pytest.approx(group[0].start, rel=1e-9, abs=1e-12)
+            assert rec.duration_s == pytest.approx(sum(s.duration for s in group), rel=1e-9)
+    assert i == len(steps)
+    if isinstance(alloc, BlockManager):
+        alloc.check_invariants()
+    return sim
+
+
+@st.composite
+def workloads(draw):
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    # Small vocabularies make prefix hits and identical synthetic tokens (samples 0 and 2 of a request
+    # over 2 ids generate the same chain), so prefix-cache entries and their order matter.
+    vocab = draw(st.sampled_from([2, 2, 5, 50, 32000]))
+    paged = draw(st.booleans())
+    block_size = draw(st.sampled_from([1, 2, 4, 16]))
+    max_seq_len = 96
+    prefix = [rng.randrange(vocab) for _ in range(rng.choice([0, 8, 40]))]
+    requests = []
+    for rid in range(draw(st.integers(1, draw(st.sampled_from([3, 14]))))):
+        plen = rng.randint(1, 50)
+        prompt = (prefix + [rng.randrange(vocab) for _ in range(plen)])[:plen] if rng.random() < 0.6 else \
+            [rng.randrange(vocab) for _ in range(plen)]
+        out = rng.randint(1, max_seq_len - plen)
+        requests.append(Request(rid, tuple(prompt), out, rng.choice([1, 1, 2, 3])))
+    longest = max(r.total_len for r in requests)
+    if paged:
+        need = -(-longest // block_size)
+        blocks = draw(st.integers(need, 4 * need + 8))
+        watermark = draw(st.sampled_from([0, 0, 1, 2]))
+        caching = draw(st.booleans())
+
+        def make():
+            return BlockManager(blocks, block_size, prefix_caching=caching, watermark_blocks=watermark)
+    else:
+        lanes = draw(st.integers(1, 6))
+
+        def make():
+            return LaneAllocator(lanes, max_seq_len)
+    return make, requests, draw(st.integers(1, 8)), draw(st.sampled_from([1, 16, 60, 8192])), vocab
+
+
+@settings(max_examples=400, deadline=None)
+@given(workloads())
+def test_event_driven_equals_step_by_step(case):
+    make, requests, max_num_seqs, max_tokens, vocab = case
+    assert_same(make, requests, max_num_seqs, max_tokens, vocab)
+
+
+TINY = ModelCost(params=10**9, weight_bytes=2 * 10**9, kv_bytes_per_token=10**5, num_layers=4, hidden_size=512,
+                 elem_bytes=2)
+
+
+def tiny_clock(count: int) -> CostModel:
+    gpu = GpuSpec("test", memory_gb=24, bandwidth_gbps=1000, tflops=100, bw_efficiency=0.5, flops_efficiency=0.5,
+                  step_overhead_us=100, interconnect_gbps=50, interconnect_latency_us=5, count=count)
+    return CostModel(gpu, TINY)
+
+
+@settings(max_examples=60, deadline=None)
+@given(workloads(), st.integers(0, 2**32), st.sampled_from([1, 4]))
+def test_with_a_clock_and_arrivals_equals_step_by_step(case, seed, count):
+    make, requests, max_num_seqs, max_tokens, vocab = case
+    rng = random.Random(seed)
+    arrivals = [rng.choice([0.0, rng.uniform(0, 0.3)]) for _ in requests]  # some at once, some spread
+    sim = assert_same(make, requests, max_num_seqs, max_tokens, vocab, tiny_clock(count), arrivals)
+    assert sim.elapsed_s >= max(arrivals)
+
+
+def test_a_decode_run_jumps_between_events():
+    """Fixed lengths in step: per block of 16 tokens, a record for the step that fills it and one
+    for the step that takes the next block and the 14 after it, not one per token."""
+    requests = [Request(i, tuple(range(i, i + 100)), 400) for i in range(8)]
+    sim = assert_same(lambda: BlockManager(1000, 16), requests, 8, 8192, 32000)
+    assert sim.decode_steps == 399 and len(sim.records) <= 1 + 2 * (-(-399 // 16) + 1)
+
+
+def test_a_block_filled_by_decode_is_a_prefix_hit_at_the_next_step():
+    """B's prompt continues A's prompt with A's own output tokens (request 0 makes token 0): once
+    A's second block fills (decode step 2), B finds it cached and fits (step 3), not before."""
+    a = Request(0, (5, 6, 7, 8, 9, 10), 6)
+    b = Request(1, (5, 6, 7, 8, 9, 10, 0, 0, 11), 2)
+    sim = assert_same(lambda: BlockManager(3, 4), [a, b], 2, 8192, 32000)
+    kinds = [(r.kind, r.steps, r.tokens) for r in sim.records[:4]]
+    assert kinds == [("prefill", 1, 6), ("decode", 1, 1), ("decode", 1, 1), ("prefill", 1, 1)]
+
+
+def test_arrival_times_need_a_clock():
+    with pytest.raises(ValueError, match="clock"):
+        simulate(LaneAllocator(1, 8), [Request(0, (1,), 1)], 1, 8, 10, 1, arrival_s=[0.0])
+
+
+def test_capacity_counts_the_decode_engines_steps(compose, tmp_path):
+    """The same scheduler: a capacity run and a real decode run (tiny model, same KV pool) take the
+    same steps, preempt the same sequences and hold the same memory."""
+    common = ["+impl=paged_torch", "model=tiny-llama", "dtype=float32", "device=cpu", "max_seq_len=128",
+              "batch=6", "workload.num_requests=10", "workload.prompt_len=40", "workload.output_len=24",
+              "device.kv_cache_gb=0.0006"]
+    (decode,), code = run_job(compose(["scenario=decode", "scenario.warmup=0", *common]), tmp_path / "decode")
+    assert code == 0, decode.get("error")
+    (capacity,), code = run_job(compose(["scenario=capacity", "scenario.concurrency_points=[1]", *common]),
+                                tmp_path / "capacity")
+    assert code == 0, capacity.get("error")
+    assert decode["preemptions"] > 0  # the pool is tight enough to matter
+    for key in ("decode_steps", "preemptions", "peak_concurrency", "max_concurrency", "kv_bytes_reserved",
+                "kv_bytes_used", "cache_hit_tokens"):
+        assert capacity[key] == decode[key], key

@@ -1,0 +1,262 @@
+"""BlockManager: randomized operation sequences with the invariants checked after each."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import impls.block_manager
+from impls.allocator import StalePlanError
+from impls.block_manager import BlockManager
+
+
+def _prompt(rng: random.Random, prefix: list[int]) -> list[int]:
+    return prefix[: rng.randint(0, len(prefix))] + [rng.randrange(50) for _ in range(rng.randint(1, 40))]
+
+
+def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: int) -> None:
+    rng = random.Random(seed)
+    bm = BlockManager(num_blocks, block_size, prefix_caching=caching)
+    prefix = [rng.randrange(50) for _ in range(3 * block_size)]  # shared prompts make prefix hits
+    live: list[int] = []
+    next_id = 0
+    old_plan = None  # a plan kept past a change of state: admitting it must raise
+    for _ in range(steps):
+        op = rng.choice(["admit", "admit", "append", "append", "append", "fork", "release", "preempt"])
+        if op == "admit":
+            prompt = _prompt(rng, prefix)
+            plan = bm.plan_admit(prompt)
+            assert plan.fits == (plan.new_blocks <= bm.num_free_blocks) == bm.can_admit(prompt)
+            if old_plan is not None and old_plan.fits and old_plan.generation != bm.generation:
+                before = _state(bm)
+                with pytest.raises(StalePlanError):
+                    bm.admit(next_id, old_plan)
+                assert _state(bm) == before  # refused before touching anything
+            old_plan = plan
+            if plan.fits:
+                free_before = bm.num_free_blocks
+                cached = bm.admit(next_id, plan)
+                assert cached == plan.cached_tokens and cached % block_size == 0 and cached < len(prompt)
+                assert bm.num_free_blocks == free_before - plan.new_blocks
+                # The hits lead the table, each a block holding that stretch of the prompt.
+                table = bm.block_table(next_id)
+                assert tuple(table[: cached // block_size]) == plan.hits
+                for i, b in enumerate(plan.hits):
+                    assert bm.block_tokens[b] == tuple(prompt[i * block_size : (i + 1) * block_size])
+                live.append(next_id)
+                next_id += 1
+        elif op == "append" and live:
+            sid = rng.choice(live)
+            k = rng.randint(1, block_size + 2)
+            if bm.can_append(sid, k):
+                before = bm.num_tokens(sid)
+                copies = bm.append(sid, [rng.randrange(50) for _ in range(k)])
+                # copy-on-write: the rows this sequence writes belong to it alone
+                for row in bm.slots(sid, before, before + k):
+                    assert bm.ref[row // block_size] == 1
+                for c in copies:
+                    assert c.dst // block_size in bm.block_table(sid) and 0 < c.num_slots < block_size
+        elif op == "fork" and live:
+            parent = rng.choice(live)
+            bm.fork(parent, next_id)
+            assert bm.block_table(next_id) == bm.block_table(parent)
+            live.append(next_id)
+            next_id += 1
+        elif op in ("release", "preempt") and live:
+            bm.release(live.pop(rng.randrange(len(live))))
+        bm.check_invariants()
+        u = bm.usage()
+        assert u.reserved_tokens == u.used_tokens + u.fragmentation_tokens
+        assert u.reserved_tokens + u.free_tokens == u.pool_tokens
+    for sid in live:
+        bm.release(sid)
+    bm.check_invariants()
+    assert not bm.tables
+    assert bm.num_free_blocks == num_blocks  # every block free or cached-and-free
+    assert bm.usage().used_tokens == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    num_blocks=st.integers(1, 24),
+    block_size=st.sampled_from([1, 2, 4, 8, 16]),
+    caching=st.booleans(),
+)
+def test_random_operations_keep_invariants(seed, num_blocks, block_size, caching):
+    _run_ops(seed, num_blocks, block_size, caching, steps=120)
+
+
+def test_allocates_on_demand():
+    bm = BlockManager(10, 4, prefix_caching=False)
+    assert bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5])) == 0
+    assert bm.num_used_blocks == 2
+    bm.append(0, [6, 7, 8])  # fills block 2
+    assert bm.num_used_blocks == 2
+    bm.append(0, [9])  # a new block only when the last one is full
+    assert bm.num_used_blocks == 3
+    assert bm.usage().fragmentation_tokens == 3
+
+
+def test_fork_shares_then_copy_on_write():
+    bm = BlockManager(10, 4)
+    bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5, 6]))
+    bm.fork(0, 1)
+    assert bm.num_used_blocks == 2 and bm.usage().logical_tokens == 12 and bm.usage().used_tokens == 6
+    copies = bm.append(1, [7])
+    assert len(copies) == 1 and copies[0].num_slots == 2
+    assert copies[0].src // 4 == bm.block_table(0)[1]
+    assert bm.block_table(1)[0] == bm.block_table(0)[0]  # the full block stays shared
+    assert bm.block_table(1)[1] != bm.block_table(0)[1]
+    assert bm.append(0, [8]) == []  # the parent is now the last holder: no copy
+    bm.check_invariants()
+
+
+def test_prefix_hit_reuses_blocks_and_rechecks_tokens():
+    bm = BlockManager(16, 4)
+    prompt = list(range(10))
+    assert bm.admit(0, bm.plan_admit(prompt)) == 0
+    assert bm.admit(1, bm.plan_admit(prompt[:8] + [99, 98])) == 8
+    assert bm.block_table(1)[:2] == bm.block_table(0)[:2]
+    # A prompt made only of cached full blocks recomputes its last block.
+    assert bm.admit(2, bm.plan_admit(prompt[:8])) == 4
+    # Freed blocks stay cached: a later request still hits.
+    for sid in (0, 1, 2):
+        bm.release(sid)
+    assert bm.admit(3, bm.plan_admit(prompt)) == 8
+    bm.check_invariants()
+
+
+def test_cached_free_blocks_are_evicted_lru_when_needed():
+    bm = BlockManager(4, 2)
+    bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5]))  # 3 blocks, two full and hashed
+    bm.release(0)
+    assert len(bm.evictable) == 2 and bm.num_free_blocks == 4
+    bm.admit(1, bm.plan_admit([9, 9, 9, 9, 9, 9, 9]))  # needs all 4 blocks: evicts both cached ones
+    assert not bm.evictable and not bm.hash_to_block.get(hash((0, (1, 2))))
+    bm.check_invariants()
+
+
+def test_watermark_and_rejects():
+    bm = BlockManager(4, 4, watermark_blocks=1)
+    assert bm.can_admit(list(range(12)))
+    assert not bm.can_admit(list(range(13)))  # 4 blocks + watermark 1 > 4
+
+
+@pytest.mark.parametrize("bad", [0, 3, 12])
+def test_bad_block_size(bad):
+    with pytest.raises(ValueError, match="block_size"):
+        BlockManager(4, bad)
+
+
+def _state(bm: BlockManager) -> tuple:
+    return (bm.tables, bm.tokens, bm.ref, bm.filled, bm.block_hash, bm.block_tokens, bm.hash_to_block,
+            list(bm.free), list(bm.evictable), bm._filled_in_use, bm._logical, bm.usage())
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), block_size=st.sampled_from([1, 2, 4, 8]), caching=st.booleans())
+def test_appending_many_tokens_at_once_equals_one_at_a_time(seed, block_size, caching):
+    """The simulator appends a run of tokens in one call: the same state as a token per call,
+    and ``appendable_without_alloc`` tokens never allocate or copy while the next one does."""
+    rng = random.Random(seed)
+    bulk, single = (BlockManager(64, block_size, prefix_caching=caching) for _ in range(2))
+    live: list[int] = []
+    for sid in range(40):
+        op = rng.choice(["admit", "fork", "append", "append", "append", "release"])
+        if op == "admit" or not live:
+            prompt = [rng.randrange(4) for _ in range(rng.randint(1, 3 * block_size))]  # repeats make hits
+            if bulk.can_admit(prompt):
+                assert bulk.admit(sid, bulk.plan_admit(prompt)) == single.admit(sid, single.plan_admit(prompt))
+                live.append(sid)
+        elif op == "fork":
+            parent = rng.choice(live)
+            bulk.fork(parent, sid), single.fork(parent, sid)
+            live.append(sid)
+        elif op == "append":
+            seq = rng.choice(live)
+            free_run = bulk.appendable_without_alloc(seq)
+            k = rng.choice([free_run, rng.randint(1, 3 * block_size)]) or 1
+            if not bulk.can_append(seq, k):
+                continue
+            free_before = bulk.num_free_blocks
+            toks = [rng.randrange(4) for _ in range(k)]
+            copies = bulk.append(seq, toks)
+            assert copies == [c for t in toks for c in single.append(seq, [t])]
+            if k <= free_run:  # no block, no copy
+                assert not copies and bulk.num_free_blocks == free_before
+            if k == free_run:  # and then the next token needs one
+                assert bulk.appendable_without_alloc(seq) == 0 and bulk._blocks_to_append(seq, 1) == 1
+        else:
+            seq = live.pop(rng.randrange(len(live)))
+            bulk.release(seq), single.release(seq)
+        assert _state(bulk) == _state(single)
+        bulk.check_invariants()
+
+
+@pytest.fixture
+def hash_calls(monkeypatch) -> list[int]:
+    """Counts the block manager's block hashes (one entry per call)."""
+    calls: list[int] = []
+    real = impls.block_manager.chain_hash
+
+    def counting(parent_hash, tokens):
+        calls.append(1)
+        return real(parent_hash, tokens)
+
+    monkeypatch.setattr(impls.block_manager, "chain_hash", counting)
+    return calls
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_an_admission_hashes_each_full_block_of_the_prompt_once(hash_calls, caching):
+    """Planning hashes up to the first block not cached, admitting the rest: each block once, hits or not."""
+    bm = BlockManager(64, 4, prefix_caching=caching)
+    prompt = list(range(18))  # 4 full blocks and 2 tokens
+    for sid, toks in enumerate([prompt, prompt, prompt[:8] + [99] * 9, prompt[:16]]):  # miss, hits, partial, exact
+        hash_calls.clear()
+        bm.admit(sid, bm.plan_admit(toks))
+        assert len(hash_calls) == len(toks) // 4
+    bm.check_invariants()
+
+
+def test_a_scheduler_step_hashes_each_admitted_prompt_once(hash_calls):
+    """The scheduler plans an admission once: the prompt is not hashed again by admit or a budget check."""
+    from harness.serving.scheduler import Scheduler
+    from harness.serving.workload import Request
+
+    bm = BlockManager(256, 4)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=1000)
+    prompts = [tuple(range(17)), tuple(range(17)), tuple(range(8)) + (7,) * 9]  # a miss, a hit, a partial hit
+    for i, p in enumerate(prompts):
+        sched.add_request(Request(i, p, 4))
+    plan = sched.schedule()
+    assert len(plan.admitted) == 3
+    assert len(hash_calls) == sum(len(p) // 4 for p in prompts)
+    assert [a.seq.num_cached for a in plan.admitted] == [0, 16, 8]
+
+
+def test_a_plan_is_stale_once_the_pool_changes():
+    bm = BlockManager(16, 4)
+    bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5]))
+    for change in (lambda: bm.append(0, [6]), lambda: bm.fork(0, 1), lambda: bm.release(1),
+                   lambda: bm.admit(2, bm.plan_admit([7]))):
+        plan = bm.plan_admit([1, 2, 3, 4, 9])
+        change()
+        before = _state(bm)
+        with pytest.raises(StalePlanError):
+            bm.admit(3, plan)
+        assert _state(bm) == before
+    assert bm.admit(3, bm.plan_admit([1, 2, 3, 4, 9])) == 4  # planned afresh: the cached first block
+
+
+def test_a_plan_that_does_not_fit_is_refused():
+    bm = BlockManager(2, 4)
+    plan = bm.plan_admit(list(range(9)))  # 3 blocks
+    assert not plan.fits and plan.new_blocks == 3
+    with pytest.raises(ValueError, match="does not fit"):
+        bm.admit(0, plan)
+    assert not bm.tables and bm.num_free_blocks == 2
