@@ -68,24 +68,32 @@ def _ended(code: int | None) -> str:
 
 
 def main(report: Path | None) -> int:
-    lines = [f"python {sys.version.split()[0]}; gdb: {shutil.which('gdb') or 'absent'}"]
-    for name, body in PROBES.items():
-        script = _script(body)
-        code, output = _run([sys.executable, "-c", script])
-        said = [ln for ln in output.splitlines() if ln.startswith(("raised:", "did not raise"))]
-        last = said[-1] if said else "(no verdict printed)"
-        lines.append(f"== {name}: {_ended(code)}; {last}")
-        print(lines[-1], flush=True)
-        if code != 0 or not said:
-            lines.append(output[-4000:])
-            if shutil.which("gdb"):
-                _, trace = _run(["gdb", "-batch", "-ex", "run", "-ex", "bt 40", "--args",
-                                 sys.executable, "-c", script])
-                lines.append("-- gdb backtrace --\n" + trace[-6000:])
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if report:
-        report.write_text(text)
+    """Each probe's lines are written (and flushed) as it ends: a probe cut short keeps the earlier ones."""
+    out = report.open("w") if report else None
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        if out is not None:
+            out.write(text + "\n")
+            out.flush()
+
+    try:
+        say(f"python {sys.version.split()[0]}; gdb: {shutil.which('gdb') or 'absent'}")
+        for name, body in PROBES.items():
+            script = _script(body)
+            code, output = _run([sys.executable, "-c", script])
+            said = [ln for ln in output.splitlines() if ln.startswith(("raised:", "did not raise"))]
+            last = said[-1] if said else "(no verdict printed)"
+            say(f"== {name}: {_ended(code)}; {last}")
+            if code != 0 or not said:
+                say(output[-4000:])
+                if shutil.which("gdb"):
+                    _, trace = _run(["gdb", "-batch", "-ex", "run", "-ex", "bt 40", "--args",
+                                     sys.executable, "-c", script])
+                    say("-- gdb backtrace --\n" + trace[-6000:])
+    finally:
+        if out is not None:
+            out.close()
     return 0
 
 

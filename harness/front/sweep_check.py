@@ -24,7 +24,7 @@ from harness.paths import CONF_DIR
 def sweep_jobs(path: Path, overrides: list[str] | None = None) -> list[list[str]]:
     """The override lists of every job of the sweep file ``path``, with ``overrides`` given on the
     command line after it (``batch=1,64`` replaces the file's batch values), as kvbench's sweeper
-    expands them (harness/front/sweeper.py: the cartesian product of the values)."""
+    expands them (harness/front/sweeper.py: the cartesian product of the values, ``first`` patterns first)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from harness.front.sweeper import expand
@@ -33,8 +33,9 @@ def sweep_jobs(path: Path, overrides: list[str] | None = None) -> list[list[str]
     params = OmegaConf.select(raw, "hydra.sweeper.params", default=None) or {}
     given = [f"{key}={values}" for key, values in params.items()] + list(overrides or [])
     parsed = OverridesParser.create().parse_overrides(given)
+    first = OmegaConf.select(raw, "hydra.sweeper.first", default=None) or []
     base = [f"+sweep={path.stem}"]
-    return [base + job for batch in expand(parsed, None) for job in batch]
+    return [base + job for batch in expand(parsed, None, list(first)) for job in batch]
 
 
 # Switches that only validate on a GPU, and their value elsewhere: on a CPU machine a GPU sweep's
@@ -77,9 +78,11 @@ def sweep_dir(path: Path) -> str:
     return str(cfg.hydra.sweep.dir)
 
 
-def check(paths: list[Path], extra: list[str] | None = None, overrides: list[str] | None = None) -> int:
+def check(paths: list[Path], extra: list[str] | None = None, overrides: list[str] | None = None,
+          order: bool = False) -> int:
     """Compose and validate every job of each sweep (with the command line's sweep ``overrides``, then
-    ``extra`` overrides on every job), and resolve where it writes; returns the failures."""
+    ``extra`` overrides on every job), and resolve where it writes; returns the failures. ``order``:
+    also print each job, in the order the sweep runs them."""
     from hydra import compose, initialize_config_dir
 
     from harness.front.schemas import register_configs
@@ -95,7 +98,9 @@ def check(paths: list[Path], extra: list[str] | None = None, overrides: list[str
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         for path in paths:
             jobs = sweep_jobs(path, overrides)
-            for job in jobs:
+            for num, job in enumerate(jobs):
+                if order:
+                    print(f"{path.name} job {num}: {' '.join(job[1:])}")
                 try:
                     runnable = on_this_machine(job, cuda_available())
                     if runnable != job:
@@ -115,15 +120,17 @@ def check(paths: list[Path], extra: list[str] | None = None, overrides: list[str
 
 
 def main(argv: list[str]) -> int:
-    """``conf/sweep/NAME.yaml ... [key=values ...]``: the sweeps, then overrides for all of them."""
+    """``[--order] conf/sweep/NAME.yaml ... [key=values ...]``: the sweeps, then overrides for all of them."""
+    order = "--order" in argv
+    argv = [a for a in argv if a != "--order"]
     paths = [Path(a) for a in argv if "=" not in a]
     overrides = [a for a in argv if "=" in a]
     missing = [str(p) for p in paths if not p.is_file()]
     if not paths or missing:
-        print(f"usage: python -m harness.front.sweep_check conf/sweep/NAME.yaml ... [key=values ...] (missing: {missing})",
+        print(f"usage: python -m harness.front.sweep_check [--order] conf/sweep/NAME.yaml ... [key=values ...] (missing: {missing})",
               file=sys.stderr)
         return 2
-    return 1 if check(paths, overrides=overrides) else 0
+    return 1 if check(paths, overrides=overrides, order=order) else 0
 
 
 if __name__ == "__main__":

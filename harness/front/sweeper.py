@@ -72,8 +72,13 @@ def summary_line(outcomes: Sequence[JobOutcome]) -> str:
     return line
 
 
-def expand(overrides: list, max_batch_size: int | None) -> list[list[list[str]]]:
-    """Every job's overrides (the cartesian product of the sweeps), in batches: as Hydra's basic sweeper."""
+def expand(overrides: list, max_batch_size: int | None, first: Sequence[str] | None = None) -> list[list[list[str]]]:
+    """Every job's overrides (the cartesian product of the sweeps), in batches: as Hydra's basic sweeper.
+
+    ``first``: patterns of ``key=value`` overrides (``"batch=64 block_size=16"``); the jobs that
+    hold every override of a pattern run before the others, in the patterns' order, each group
+    in product order (so a run cut short still has the most valuable jobs, for every impl).
+    """
     from hydra.errors import HydraException
 
     axes: dict[str, list[str]] = {}
@@ -86,14 +91,18 @@ def expand(overrides: list, max_batch_size: int | None) -> list[list[list[str]]]
         else:
             raise HydraException(f"hydra/sweeper=kvbench does not support sweep type {o.value_type.name}: {key}")
     jobs = [list(combo) for combo in itertools.product(*axes.values())]
+    patterns = [set(str(p).split()) for p in first or ()]
+    jobs.sort(key=lambda job: next((i for i, pat in enumerate(patterns) if pat <= set(job)), len(patterns)))
     size = max_batch_size if max_batch_size and max_batch_size > 0 else max(1, len(jobs))
     return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 
 
 class GuardedSweeper(Sweeper):
-    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None,
+                 first: Sequence[str] | None = None) -> None:
         self.max_batch_size = max_batch_size
         self.params = dict(params or {})
+        self.first = list(first or [])  # job patterns run before the rest (expand)
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Launcher | None = None
@@ -116,7 +125,7 @@ class GuardedSweeper(Sweeper):
         returns: list[Sequence[JobReturn]] = []
         outcomes: list[JobOutcome] = []
         first = 0
-        for batch in expand(parsed, self.max_batch_size):
+        for batch in expand(parsed, self.max_batch_size, self.first):
             results, batch_outcomes = self._run_batch(batch, first)
             returns.append(results)
             outcomes += batch_outcomes

@@ -113,3 +113,43 @@ def energy_between(start_mj: int, end_mj: int) -> tuple[float | None, str | None
         # A powered GPU always draws something: an unchanged counter was not updated in the run.
         return None, "energy dropped: NVML's counter did not advance (run shorter than its update period)"
     return (end_mj - start_mj) / 1e3, None
+
+
+# NVML's clock-event (throttle) reason bits, by the names its headers give them.
+THROTTLE_REASONS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def throttle_names(mask: int) -> str:
+    """``sw_power_cap+hw_slowdown`` for the set bits (unknown bits as hex); ``none`` for 0."""
+    names = [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+    rest = mask & ~sum(THROTTLE_REASONS)
+    return "+".join(names + ([hex(rest)] if rest else [])) or "none"
+
+
+def read_clocks(nv: ModuleType, handle: Any) -> tuple[int | None, str | None]:
+    """The SM clock now (MHz) and why clocks are held below their maximum (``throttle_names``), each None if unreadable."""
+    try:
+        mhz = int(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM))
+    except (nv.NVMLError, AttributeError):
+        mhz = None
+    # nvidia-ml-py renamed the call (clocks "event reasons"); either name reads the same mask.
+    read = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    try:
+        reasons = throttle_names(int(read(handle))) if read is not None else None
+    except nv.NVMLError:
+        reasons = None
+    return mhz, reasons
+
+
+def device_clocks(cuda_index: int) -> tuple[int | None, str | None]:
+    """``read_clocks`` of the GPU torch calls ``cuda_index``; (None, None) without NVML."""
+    nv, _ = init()
+    if nv is None:
+        return None, None
+    handle, _ = device_handle(nv, cuda_index)
+    return read_clocks(nv, handle) if handle is not None else (None, None)

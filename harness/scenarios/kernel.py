@@ -46,6 +46,17 @@ SCHEMA = KernelScenario
 INTERPRETER_MAX_WORK = 2**16  # batch * kv_heads * context
 
 
+def _clocks(device) -> tuple[int | None, str | None]:
+    """The SM clock and NVML's throttle reasons on a GPU; (None, None) elsewhere."""
+    if device.type != "cuda":
+        return None, None
+    import torch
+
+    from harness.measure.nvml import device_clocks
+
+    return device_clocks(torch.cuda.current_device() if device.index is None else device.index)
+
+
 def _skip(reason: str) -> dict:
     return {"status": "skipped", "error": reason}
 
@@ -124,11 +135,13 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         ref = paged_decode_attention_ref(q, pool.k_cache, pool.v_cache, pool.tables[layout], pool.context_lens, scale)
         err = (result.float() - ref.float()).abs().max().item()
         t = time_call(fn, device, sc.warmup, sc.iters)
+        sm_mhz, throttle = _clocks(device)  # right after the timed calls: the clock they ran at
         moved = attention_bytes(batch, context, *shape, elem)
         bw = bandwidth_gbps(moved, t.median_s)
         rows.append({**base, "status": "ok", "notes": t.method,
                      "latency_us_p50": t.median_s * 1e6, "latency_us_p10": t.p10_s * 1e6,
                      "latency_us_p90": t.p90_s * 1e6, "bytes_moved": moved,
                      "bandwidth_gbps": bw, "frac_copy_bw": bw / copy_bw,
-                     "frac_peak_bw": bw / peak_bw if peak_bw else None, "max_abs_err": err})
+                     "frac_peak_bw": bw / peak_bw if peak_bw else None, "max_abs_err": err,
+                     "sm_clock_mhz": sm_mhz, "clock_throttle_reasons": throttle})
     return rows

@@ -35,16 +35,27 @@ def dry_run(out: Path, wheels: Path, **knobs: str) -> subprocess.CompletedProces
 
 
 def test_dry_run_installs_composes_and_packs_within_the_return_limits(tmp_path, wheels):
+    """The recommended run (the script's defaults) composes, most valuable jobs first, and packs within the limits."""
     out = tmp_path / "out"
-    # One kernel job per point: the knob gives the values to sweep (2 batches x 1 context x 2 block sizes).
-    proc = dry_run(out, wheels, KERNEL_OVERRIDES="+impl=paged_triton batch=1,64 scenario.context_len=4096 block_size=16,128",
-                   DECODE_BATCHES="1,128")
+    proc = dry_run(out, wheels)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     log = (out / "gpu-check.log").read_text()
     assert "installed into" in log and "/kvbench-site." in log  # the --target path, put on PYTHONPATH
     for sweep in sorted((REPO_ROOT / "conf" / "sweep").glob("gpu_*.yaml")):
         assert f"{sweep.name}: " in log and "jobs compose" in log
-    assert "gpu_kernel.yaml: 4 jobs compose" in log and "gpu_decode.yaml: 12 jobs compose" in log
+    # KERNEL_OVERRIDES' default: 3 impls x batch 1,64 x context 1024,4096 x block 16,128; DECODE_BATCHES 64,1.
+    assert "gpu_kernel.yaml: 24 jobs compose" in log and "gpu_decode.yaml: 12 jobs compose" in log
+    kernel = [ln.split(": ", 1)[1].split() for ln in log.splitlines() if ln.startswith("gpu_kernel.yaml job ")]
+    decode = [ln.split(": ", 1)[1].split() for ln in log.splitlines() if ln.startswith("gpu_decode.yaml job ")]
+    target = {"batch=64", "scenario.context_len=4096"}
+    impls = {"+impl=contiguous", "+impl=paged_triton", "+impl=paged_cuda"}
+    assert all(target | {"block_size=16"} <= set(job) for job in kernel[:3])  # every impl's target point first,
+    assert {i for job in kernel[:3] for i in job if i.startswith("+impl=")} == impls
+    assert all(target | {"block_size=128"} <= set(job) for job in kernel[3:6])  # then block 128 there,
+    assert not any(target <= set(job) for job in kernel[6:])  # then the small shapes
+    assert all("batch=64" in job for job in decode[:6]) and all("batch=1" in job for job in decode[6:])
+    # Nothing that a CPU machine checks spends GPU time: the nvcc/g++ build tests run in make test.
+    assert 'GPU tests (-m "gpu"' in log
     files = [p for p in out.rglob("*") if p.is_file()]
     assert 0 < len(files) <= 8 and all(len(p.relative_to(out).parts) <= 3 for p in files)
     assert all(p.stat().st_size <= 16 * 2**20 for p in files)
@@ -53,7 +64,7 @@ def test_dry_run_installs_composes_and_packs_within_the_return_limits(tmp_path, 
     assert slug and (out / "summary.txt").read_text().startswith(f"slug={slug} dry=1")
     with tarfile.open(archive) as tar:
         names = tar.getnames()
-    assert any(n.startswith(f"results/{slug}/") for n in names) and "results/REPORT.md" in names
+    assert names and all(n.startswith(f"results/{slug}") for n in names)  # that device's folder, nothing else
 
 
 def test_dry_run_stops_when_hydra_cannot_be_installed(tmp_path):
@@ -105,6 +116,7 @@ def test_crash_probe_reports_each_error_source(tmp_path):
     verdicts = [ln for ln in report.read_text().splitlines() if ln.startswith("== ")]
     assert len(verdicts) == 3
     assert all("exit 0; raised:" in ln for ln in verdicts), verdicts
+    assert report.read_text().startswith("python ")  # written as the probes go: the header first
     assert any("block_tables[0, 0] = 9" in ln for ln in verdicts)
 
 
@@ -124,3 +136,23 @@ def test_gpu_only_switches_are_off_however_the_override_is_written(prefix):
     job = ["+sweep=gpu_decode", f"{prefix}cuda_graph=true", "++batch=64", "~gpu"]
     assert on_this_machine(job, has_gpu=False) == ["+sweep=gpu_decode", f"{prefix}cuda_graph=false", "++batch=64",
                                                    "~gpu"]
+
+
+def test_crash_probe_keeps_what_it_found_when_stopped_mid_way(tmp_path):
+    """A probe that hangs (the GPU check's step limit then kills the script) loses none of the earlier verdicts."""
+    import time
+
+    report = tmp_path / "crash-probe.txt"
+    code = ("import sys; from pathlib import Path; sys.path.insert(0, '.ci'); import crash_probe as c\n"
+            "c._SETUP = ''; c.PROBE_TIMEOUT_S = 120\n"
+            "c.PROBES = {'quick': 'raise RuntimeError(\"from C++\")', 'stuck': 'import time; time.sleep(120)'}\n"
+            f"c.main(Path({str(report)!r}))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "== quick" not in (report.read_text() if report.exists() else ""):
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "== quick: exit 0; raised: from C++" in report.read_text()
