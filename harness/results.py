@@ -27,6 +27,10 @@ FINGERPRINT = [
     "fingerprint_diff",  # a replay: the fields above that differ from the original run's
 ]
 STATUS = ["status", "error", "notes"]
+# What a row's ``status`` may say: measured, out of memory, failed, not applicable, stopped by a signal.
+STATUSES = ("ok", "oom", "error", "skipped", "interrupted")
+# What every row names, whatever its status (the report reads no row without them).
+REQUIRED = ("scenario", "status")
 METRICS = [
     "wall_s", "tokens_per_s", "tokens_per_s_spread", "output_tokens_per_s", "requests_per_s",
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
@@ -96,16 +100,44 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
+class TableWriteError(OSError):
+    """A table could not be written (a full disk, a read-only folder, memory): one line, and no half-written pair."""
+
+
+def _storable(values: pd.Series) -> bool:
+    """An object column Parquet stores as it is: one type, no containers, no int beyond int64."""
+    kinds = {type(v) for v in values.dropna()}
+    if len(kinds) > 1 or kinds & {dict, list, tuple}:
+        return False
+    return not (kinds == {int} and any(not -2**63 <= v < 2**63 for v in values.dropna()))
+
+
 def write_table(df: pd.DataFrame, path_stem: Path) -> None:
-    """``<stem>.csv`` and ``<stem>.parquet`` (object columns of mixed types kept as strings), each atomically."""
-    atomic_write(path_stem.with_suffix(".csv"), lambda tmp: df.to_csv(tmp, index=False))
+    """``<stem>.csv`` and ``<stem>.parquet`` (object columns Parquet cannot hold as they are kept as strings).
+
+    Both are written to temporary files first and renamed only once both are complete, so the
+    two never disagree: a failure (disk full, memory) leaves the earlier pair, and raises
+    ``TableWriteError`` with one line.
+    """
     pq = df.copy()
     for col in pq.columns:
-        if pq[col].dtype == object:
-            kinds = {type(v) for v in pq[col].dropna()}
-            if len(kinds) > 1 or kinds & {dict, list, tuple}:
-                pq[col] = pq[col].map(lambda v: None if v is None else str(v))
-    atomic_write(path_stem.with_suffix(".parquet"), lambda tmp: pq.to_parquet(tmp, index=False))
+        if pq[col].dtype == object and not _storable(pq[col]):
+            pq[col] = pq[col].map(lambda v: None if v is None else str(v))
+    csv_path, pq_path = path_stem.with_suffix(".csv"), path_stem.with_suffix(".parquet")
+    tmp_csv, tmp_pq = (p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (csv_path, pq_path))
+    try:
+        df.to_csv(tmp_csv, index=False)
+        pq.to_parquet(tmp_pq, index=False)
+        os.replace(tmp_pq, pq_path)  # the Parquet first: a reader prefers it, and the CSV follows at once
+        os.replace(tmp_csv, csv_path)
+    except BaseException as e:
+        for tmp in (tmp_csv, tmp_pq):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, Exception):
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise TableWriteError(f"{path_stem}.csv/.parquet could not be written: {type(e).__name__}"
+                                  f"{': ' + first if first else ''}") from e
+        raise
 
 
 def write_run(run_dir: Path, rows: list[dict], tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from harness.errors import ConfigError
 from harness.front.resolve import impls_to_run, resolve
 from harness.job.folder import RunFolder, RunFolderError
 from harness.job.interrupts import JobInterrupted, stop_on_signals
-from harness.results import run_id, write_run
+from harness.results import TableWriteError, run_id, write_run
 
 
 def _raw_identifiers(raw: DictConfig, run_dir: Path) -> dict:
@@ -46,6 +46,9 @@ def run_job(raw: DictConfig | Config, run_dir: Path, extra: dict | None = None) 
             return _run_locked(raw_cfg, folder, extra or {})
     except RunFolderError as e:  # the row is not written: the folder is not this run's to write
         return [{**_raw_identifiers(raw_cfg, run_dir), "status": "error", "error": f"RunFolderError: {e}"}], 2
+    except TableWriteError as e:  # the folder keeps its earlier tables whole; this run's rows are not in it
+        print(f"kvbench: {e}; the rows of this run are not in {run_dir}", file=sys.stderr)
+        return [{**_raw_identifiers(raw_cfg, run_dir), "status": "error", "error": f"TableWriteError: {e}"}], 1
     except JobInterrupted as e:
         print(f"kvbench: interrupted by {e.signal_name}; the finished impls' rows are in {run_dir} "
               "(resume=true runs the rest)", file=sys.stderr)

@@ -10,6 +10,7 @@ for its shared overrides; the sweeper checks each job (harness/front/sweeper.py)
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +53,35 @@ def _failure_place(hydra_app, overrides: list[str], mode, multirun: bool) -> tup
     return None
 
 
+def usable_folder_error(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold run folders (a file in its path, read-only, /proc, ...), or None.
+
+    Creates it, as Hydra will next, and writes and removes a probe file in it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".kvbench-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        return f"{type(e).__name__}: {e.strerror or e}"
+    return None
+
+
+def _unusable_folder(cfg: DictConfig, multirun: bool) -> int | None:
+    """None when the run (or sweep) folder can be written; else one line, and exit 2 (no row can be written there)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        folder = Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir))
+    except Exception:  # noqa: BLE001 - an interpolation Hydra resolves only at run time: Hydra's own handling
+        return None
+    why = usable_folder_error(folder)
+    if why is None:
+        return None
+    print(f"kvbench: run: error: {key}={folder} cannot hold a run folder ({why}); choose a writable folder",
+          file=sys.stderr)
+    return CONFIG_ERROR_CODE
+
+
 def check_command_line(argv: list[str]) -> int | None:
     """None when Hydra can compose ``argv``; else writes the error row and returns the exit code."""
     from hydra import initialize_config_dir
@@ -74,10 +104,11 @@ def check_command_line(argv: list[str]) -> int | None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         hydra_app = GlobalHydra.instance().hydra
         try:
-            hydra_app.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
-            return None
+            cfg = hydra_app.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
         except (HydraException, OmegaConfBaseException, AssertionError) as e:
             message = describe(e, overrides)
+        else:
+            return _unusable_folder(cfg, multirun)
         place = _failure_place(hydra_app, overrides, mode, multirun)
     print(f"kvbench: run: error: ConfigError: {message}", file=sys.stderr)
     if place is not None:

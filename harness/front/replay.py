@@ -7,6 +7,14 @@ Each new row names the run it re-ran (``replay_of``) and the environment fields 
 differ from the original's env.json (``fingerprint_diff``). The replay goes into
 ``--out``, by default ``runs/replay/<date>/<time>`` (outside results/, so a replay
 never joins the published report unless you put it there).
+
+A results folder is data, shared and committed, so replay trusts none of it to run:
+- ``config.yaml`` is loaded as plain YAML and never resolved: a saved config is already
+  resolved, so any ``${...}`` interpolation (``${oc.env:SECRET}`` would copy a secret into
+  the replay's rows) is refused with one line;
+- an ``impl.kernel`` that is not one of kvbench's own (a module's dotted path, which would be
+  imported and its top-level code run) is refused unless ``--allow-kernel MODULE`` names it;
+- every load error (no file, bad YAML, not a mapping, a key this schema lacks) is one line.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -25,17 +34,64 @@ from harness.front.schemas import register_configs
 from harness.scenarios import schemas
 from harness.errors import ConfigError
 from harness.measure.fingerprint import Fingerprint, collect
+from harness.paths import REPO_ROOT
 from harness.results import FINGERPRINT, run_id
 from harness.job.folder import read_table
 
 
-def load_config(run_dir: Path) -> Config:
-    """The run's saved config, as a fresh (not resuming) job."""
+def builtin_kernel(name: str) -> bool:
+    """A kernel of kvbench's own: a registry name, or a module of this checkout's kernels/ package."""
+    from kernels.registry import KERNELS
+
+    if name in KERNELS:
+        return True
+    parts = name.split(".")
+    return (len(parts) > 1 and parts[0] == "kernels" and all(part.isidentifier() for part in parts)
+            and (REPO_ROOT / Path(*parts).with_suffix(".py")).is_file())
+
+
+def _interpolations(node: Any, at: str = "") -> list[str]:
+    """The keys of a plain (unresolved) container whose value holds an interpolation ``${...}``."""
+    if isinstance(node, dict):
+        return [k for key, value in node.items() for k in _interpolations(value, f"{at}{key}.")]
+    if isinstance(node, list):
+        return [k for i, value in enumerate(node) for k in _interpolations(value, f"{at}{i}.")]
+    return [at.rstrip(".")] if isinstance(node, str) and "${" in node else []
+
+
+def _saved(path: Path) -> dict:
+    """``config.yaml`` as plain data: YAML, a mapping, with nothing to resolve; else one line."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} cannot be read: {type(e).__name__}: {e}".splitlines()[0]) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path} is not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} holds {type(data).__name__}, not a kvbench config (a mapping of keys)")
+    if found := _interpolations(data):
+        raise ConfigError(f"{path}: {found[0]} is an interpolation (${{...}}); a saved config is already resolved, "
+                          "so replay resolves nothing (it could read your environment); write the value itself")
+    return data
+
+
+def load_config(run_dir: Path, allow_kernels: tuple[str, ...] = ()) -> Config:
+    """The run's saved config, as a fresh (not resuming) job; ``allow_kernels``: kernel modules it may import."""
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml; RUN_DIR must be a kvbench run folder")
+    data = _saved(path)
+    kernel = (data.get("impl") or {}).get("kernel") if isinstance(data.get("impl"), dict) else None
+    if kernel is not None and not builtin_kernel(str(kernel)) and str(kernel) not in allow_kernels:
+        raise ConfigError(f"{path}: impl.kernel={kernel!r} is not one of kvbench's kernels; replaying it would "
+                          f"import that module and run its code: pass --allow-kernel {kernel} if you trust it")
     try:
-        saved = OmegaConf.load(path)
+        saved = OmegaConf.create(data)
         # The scenario's own dataclass, which the saved keys are merged over (as scenario=NAME composes it).
         scenario = schemas().get(str(OmegaConf.select(saved, "scenario.name", default="")), ScenarioConfig)
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config(scenario=scenario())), saved))
@@ -57,10 +113,10 @@ def _digests(rows) -> dict:
     return {r.get("impl"): (r.get("workload_digest"), r.get("output_digest")) for r in rows}
 
 
-def replay(run_dir: Path, out: Path) -> tuple[list[dict], int]:
+def replay(run_dir: Path, out: Path, allow_kernels: tuple[str, ...] = ()) -> tuple[list[dict], int]:
     from harness.front.job import run_job
 
-    cfg = load_config(run_dir)
+    cfg = load_config(run_dir, allow_kernels)
     try:
         original_env = json.loads((run_dir / "env.json").read_text())
     except (OSError, ValueError):
@@ -84,11 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="a finished run folder (holds config.yaml)")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the replay goes (default runs/replay/<date>/<time>)")
+    parser.add_argument("--allow-kernel", action="append", default=[], metavar="MODULE",
+                        help="a kernel module (dotted path) the saved config names that replay may import and run")
     args = parser.parse_args(argv)
     out = args.out or Path("runs/replay") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     register_configs()
     try:
-        rows, code = replay(args.run_dir, out)
+        rows, code = replay(args.run_dir, out, tuple(args.allow_kernel))
     except ConfigError as e:
         print(f"kvbench: replay: {e}", file=sys.stderr)
         return 2

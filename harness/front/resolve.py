@@ -10,13 +10,14 @@ all on a CPU-only build) and by the impl registries, so most bad values fail fas
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import math
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.kv.budget import check_memory_bounds, check_memory_values
+from harness.kv.budget import check_host_memory, check_memory_bounds, check_memory_values
 from harness.config import (
     ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, TRACE_SAMPLES, Config,
     GpuConfig, ImplConfig, SearchScenario,
@@ -27,7 +28,7 @@ from harness.scenarios.kernel import KernelScenario
 from harness.scenarios.max_rate import MaxRateScenario
 from harness.serving.cost_model import GpuSpec, gpu_spec
 from kernels.cuda_available import cuda_available
-from harness.errors import ConfigError
+from harness.errors import INT64_MAX, ConfigError
 from harness.kv.sizes import GB, weight_bytes
 from harness.model.hf_config import resolve_model_config
 from harness.model.config import ModelConfig
@@ -64,6 +65,17 @@ def _one_of(key: str, value: str, allowed) -> None:
     _check(value in allowed, f"{key}={value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
 
 
+def check_int_ranges(node: object, prefix: str = "") -> None:
+    """Every integer key of the config (nested groups and lists too) fits the rows' int64 columns."""
+    for f in dataclasses.fields(node):
+        value, key = getattr(node, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            check_int_ranges(value, f"{key}.")
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, int) and not isinstance(item, bool) and not -INT64_MAX - 1 <= item <= INT64_MAX:
+                raise ConfigError(f"{key}={item} is out of range: an integer key is at most {INT64_MAX} (int64)")
+
+
 def to_config(cfg: DictConfig | Config) -> Config:
     return OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg)
 
@@ -73,6 +85,7 @@ def resolve(raw: DictConfig | Config) -> Config:
         check_known_keys(raw)
         check_model_name(raw, hydra_choice("model"))
     cfg = to_config(raw)
+    check_int_ranges(cfg)  # before any value is used: a row's integer columns are int64
     _one_of("device.name", cfg.device.name, DEVICES)
     if cfg.dtype != "auto":
         _one_of("dtype", cfg.dtype, DTYPES)
@@ -101,6 +114,9 @@ def resolve(raw: DictConfig | Config) -> Config:
     check_memory_bounds(cfg, _gpu_total_bytes() if cfg.device.name == "cuda" else None)
     if cfg.workload.distribution == "trace":
         describe_trace(cfg)
+    import psutil  # the RAM free now: what every part of the run will be built in
+
+    check_host_memory(cfg, psutil.virtual_memory().available)
     return cfg
 
 

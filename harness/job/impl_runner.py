@@ -31,7 +31,12 @@ def failure_row(exc: BaseException) -> dict:
 
 def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
     """The scenario's rows for ``impl``, or one failure row. ``JobInterrupted`` (a SystemExit) passes."""
-    base = ctx.identifiers(impl)
+    try:  # the identifiers draw the workload (its digest): a MemoryError there is this impl's oom row too
+        base = ctx.identifiers(impl)
+    except ConfigError as e:
+        return ImplResult([{**ctx.identifiers(impl, workload=False), "status": "error", "error": f"ConfigError: {e}"}], 2)
+    except Exception as e:  # noqa: BLE001
+        return ImplResult([{**ctx.identifiers(impl, workload=False), **failure_row(e)}], 1)
     try:
         scenario = scenario_module(ctx.cfg.scenario.name)
         return ImplResult([{**base, **metrics} for metrics in scenario.run(ctx, impl)], 0)

@@ -15,10 +15,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, finite_number, whole_number
 from harness.model.config import ARCHITECTURES, WEIGHT_SOURCES, ModelConfig, RopeScaling
 
 # transformers' per-architecture defaults for keys a config.json may omit.
+# A shape figure of config.json: a whole number up to int32's range (the kernels index with int32).
+MAX_SIZE = 2**31 - 1
+REQUIRED_FIELDS = ("hidden_size", "num_attention_heads", "vocab_size", "intermediate_size", "num_hidden_layers")
 _DEFAULT_MAX_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768}
 
 
@@ -49,7 +52,9 @@ def read_hf_config(path: str) -> ModelConfig:
     try:
         raw = json.loads(config_file.read_text())
     except (OSError, ValueError) as err:
-        raise ConfigError(f"model.path={path}: config.json is unreadable ({err})") from err
+        raise ConfigError(f"model.path={path}: config.json is unreadable ({err})".splitlines()[0]) from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"model.path={path}: config.json holds {type(raw).__name__}, not an object of keys")
 
     arch = raw.get("model_type")
     if arch not in ARCHITECTURES:
@@ -62,36 +67,51 @@ def read_hf_config(path: str) -> ModelConfig:
     if raw.get("mlp_bias", False):
         raise ConfigError(f"model.path={path}: mlp_bias=true is unsupported")
 
-    try:
-        hidden = int(raw["hidden_size"])
-        heads = int(raw["num_attention_heads"])
-        fields = dict(
-            vocab_size=int(raw["vocab_size"]),
-            hidden_size=hidden,
-            intermediate_size=int(raw["intermediate_size"]),
-            num_layers=int(raw["num_hidden_layers"]),
-            num_heads=heads,
-        )
-    except KeyError as err:
-        raise ConfigError(f"model.path={path}: config.json lacks {err.args[0]!r}") from err
+    missing = [k for k in REQUIRED_FIELDS if k not in raw]
+    if missing:
+        raise ConfigError(f"model.path={path}: config.json lacks {missing[0]!r}")
+    size = lambda key, value: whole_number(value, f"model.path={path}: config.json {key}", 1, MAX_SIZE)  # noqa: E731
+    hidden = size("hidden_size", raw["hidden_size"])
+    heads = size("num_attention_heads", raw["num_attention_heads"])
+    fields = dict(
+        vocab_size=size("vocab_size", raw["vocab_size"]),
+        hidden_size=hidden,
+        intermediate_size=size("intermediate_size", raw["intermediate_size"]),
+        num_layers=size("num_hidden_layers", raw["num_hidden_layers"]),
+        num_heads=heads,
+    )
     theta, scaling = _rope(raw, path)
     return ModelConfig(
         name=folder.resolve().name,
         architecture=arch,
-        num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+        num_kv_heads=size("num_key_value_heads", _or(raw, "num_key_value_heads", heads)),
         # Qwen2 has no head_dim key; some Llama files carry head_dim: null.
-        head_dim=int(raw.get("head_dim") or hidden // heads),
+        head_dim=size("head_dim", _or(raw, "head_dim", hidden // heads)),
         rope_theta=theta,
         rope_scaling=scaling,
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        rms_norm_eps=finite_number(raw.get("rms_norm_eps", 1e-6), f"model.path={path}: config.json rms_norm_eps", 0),
         # Qwen2 always biases q/k/v; Mistral never does (HF ignores attention_bias there).
-        qkv_bias=arch == "qwen2" or (arch == "llama" and bool(raw.get("attention_bias", False))),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        max_position_embeddings=int(raw.get("max_position_embeddings") or _DEFAULT_MAX_POSITIONS[arch]),
+        qkv_bias=arch == "qwen2" or (arch == "llama" and _flag(raw, "attention_bias", path)),
+        tie_word_embeddings=_flag(raw, "tie_word_embeddings", path),
+        max_position_embeddings=size("max_position_embeddings",
+                                     _or(raw, "max_position_embeddings", _DEFAULT_MAX_POSITIONS[arch])),
         weights="path",
         path=str(path),
         **fields,
     )
+
+
+def _or(raw: dict[str, Any], key: str, default: Any) -> Any:
+    """``raw[key]``, or ``default`` when the key is absent or null (HF writes ``head_dim: null``)."""
+    value = raw.get(key)
+    return default if value is None else value
+
+
+def _flag(raw: dict[str, Any], key: str, path: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"model.path={path}: config.json {key}={value!r} must be true or false")
+    return value
 
 
 def _rope(raw: dict[str, Any], path: str) -> tuple[float, RopeScaling | None]:
@@ -99,22 +119,26 @@ def _rope(raw: dict[str, Any], path: str) -> tuple[float, RopeScaling | None]:
     # older files: top-level rope_theta + rope_scaling {type|rope_type, ...}.
     params: dict[str, Any] = dict(raw.get("rope_scaling") or {})
     params.update(raw.get("rope_parameters") or {})
-    theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    theta = finite_number(params.get("rope_theta", raw.get("rope_theta", 10000.0)),
+                          f"model.path={path}: config.json rope_theta", 0)
     kind = params.get("rope_type", params.get("type", "default"))
     if kind == "default":
         return theta, None
     if kind != "llama3":
         raise ConfigError(f"model.path={path}: rope type {kind!r} unsupported; allowed: default, llama3")
-    try:
-        scaling = RopeScaling(
-            rope_type="llama3",
-            factor=float(params["factor"]),
-            low_freq_factor=float(params["low_freq_factor"]),
-            high_freq_factor=float(params["high_freq_factor"]),
-            original_max_position_embeddings=int(params["original_max_position_embeddings"]),
-        )
-    except KeyError as err:
-        raise ConfigError(f"model.path={path}: llama3 rope scaling lacks {err.args[0]!r}") from err
+    lacks = [k for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+             if k not in params]
+    if lacks:
+        raise ConfigError(f"model.path={path}: llama3 rope scaling lacks {lacks[0]!r}")
+    what = f"model.path={path}: config.json rope scaling"
+    scaling = RopeScaling(
+        rope_type="llama3",
+        factor=finite_number(params["factor"], f"{what} factor", 0),
+        low_freq_factor=finite_number(params["low_freq_factor"], f"{what} low_freq_factor", 0),
+        high_freq_factor=finite_number(params["high_freq_factor"], f"{what} high_freq_factor", 0),
+        original_max_position_embeddings=whole_number(params["original_max_position_embeddings"],
+                                                      f"{what} original_max_position_embeddings", 1, MAX_SIZE),
+    )
     return theta, scaling
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results import COLUMNS, METRICS, TEXT_METRICS
+from harness.results import COLUMNS, METRICS, REQUIRED, STATUSES, TEXT_METRICS
 
 # Columns that hold true/false; a CSV gives them back as the text "True"/"False".
 BOOLEAN = ["slo_pass"]
@@ -46,10 +46,30 @@ class ReadProblem:
     path: Path
     reason: str
     used: str | None = None  # the twin's file name when it was read instead
+    rows_left_out: int = 0  # the table was read, but these of its rows are not kvbench rows
 
     def line(self) -> str:
+        if self.rows_left_out:
+            return f"{self.path}: {self.rows_left_out} rows not read ({self.reason}); left out"
         then = f"read {self.used} instead" if self.used else "left out"
         return f"{self.path}: unreadable ({self.reason}); {then}"
+
+
+def valid_rows(rows: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """The rows that name ``REQUIRED`` identifiers and a known status; and why the others are not rows, or None."""
+    missing = [c for c in REQUIRED if c not in rows.columns]
+    if missing:
+        return rows.iloc[0:0], f"no {', '.join(missing)} column: not a kvbench rows table"
+    named = rows[list(REQUIRED)].notna().all(axis=1) & (rows[list(REQUIRED)].astype(str) != "").all(axis=1)
+    known = rows["status"].isin(STATUSES)
+    bad = rows[~(named & known)]
+    if bad.empty:
+        return rows, None
+    unknown = sorted({str(s) for s in bad["status"] if s not in STATUSES and not pd.isna(s)})
+    why = [f"status {', '.join(map(repr, unknown[:3]))} is not one of {', '.join(STATUSES)}"] if unknown else []
+    if not named.all():
+        why.append(f"empty {'/'.join(REQUIRED)}")
+    return rows[named & known], "; ".join(why) or "not kvbench rows"
 
 
 @dataclass
@@ -236,6 +256,11 @@ def collect(roots: list[Path]) -> Collection:
             if rows.empty:
                 incomplete.append((label, d))
                 continue
+            read, (rows, why) = len(rows), valid_rows(rows)
+            if why is not None:  # garbage appended, another schema, an unknown status: warned, not read
+                problems.append(ReadProblem(f"{label}/rows", d / "rows", why, rows_left_out=read - len(rows)))
+                if rows.empty:
+                    continue
             rows = rows.copy()  # consolidated: Parquet gives one block per column, and one more would warn
             rows["run_dir"] = label
             per_dir[d] = rows

@@ -230,9 +230,11 @@ def unread_section(col: Collection) -> list[str]:
                   "or is still running, before its first row):\n",
                   "\n".join(f"- `{label}`" for label, _ in col.incomplete) + "\n"]
     if col.problems:
-        parts += ["Unreadable tables:\n",
-                  "\n".join(f"- `{p.label}`: {cell(p.reason)}; "
-                            + (f"read `{p.used}` instead" if p.used else "left out") for p in col.problems) + "\n"]
+        parts += ["Unreadable tables, and rows not read (no identifiers, or an unknown status):\n",
+                  "\n".join(f"- `{p.label}`: " + (f"{p.rows_left_out} rows not read ({cell(p.reason)})"
+                                                  if p.rows_left_out else f"{cell(p.reason)}; ")
+                            + ("" if p.rows_left_out else (f"read `{p.used}` instead" if p.used else "left out"))
+                            for p in col.problems) + "\n"]
     return ["## Run folders not fully read\n", *parts] if parts else []
 
 

@@ -128,8 +128,10 @@ class JobContext:
 
         return kernel_backend(impl.kernel, self.device.type, gather=cache_kind(impl.cache, impl.reservation).gathers)
 
-    def identifiers(self, impl: ImplConfig | None) -> dict:
+    def identifiers(self, impl: ImplConfig | None, workload: bool = True) -> dict:
+        """The row's identifiers; ``workload=False``: without the drawn workload's digest (drawing it failed)."""
         cfg, w = self.cfg, self.cfg.workload
+        workload = workload and cfg.scenario.name != "kernel"
         return {
             "run_id": run_id(self.run_dir),
             "scenario": cfg.scenario.name,
@@ -152,8 +154,8 @@ class JobContext:
             "repeat": cfg.repeat,
             "cpu_threads": cfg.cpu_threads if self.device.type == "cpu" else None,
             "cuda_graph": cfg.cuda_graph,
-            "workload_digest": workload_digest(self.requests) if cfg.scenario.name != "kernel" else None,
-            "trace_sha256": self.workload.trace_sha256 if cfg.scenario.name != "kernel" else None,
+            "workload_digest": workload_digest(self.requests) if workload else None,
+            "trace_sha256": self.workload.trace_sha256 if workload else None,
             **self.fingerprint.as_dict(),
             "kv_bytes_per_token": self.bytes_per_token,
         }

@@ -23,6 +23,10 @@ READERS = {
     ".jsonl": lambda path: pd.read_json(path, lines=True),
     ".parquet": lambda path: pd.read_parquet(path),
 }
+# A request length read from a file: a whole token count up to int32's range (the kernels index with
+# int32), checked on the file's value before any cast (1e30 would wrap to a negative int64).
+MAX_TRACE_TOKENS = 2**31 - 1
+MAX_ARRIVAL_S = 1e9  # about 32 years: beyond it a trace's time column is not seconds
 # Its own random stream for sample=random, apart from the token ids' and the arrivals'.
 SAMPLE_STREAM = 0x5A3B1E
 
@@ -73,12 +77,22 @@ def _numeric(df: pd.DataFrame, key: str, column: str, path: Path) -> np.ndarray:
 
 def _lengths(df: pd.DataFrame, key: str, column: str, path: Path) -> np.ndarray:
     values = _numeric(df, key, column, path)
-    bad = np.flatnonzero((values < 1) | (values != np.floor(values)))
+    bad = np.flatnonzero((values < 1) | (values != np.floor(values)) | (values > MAX_TRACE_TOKENS))
     if bad.size:
         row = int(bad[0])
-        raise ConfigError(f"workload.columns.{key}={column!r} must hold whole token counts >= 1; "
+        raise ConfigError(f"workload.columns.{key}={column!r} must hold whole token counts from 1 to "
+                          f"{MAX_TRACE_TOKENS}; row {row + 1} of workload.path={str(path)!r} holds {values[row]:g}")
+    return values.astype(np.int64)  # exact: every value is a whole number within int32
+
+
+def _arrivals(df: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    values = _numeric(df, "arrival_s", column, path)
+    bad = np.flatnonzero(np.abs(values) > MAX_ARRIVAL_S)
+    if bad.size:
+        row = int(bad[0])
+        raise ConfigError(f"workload.columns.arrival_s={column!r} must hold seconds within {MAX_ARRIVAL_S:g}; "
                           f"row {row + 1} of workload.path={str(path)!r} holds {values[row]:g}")
-    return values.astype(np.int64)
+    return values
 
 
 def _select(rows: int, count: int, how: str, seed: int) -> np.ndarray:
@@ -96,7 +110,7 @@ def read_trace(cfg: WorkloadConfig, count: int | None, seed: int) -> Trace:
     cols = cfg.columns
     prompt = _lengths(df, "prompt_len", cols.prompt_len, path)
     output = _lengths(df, "output_len", cols.output_len, path)
-    arrival = _numeric(df, "arrival_s", cols.arrival_s, path) if cols.arrival_s in df.columns else None
+    arrival = _arrivals(df, cols.arrival_s, path) if cols.arrival_s in df.columns else None
     if len(df) == 0:
         raise ConfigError(f"workload.path={str(path)!r} has no rows: a trace needs at least one request")
     if count is None:

@@ -62,6 +62,21 @@ def _clip_note(clipped: int, prompts_cut: int, total: int, max_seq_len: int) -> 
     return (note,)
 
 
+# Up to this many ids, a table of every token id's int object (8 MB of pointers at 1M ids);
+# beyond it, only the ids drawn are interned, so a vocabulary of 1e9 never is materialised.
+TOKEN_TABLE_MAX = 2**20
+
+
+def _shared_ints(vocab: int):
+    """A function from drawn ids (a numpy array) to a list of ints in which each id is one shared object:
+    100,000 chat prompts would otherwise hold ~50M separate ints (~1.8 GB)."""
+    if vocab <= TOKEN_TABLE_MAX:
+        table = np.arange(vocab).astype(object)
+        return lambda ids: table[ids].tolist()
+    seen: dict[int, int] = {}
+    return lambda ids: [seen.setdefault(i, i) for i in ids.tolist()]
+
+
 def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_seq_len: int, seed: int) -> Workload:
     """Draw ``num_requests`` requests; lengths come from ``cfg`` or, for ``distribution=trace``, its file.
 
@@ -83,16 +98,14 @@ def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_s
         prompt_lens = _lengths(cfg, cfg.prompt_len, num_requests, rng)
         output_lens = _lengths(cfg, cfg.output_len, num_requests, rng)
     prefix = rng.integers(0, vocab, size=cfg.shared_prefix_len).tolist()
-    # One int object per token id, shared by every prompt: 100,000 chat prompts would
-    # otherwise hold ~50M separate ints (~1.8 GB).
-    token = np.arange(vocab).astype(object)
+    token_ids = _shared_ints(vocab)
     requests, clipped, prompts_cut = [], 0, 0
     for rid in range(num_requests):
         want = int(max(prompt_lens[rid], cfg.shared_prefix_len + 1)), int(output_lens[rid])
         p, o = _clip(*want, max_seq_len)
         clipped += (p, o) != want
         prompts_cut += p < want[0]
-        unique = token[rng.integers(0, vocab, size=p - len(prefix))].tolist()
+        unique = token_ids(rng.integers(0, vocab, size=p - len(prefix)))
         requests.append(Request(rid, tuple(prefix + unique), o, cfg.n))
     return Workload(
         requests,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,9 +26,15 @@ def env(**extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **extra}
 
 
+def _default_sigint() -> None:
+    """A run a test interrupts gets Ctrl-C as a terminal gives it. A suite started in the background
+    by a non-interactive shell (``make test &``) has SIGINT ignored, and a child would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(*args: str, **extra_env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, env=env(**extra_env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
 
 
 def run(*args: str, **extra_env: str) -> subprocess.CompletedProcess:

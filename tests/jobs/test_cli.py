@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -129,3 +130,55 @@ def test_a_sweep_with_one_bad_value_runs_the_others(tmp_path):
     assert [str(rows[i].batch[0]) for i in (0, 1, 2)] == ["1", "abc", "2"]
     assert "batch=abc" in rows[1].error[0]
     assert p.stderr.strip().splitlines()[-1] == f"kvbench: 3 jobs: 2 ok, 1 error: {tmp_path / '1'}"
+
+
+@pytest.mark.parametrize("override, key", [
+    ("seed=99999999999999999999999", "seed"),
+    ("batch=36893488147419103232", "batch"),
+    ("max_num_batched_tokens=-99999999999999999999", "max_num_batched_tokens"),
+    ("workload.num_requests=18446744073709551616", "workload.num_requests"),
+    ("scenario.concurrency_points=[1,99999999999999999999]", "scenario.concurrency_points"),
+])
+def test_an_integer_key_beyond_int64_is_one_line_with_a_row_both_tables_hold(tmp_path, override, key):
+    """Refused before any value is used; the error row is written whole (Parquet holds the value as text)."""
+    p = harness("+impl=paged_torch", "scenario=capacity", override, f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and f"{key}=" in p.stderr and "out of range" in p.stderr, p.stderr
+    for row in (pd.read_csv(tmp_path / "rows.csv").iloc[0], pd.read_parquet(tmp_path / "rows.parquet").iloc[0]):
+        assert row.status == "error" and "out of range" in row.error
+
+
+def test_a_run_whose_host_memory_cannot_fit_is_refused_before_anything_is_built(tmp_path):
+    """capacity with batch=1e9 would draw a billion requests (num_requests defaults to batch): one line, a row."""
+    p = harness("+impl=paged_torch", "scenario=capacity", "batch=1000000000", f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "GB of host memory" in p.stderr, p.stderr
+    row = pd.read_csv(tmp_path / "rows.csv").iloc[0]
+    assert row.status == "error" and "of the free RAM" in row.error and "workload.num_requests" in row.error
+
+
+def test_a_memory_error_anywhere_in_a_job_is_an_oom_row(compose, tmp_path, monkeypatch):
+    """Even while drawing the workload (before the scenario runs): the impl's row says oom, the job goes on."""
+    from harness.front.job import run_job
+    from harness.scenarios import context
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(context, "draw_workload", exhausted)
+    rows, code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=tiny-llama"]), tmp_path)
+    assert code == 1 and rows[0]["status"] == "oom" and "out of host memory" in rows[0]["error"]
+    assert pd.read_csv(tmp_path / "rows.csv").iloc[0].status == "oom"
+
+
+@pytest.mark.parametrize("where", ["file", "under_file", "proc", "dev_null", "sweep_file"])
+def test_an_unusable_run_folder_is_one_line_and_exit_2(tmp_path, where):
+    afile = tmp_path / "a-file"
+    afile.write_text("not a folder")
+    folder = {"file": afile, "under_file": afile / "run", "proc": Path("/proc/self/kvbench-run"),
+              "dev_null": Path("/dev/null"), "sweep_file": afile}[where]
+    sweep = where == "sweep_file"
+    p = harness(*(["-m"] if sweep else []), "+impl=paged_torch", "scenario=capacity",
+                *(["batch=1,2", f"hydra.sweep.dir={folder}"] if sweep else [f"hydra.run.dir={folder}"]))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "cannot hold a run folder" in p.stderr and str(folder) in p.stderr
+    assert afile.read_text() == "not a folder"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -147,12 +148,14 @@ def test_crash_probe_keeps_what_it_found_when_stopped_mid_way(tmp_path):
             "c._SETUP = ''; c.PROBE_TIMEOUT_S = 120\n"
             "c.PROBES = {'quick': 'raise RuntimeError(\"from C++\")', 'stuck': 'import time; time.sleep(120)'}\n"
             f"c.main(Path({str(report)!r}))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    # A session of its own, so the stuck probe's process goes with it (as the GPU check's step limit kills it).
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and "== quick" not in (report.read_text() if report.exists() else ""):
             time.sleep(0.2)
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert "== quick: exit 0; raised: from C++" in report.read_text()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
+from harness.errors import ConfigError
 from harness.front.job import run_job
 from tests.conftest import REPO_ROOT
 from tests.helpers.harness_proc import env
@@ -43,4 +48,135 @@ def test_a_replay_reproduces_the_digests_and_names_what_changed(compose, tmp_pat
 
 def test_a_folder_without_a_config_is_a_one_line_error(tmp_path):
     p = replay(str(tmp_path), "--out", str(tmp_path / "out"))
+    assert p.returncode == 2 and "has no config.yaml" in p.stderr and "Traceback" not in p.stderr
+
+
+# ---- a results folder is data: nothing in it runs, nothing of the environment leaks -------------------
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory) -> Path:
+    """A finished run folder to tamper with (its config.yaml is what a shared results folder holds)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from harness.front.schemas import register_configs
+
+    register_configs()
+    folder = tmp_path_factory.mktemp("saved") / "run"
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
+        cfg = hydra_compose("config", overrides=["progress=false", *SMALL])
+    rows, code = run_job(cfg, folder)
+    assert code == 0
+    return folder
+
+
+def tampered(saved_run: Path, tmp_path: Path, edit) -> Path:
+    folder = tmp_path / "shared"
+    shutil.copytree(saved_run, folder)
+    path = folder / "config.yaml"
+    path.write_text(edit(path.read_text()))
+    return folder
+
+
+SECRET = "s3cr3t-token-value"
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda t: re.sub(r"^seed: .*$", "seed: ${oc.env:SECRET_TOKEN}", t, flags=re.M), "seed"),
+    (lambda t: re.sub(r"^  name: tiny-llama$", "  name: ${oc.env:SECRET_TOKEN}", t, flags=re.M), "model.name"),
+    (lambda t: re.sub(r"^  path: null$", "  path: ${oc.env:SECRET_TOKEN,/tmp}/x", t, count=1, flags=re.M), "path"),
+    (lambda t: t + "extra_note: prefix-${oc.env:SECRET_TOKEN}\n", "extra_note"),
+    (lambda t: re.sub(r"^batch: .*$", "batch: ${max_seq_len}", t, flags=re.M), "batch"),
+    (lambda t: re.sub(r"^  concurrency_points:\n", "  concurrency_points:\n  - ${oc.env:SECRET_TOKEN}\n", t, flags=re.M)
+     if "concurrency_points" in t else t + "listed:\n- 1\n- ${now:%H}\n", "listed.1"),
+])
+def test_an_interpolation_in_a_saved_config_is_refused_unresolved(saved_run, tmp_path, monkeypatch, edit, key):
+    from harness.front.replay import load_config
+
+    monkeypatch.setenv("SECRET_TOKEN", SECRET)
+    folder = tampered(saved_run, tmp_path, edit)
+    with pytest.raises(ConfigError, match="is an interpolation") as err:
+        load_config(folder)
+    assert key in str(err.value) and SECRET not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_replayed_secret_reaches_no_row_and_no_output(saved_run, tmp_path):
+    folder = tampered(saved_run, tmp_path, lambda t: re.sub(r"^  name: tiny-llama$", "  name: ${oc.env:SECRET_TOKEN}",
+                                                            t, flags=re.M))
+    out = tmp_path / "out"
+    p = replay(str(folder), "--out", str(out), SECRET_TOKEN=SECRET)
+    assert p.returncode == 2 and "is an interpolation" in p.stderr and "Traceback" not in p.stderr
+    assert SECRET not in p.stdout + p.stderr
+    assert not out.exists() or not any(SECRET in f.read_text(errors="ignore") for f in out.rglob("*") if f.is_file())
+
+
+@pytest.fixture
+def booby_trapped(tmp_path) -> tuple[Path, Path]:
+    """A package whose import leaves a marker file: what a shared folder's kernel module could do."""
+    pkg = tmp_path / "site" / "trap_kernels"
+    pkg.mkdir(parents=True)
+    marker = tmp_path / "ran.txt"
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
+    (pkg / "kernel.py").write_text("")
+    return tmp_path / "site", marker
+
+
+@pytest.mark.parametrize("kernel", ["trap_kernels.kernel", "trap_kernels", "unittest.__main__", "os.path",
+                                    "kernels.registry.nope", "kernels.csrc"])
+def test_a_saved_kernel_module_is_not_imported_without_the_opt_in(saved_run, tmp_path, booby_trapped, monkeypatch, kernel):
+    from harness.front.replay import load_config
+
+    site, marker = booby_trapped
+    monkeypatch.syspath_prepend(str(site))
+    folder = tampered(saved_run, tmp_path, lambda t: re.sub(r"^  kernel: .*$", f"  kernel: {kernel}", t, flags=re.M))
+    with pytest.raises(ConfigError, match=f"--allow-kernel {re.escape(kernel)}"):
+        load_config(folder)
+    assert not marker.exists()
+
+
+def test_the_opt_in_names_the_one_module_it_allows(saved_run, tmp_path, booby_trapped):
+    site, marker = booby_trapped
+    folder = tampered(saved_run, tmp_path, lambda t: re.sub(r"^  kernel: .*$", "  kernel: trap_kernels.kernel", t,
+                                                            flags=re.M))
+    out = tmp_path / "out"
+    other = replay(str(folder), "--out", str(out), "--allow-kernel", "trap_kernels.other", PYTHONPATH=f"{site}:{REPO_ROOT}")
+    assert other.returncode == 2 and not marker.exists()
+    allowed = replay(str(folder), "--out", str(out), "--allow-kernel", "trap_kernels.kernel", PYTHONPATH=f"{site}:{REPO_ROOT}")
+    assert marker.exists() and "Traceback" not in allowed.stderr  # imported because asked; its row says what failed
+
+
+def test_kvbench_own_kernels_replay_without_an_opt_in(saved_run, tmp_path):
+    from harness.front.replay import load_config
+
+    for kernel in ("torch", "triton", "cuda", "kernels.cuda_emulated"):
+        folder = tampered(saved_run, tmp_path / kernel, lambda t: re.sub(r"^  kernel: .*$", f"  kernel: {kernel}", t,
+                                                                         flags=re.M))
+        assert load_config(folder).impl.kernel == kernel
+
+
+@pytest.mark.parametrize("content, says", [
+    ("seed: [1, 2\n", "is not valid YAML at line"),
+    ("model:\n\tname: x\n", "is not valid YAML at line"),
+    ("- 1\n- 2\n", "holds list, not a kvbench config"),
+    ("42\n", "holds int, not a kvbench config"),
+    ("", "holds NoneType, not a kvbench config"),
+    ("batch: {a: 1}\n", "does not match this kvbench's config schema"),
+    ("nope_key: 1\n", "does not match this kvbench's config schema"),
+    (b"\xff\xfe\x00bad", "cannot be read"),
+])
+def test_every_load_error_is_one_line(tmp_path, content, says):
+    from harness.front.replay import load_config
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    path = folder / "config.yaml"
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    with pytest.raises(ConfigError, match=re.escape(says)) as err:
+        load_config(folder)
+    assert "\n" not in str(err.value)
+
+
+def test_a_config_yaml_that_is_a_folder_is_one_line(tmp_path):
+    (tmp_path / "run" / "config.yaml").mkdir(parents=True)
+    p = replay(str(tmp_path / "run"), "--out", str(tmp_path / "out"))
     assert p.returncode == 2 and "has no config.yaml" in p.stderr and "Traceback" not in p.stderr

@@ -142,3 +142,38 @@ def test_build_report_takes_the_bound(noisy):
     with pytest.raises(ValueError, match="max_spread"):
         build_report([noisy / "runs"], noisy / "out", "cmd", max_spread=-1)
     assert report.figures
+
+
+def _csv_only(folder: Path) -> Path:
+    (folder / "rows.parquet").unlink()
+    return folder / "rows.csv"
+
+
+@pytest.mark.parametrize("damage, kept, says", [
+    # a garbage line appended to the CSV: no scenario, no known status
+    (lambda f: _csv_only(f).open("a").write("garbage,,,,\n"), 1, "empty scenario/status"),
+    (lambda f: _csv_only(f).open("a").write("\n\n%%%\n"), 1, "rows not read"),
+    # a row whose status is no status kvbench writes
+    (lambda f: write_run(f, [decode("paged_torch", 1.0), {**decode("paged_cuda", 2.0), "status": "bogus_status"}]), 1,
+     "'bogus_status' is not one of"),
+    # a row with no scenario
+    (lambda f: write_run(f, [decode("paged_torch", 1.0), {**decode("paged_cuda", 2.0), "scenario": None}]), 1,
+     "empty scenario/status"),
+    # a rows table of another schema altogether
+    (lambda f: (pd.DataFrame({"foo": [1, 2], "bar": ["x", "y"]}).to_parquet(f / "rows.parquet"),
+                (f / "rows.csv").unlink()), 0, "no scenario, status column"),
+])
+def test_rows_that_are_not_kvbench_rows_are_warned_listed_and_left_out(tmp_path, capsys, damage, kept, says):
+    write_run(tmp_path / "runs" / "good", [decode("contiguous", 100.0)])
+    bad = tmp_path / "runs" / "bad"
+    write_run(bad, [decode("paged_torch", 1.0)])
+    damage(bad)
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "all_runs.parquet")
+    assert set(df["status"]) == {"ok"} and df["scenario"].notna().all()  # no row with empty identifiers
+    assert (df["run_dir"] == "runs/bad").sum() == kept and (df["run_dir"] == "runs/good").sum() == 1
+    assert "status" in df.columns and not [c for c in df.columns if c.startswith("bogus")]
+    err = capsys.readouterr().err
+    assert "warning:" in err and "rows not read" in err and says in err
+    assert "rows not read" in (out / "REPORT.md").read_text()

@@ -105,15 +105,21 @@ def lengths(prompt, output, **more) -> pd.DataFrame:
 
 BAD_FILES = {
     "zero.csv": (lengths([3, 0], [2, 2]),
-                 "workload.columns.prompt_len='prompt_len' must hold whole token counts >= 1; row 2"),
+                 "workload.columns.prompt_len='prompt_len' must hold whole token counts from 1 to 2147483647; row 2"),
     "negative.csv": (lengths([3, 4], [2, -1]),
-                     "workload.columns.output_len='output_len' must hold whole token counts >= 1"),
+                     "workload.columns.output_len='output_len' must hold whole token counts from 1 to"),
     "half.csv": (lengths([3, 4.5], [2, 2]), "workload.columns.prompt_len"),
     "words.jsonl": (lengths([3, 4], ["2", "many"]),
                     "workload.columns.output_len='output_len' must hold numbers; row 2"),
     "gap.csv": (lengths([3, None], [2, 2]), "workload.columns.prompt_len='prompt_len' must hold numbers"),
     "times.parquet": (lengths([3, 4], [2, 2], arrival_s=["0", "later"]),
                       "workload.columns.arrival_s='arrival_s' must hold numbers"),
+    # Beyond int64 or int32: refused on the file's value, never cast (1e30 wrapped to -4.6e18 before).
+    "huge.csv": (lengths([3, 1e30], [2, 2]), "from 1 to 2147483647; row 2 of workload.path="),
+    "bigint.csv": (lengths([3, 99999999999999999999], [2, 2]), "from 1 to 2147483647; row 2"),
+    "int64.jsonl": (lengths([3, 2**62], [2, 2]), "from 1 to 2147483647; row 2"),
+    "infinite.csv": (lengths([3, float("inf")], [2, 2]), "must hold numbers; row 2"),
+    "late.csv": (lengths([3, 4], [2, 2], arrival_s=[0.0, 1e30]), "workload.columns.arrival_s='arrival_s' must hold seconds"),
 }
 
 

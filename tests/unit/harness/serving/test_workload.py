@@ -46,3 +46,35 @@ def test_shared_prefix_and_limits():
 def test_fixed_request_longer_than_max_seq_len_is_an_error():
     with pytest.raises(ConfigError, match="max_seq_len"):
         generate_requests(WorkloadConfig(distribution="fixed", prompt_len=100, output_len=50), 2, 100, 128, 0)
+
+
+# ---- no run takes the machine down: the token draw never materialises the vocabulary ---------------
+
+def test_a_huge_vocabulary_is_drawn_without_materialising_it():
+    import tracemalloc
+
+    from harness.config import WorkloadConfig
+    from harness.serving.workload import draw_workload
+
+    tracemalloc.start()
+    wl = draw_workload(WorkloadConfig(name="chat", prompt_len=64, output_len=8), 50, 10**9, 256, seed=1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 20 * 2**20  # was 10**9 int objects (~36 GB) for a table of every id
+    assert max(max(r.prompt_ids) for r in wl.requests) > 2**20  # ids from the whole vocabulary
+
+
+def test_interned_and_tabled_ids_are_the_same_tokens(monkeypatch):
+    """Beyond TOKEN_TABLE_MAX ids are interned as drawn: the same requests, byte for byte, and shared objects."""
+    from harness.config import WorkloadConfig
+    from harness.serving import workload
+    from harness.serving.workload import draw_workload, workload_digest
+
+    cfg = WorkloadConfig(name="chat", prompt_len=40, output_len=8, shared_prefix_len=4)
+    tabled = draw_workload(cfg, 30, 5000, 128, seed=7)
+    monkeypatch.setattr(workload, "TOKEN_TABLE_MAX", 0)
+    interned = draw_workload(cfg, 30, 5000, 128, seed=7)
+    assert workload_digest(interned.requests) == workload_digest(tabled.requests)
+    ids = [t for r in interned.requests for t in r.prompt_ids[4:] if t > 256]  # past the prefix; beyond small ints
+    by_value = {}
+    assert all(by_value.setdefault(t, t) is t for t in ids)  # one object per id
