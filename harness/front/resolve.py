@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.kv.budget import check_host_memory, check_memory_bounds, check_memory_values
+from harness.kv.budget import check_host_workload, check_memory_bounds, check_memory_values
 from harness.config import (
     ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, TRACE_SAMPLES, Config,
     GpuConfig, ImplConfig, SearchScenario,
@@ -116,7 +116,7 @@ def resolve(raw: DictConfig | Config) -> Config:
         describe_trace(cfg)
     import psutil  # the RAM free now: what every part of the run will be built in
 
-    check_host_memory(cfg, psutil.virtual_memory().available)
+    check_host_workload(cfg, psutil.virtual_memory().available)
     return cfg
 
 

@@ -211,37 +211,31 @@ def check_host_weights(cfg: Config, free_ram_bytes: int) -> None:
 # (1.2 GB for the whole capacity process), so this overestimates by about 1.5x, as a guard should.
 HOST_BYTES_PER_REQUEST = 2048
 HOST_BYTES_PER_TOKEN = 16
+# Below this a workload cannot take a machine down, whatever the free RAM reads: never refused.
+HOST_CHECK_MIN_BYTES = 256 * 2**20
 
 
-def host_bytes_estimate(cfg: Config) -> dict[str, int]:
-    """What a run holds in host RAM, by part, before anything is built: the workload's tables, and on
-    CPU the model's weights and the KV pool (at most the device's usable memory)."""
+def workload_host_bytes(cfg: Config) -> int:
+    """Host RAM the drawn workload takes (its requests, and capacity's largest concurrency point)."""
     w = cfg.workload
     requests = max([w.num_requests or cfg.batch, *getattr(cfg.scenario, "concurrency_points", [])])
     tokens = math.ceil(w.prompt_len) + w.n * math.ceil(w.output_len)
-    parts = {"workload": requests * (HOST_BYTES_PER_REQUEST + HOST_BYTES_PER_TOKEN * tokens)}
-    if cfg.device.name == "cpu" and not cfg.scenario.bookkeeping and cfg.scenario.name != "kernel":
-        parts["weights"] = weight_bytes(cfg.model, cfg.dtype)
-        usable = (cfg.device.memory_gb or 0) * cfg.device.utilization * GB
-        parts["kv_pool"] = int(cfg.device.kv_cache_gb * GB if cfg.device.kv_cache_gb is not None else usable)
-    return parts
+    return requests * (HOST_BYTES_PER_REQUEST + HOST_BYTES_PER_TOKEN * tokens)
 
 
-def check_host_memory(cfg: Config, free_ram_bytes: int) -> None:
-    """Refuse, with the sizes, a run whose host memory would pass ``HOST_WEIGHTS_RAM_FRACTION`` of the free RAM:
-    on a shared machine the OOM killer could end it with no row, or end someone else's process."""
-    parts = host_bytes_estimate(cfg)
+def check_host_workload(cfg: Config, free_ram_bytes: int) -> None:
+    """Refuse, with the sizes, a workload that would pass ``HOST_WEIGHTS_RAM_FRACTION`` of the free RAM, before
+    it is drawn: on a shared machine the OOM killer could end the run with no row, or someone else's process.
+    The weights (``check_host_weights``) and the KV pool (``check_host_pool``) are checked before they are built."""
+    need = workload_host_bytes(cfg)
     limit = int(free_ram_bytes * HOST_WEIGHTS_RAM_FRACTION)
-    if sum(parts.values()) <= limit:
+    if need <= max(limit, HOST_CHECK_MIN_BYTES):
         return
     w = cfg.workload
-    shown = ", ".join(f"{name} {size / GB:.2f} GB" for name, size in parts.items())
-    advice = ("lower workload.num_requests (its default is batch)" if parts["workload"] > limit / 2
-              else "use a smaller model or device.memory_gb")
-    raise ConfigError(f"this run needs about {sum(parts.values()) / GB:.2f} GB of host memory ({shown}; "
-                      f"{w.num_requests or cfg.batch} requests of about {w.prompt_len:g} + {w.output_len:g} tokens), "
-                      f"more than {HOST_WEIGHTS_RAM_FRACTION:.0%} of the free RAM ({limit / GB:.2f} of "
-                      f"{free_ram_bytes / GB:.2f} GB); {advice}")
+    raise ConfigError(f"the workload needs about {need / GB:.2f} GB of host memory ({w.num_requests or cfg.batch} "
+                      f"requests of about {w.prompt_len:g} + {w.output_len:g} tokens), more than "
+                      f"{HOST_WEIGHTS_RAM_FRACTION:.0%} of the free RAM ({limit / GB:.2f} of {free_ram_bytes / GB:.2f} GB); "
+                      "lower workload.num_requests (its default is batch)")
 
 
 def out_of_memory_message(exc: BaseException) -> str | None:
