@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -33,17 +34,20 @@ def _raw_identifiers(raw: DictConfig, run_dir: Path) -> dict:
             "block_size": get("block_size"), "seed": get("seed"), "workload": get("workload.name")}
 
 
-def run_job(raw: DictConfig | Config, run_dir: Path, extra: dict | None = None) -> tuple[list[dict], int]:
+def run_job(raw: DictConfig | Config, run_dir: Path, extra: dict | None = None, sweep_dir: Path | None = None,
+            on_claimed: Callable[[Path], None] | None = None) -> tuple[list[dict], int]:
     """Run one job into ``run_dir``; returns its rows and an exit code (0 ok, 1 failed, 2 bad config or folder).
 
-    ``extra`` columns go into every row this run writes (a replay's provenance). Raises
+    ``extra`` columns go into every row this run writes (a replay's provenance). In a sweep
+    (``sweep_dir``) the job's folder is the one its identity names (harness/job/folder.py
+    ``sweep_home``). ``on_claimed(folder)`` runs once the folder is this job's. Raises
     ``JobInterrupted`` (exit 130/143, no traceback) after writing the interrupted row.
     """
     raw_cfg = raw if isinstance(raw, DictConfig) else OmegaConf.structured(raw)
     folder = RunFolder(run_dir)
     try:
         with stop_on_signals(), folder.locked():
-            return _run_locked(raw_cfg, folder, extra or {})
+            return _run_locked(raw_cfg, folder, extra or {}, sweep_dir, on_claimed)
     except RunFolderError as e:  # the row is not written: the folder is not this run's to write
         return [{**_raw_identifiers(raw_cfg, run_dir), "status": "error", "error": f"RunFolderError: {e}"}], 2
     except TableWriteError as e:  # the folder keeps its earlier tables whole; this run's rows are not in it
@@ -55,7 +59,8 @@ def run_job(raw: DictConfig | Config, run_dir: Path, extra: dict | None = None) 
         raise
 
 
-def _run_locked(raw_cfg: DictConfig, folder: RunFolder, extra: dict) -> tuple[list[dict], int]:
+def _run_locked(raw_cfg: DictConfig, folder: RunFolder, extra: dict, sweep_dir: Path | None,
+                on_claimed: Callable[[Path], None] | None) -> tuple[list[dict], int]:
     try:
         cfg = resolve(raw_cfg)
     except ConfigError as e:
@@ -63,8 +68,10 @@ def _run_locked(raw_cfg: DictConfig, folder: RunFolder, extra: dict) -> tuple[li
         folder.clear(None)
         row = {**_raw_identifiers(raw_cfg, folder.path), **extra, "status": "error", "error": f"ConfigError: {e}"}
         write_run(folder.path, [row])
+        if on_claimed is not None:
+            on_claimed(folder.path)
         return [row], 2
     # Imported once the config resolved: it loads torch and the impls, which a config error never needs.
     from harness.job.execute import execute
 
-    return execute(cfg, folder, impls_to_run(cfg), extra)
+    return execute(cfg, folder, impls_to_run(cfg), extra, sweep_dir, on_claimed)

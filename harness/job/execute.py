@@ -8,10 +8,13 @@ earlier attempt of the same job finished.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
 from omegaconf import OmegaConf
 
 from harness.config import Config, ImplConfig
-from harness.job.folder import RunFolder
+from harness.job.folder import RunFolder, sweep_home
 from harness.job.identity import job_id
 from harness.job.impl_runner import ImplResult, run_impl
 from harness.job.interrupts import JobInterrupted
@@ -28,12 +31,30 @@ def exit_code(row: dict) -> int:
     return 2 if str(row.get("error") or "").startswith("ConfigError") else 1
 
 
-def execute(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: dict) -> tuple[list[dict], int]:
-    """Each of ``impls`` not already finished in ``folder`` (locked by the caller); returns the rows and the exit code."""
-    run_dir = folder.path
+def execute(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: dict, sweep_dir: Path | None = None,
+            on_claimed: Callable[[Path], None] | None = None) -> tuple[list[dict], int]:
+    """Each of ``impls`` not already finished in ``folder`` (locked by the caller); returns the rows and the exit code.
+
+    ``sweep_dir``: the job is one of a sweep there, and its folder is the one its identity names
+    (``sweep_home``), which may not be ``folder``. ``on_claimed(path)`` runs once the folder is
+    this job's (Hydra's record of the job goes in then: a refused folder is left as it was).
+    """
     fingerprint = collect(cfg.device.name)
     jid = job_id(cfg, fingerprint.device_slug)
+    home = sweep_home(sweep_dir, folder.path, jid) if sweep_dir is not None else folder.path
+    if home == folder.path:
+        return _execute_in(cfg, folder, impls, extra, fingerprint, jid, on_claimed)
+    print(f"kvbench: job_id {jid} is the job of {home}, not of {folder.path} (a changed sweep): it runs there")
+    with RunFolder(home).locked() as own:
+        return _execute_in(cfg, own, impls, extra, fingerprint, jid, on_claimed)
+
+
+def _execute_in(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: dict, fingerprint, jid: str,
+                on_claimed: Callable[[Path], None] | None) -> tuple[list[dict], int]:
+    run_dir = folder.path
     previous = folder.claim(jid, fingerprint.device_slug, cfg.resume)
+    if on_claimed is not None:
+        on_claimed(run_dir)
     todo = [impl for impl in impls if not previous.done(impl.name)]
     if previous.rows and not todo:
         rows = [r for impl in impls for r in previous.rows_of(impl.name)]

@@ -71,6 +71,22 @@ class Previous:
                         [t for t in self.tokens if t.get("impl") not in impls], tables)
 
 
+def sweep_home(sweep_dir: Path, numbered: Path, job_id: str) -> Path:
+    """The folder of the sweep's job ``job_id``: found by identity, never by number.
+
+    The folder (whatever its number) whose job.json holds ``job_id``; else the job's numbered
+    folder when that holds no other job; else a folder named by the identity, so a sweep whose
+    values were reordered or extended never writes over another job's results. One identity,
+    one folder.
+    """
+    for job_file in sorted(sweep_dir.glob(f"*/{JOB_FILE}")):
+        held = RunFolder(job_file.parent).job()
+        if held and held["job_id"] == job_id:
+            return job_file.parent
+    held = RunFolder(numbered).job()
+    return numbered if held is None or held["job_id"] == job_id else sweep_dir / f"job-{job_id}"
+
+
 class RunFolder:
     def __init__(self, path: Path):
         self.path = path
