@@ -81,3 +81,54 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
     with pytest.raises(OSError):
         atomic_write(path, half_then_fail)
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["rows.csv"]
+
+
+# ---- a sweep's jobs find their folders by identity; a refused run leaves the folder as it was ---------
+
+def _sweep(folder: Path, batches: str) -> None:
+    p = run("-m", *CAPACITY, f"batch={batches}", "resume=true", f"hydra.sweep.dir={folder}",
+            "hydra/job_logging=disabled")
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
+def _folders(sweep: Path) -> dict[str, tuple[int, str]]:
+    """folder name -> (the batch its rows measured, the batch its .hydra/overrides.yaml names)."""
+    out = {}
+    for job in sorted(sweep.glob("*/job.json")):
+        folder = job.parent
+        batches = set(pd.read_csv(folder / "rows.csv")["batch"])
+        assert len(batches) == 1
+        named = [o for o in (folder / ".hydra" / "overrides.yaml").read_text().split() if o.startswith("batch=")]
+        out[folder.name] = (batches.pop(), named[0].removeprefix("batch="))
+    return out
+
+
+@pytest.mark.parametrize("first, then, runs", [
+    ("1,2,4", "4,2,1,8", {8}),  # reordered and extended: the issue's case (5 of 8 jobs failed before)
+    ("1,2,4", "2,1", set()),  # reordered and narrowed: nothing to run
+    ("1,2", "8,1,16,2", {8, 16}),  # new values first: folder 0 holds batch=1, so batch=8 goes elsewhere
+])
+def test_a_changed_sweep_finds_each_jobs_folder_by_identity(tmp_path, first, then, runs):
+    sweep = tmp_path / "sweep"
+    _sweep(sweep, first)
+    before = {name: (sweep / name / "rows.parquet").read_bytes() for name in _folders(sweep)}
+    _sweep(sweep, then)
+    folders = _folders(sweep)
+    # One identity, one folder; each folder holds the job its record names; every value has its folder.
+    ids = [json.loads((sweep / n / "job.json").read_text())["job_id"] for n in folders]
+    assert len(ids) == len(set(ids))
+    assert all(str(measured) == named for measured, named in folders.values())
+    assert sorted(m for m, _ in folders.values()) == sorted({int(b) for b in f"{first},{then}".split(",")})
+    # The finished jobs were kept as they were (resumed, not rerun); only the new values ran.
+    assert all((sweep / name / "rows.parquet").read_bytes() == data for name, data in before.items())
+    assert {m for n, (m, _) in folders.items() if n not in before} == runs
+
+
+def test_a_refused_run_leaves_hydras_record_of_the_folder_as_it_was(tmp_path):
+    p = run(*CAPACITY, f"hydra.run.dir={tmp_path}", "hydra/job_logging=disabled")
+    assert p.returncode == 0, p.stderr[-2000:]
+    record = {f.name: f.read_bytes() for f in (tmp_path / ".hydra").iterdir()}
+    assert set(record) == {"config.yaml", "hydra.yaml", "overrides.yaml"}
+    p = run(*CAPACITY, "batch=3", f"hydra.run.dir={tmp_path}", "hydra/job_logging=disabled")
+    assert p.returncode == 2 and "another job" in p.stderr
+    assert {f.name: f.read_bytes() for f in (tmp_path / ".hydra").iterdir()} == record
