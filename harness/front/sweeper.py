@@ -49,13 +49,15 @@ class JobOutcome:
     run_dir: str
     status: str  # ok, or the first failing status of its rows (error, oom, interrupted, ...)
     code: int  # 0 ok, 1 failed, 2 bad config (as a single run would exit)
+    kept: bool = False  # resume found every row already there: nothing was measured
 
 
 def job_outcome_value(run_dir: Path, rows: list[dict], code: int) -> dict:
     """The task function's return value: what the sweeper needs to know about the job."""
     failing = [r.get("status") for r in rows if r.get("status") not in ("ok", "skipped")]
     status = "ok" if code == 0 else next((s for s in failing if s), "error")
-    return {"run_dir": str(run_dir), "status": status, "code": code}
+    kept = bool(rows) and all(r.get("_kept") for r in rows)  # harness/job/folder.py KEPT
+    return {"run_dir": str(run_dir), "status": status, "code": code, "kept": kept}
 
 
 def summary_line(outcomes: Sequence[JobOutcome]) -> str:
@@ -64,6 +66,10 @@ def summary_line(outcomes: Sequence[JobOutcome]) -> str:
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
     line = f"{len(outcomes)} jobs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    kept = sum(o.kept for o in outcomes)
+    if kept:
+        line += (f" ({len(outcomes) - kept} measured, {kept} kept from an earlier run by resume)" if kept < len(outcomes)
+                 else " (all kept from an earlier run by resume: nothing was measured; FRESH=1 measures them again)")
     failed = [o for o in outcomes if o.code]
     if failed:
         named = ", ".join(o.run_dir for o in failed[:SHOWN_FAILURES])
@@ -194,7 +200,8 @@ class GuardedSweeper(Sweeper):
         run_dir = str(OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir", default="")) if ret.hydra_cfg else ""
         if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict):
             value = ret.return_value
-            return JobOutcome(num, value.get("run_dir", run_dir), value["status"], int(value["code"]))
+            return JobOutcome(num, value.get("run_dir", run_dir), value["status"], int(value["code"]),
+                              bool(value.get("kept")))
         exc = ret._return_value  # a failed job's exception (the public property re-raises it)
         print(f"kvbench: job {num}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return JobOutcome(num, run_dir, "error", 1)

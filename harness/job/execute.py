@@ -14,7 +14,7 @@ from typing import Callable
 from omegaconf import OmegaConf
 
 from harness.config import Config, ImplConfig
-from harness.job.folder import RunFolder, sweep_home
+from harness.job.folder import KEPT, RunFolder, sweep_home
 from harness.job.identity import job_id
 from harness.job.impl_runner import ImplResult, run_impl
 from harness.job.interrupts import JobInterrupted
@@ -52,12 +52,16 @@ def execute(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: dict
 def _execute_in(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: dict, fingerprint, jid: str,
                 on_claimed: Callable[[Path], None] | None) -> tuple[list[dict], int]:
     run_dir = folder.path
-    previous = folder.claim(jid, fingerprint.device_slug, cfg.resume)
+    resume = cfg.resume
+    if resume and folder.job() is not None and (other := folder.measured_elsewhere(fingerprint.as_dict())):
+        print(f"kvbench: resume: {run_dir} holds rows measured on another machine ({other}); measuring them here")
+        resume = False
+    previous = folder.claim(jid, fingerprint.device_slug, resume)
     if on_claimed is not None:
         on_claimed(run_dir)
     todo = [impl for impl in impls if not previous.done(impl.name)]
     if previous.rows and not todo:
-        rows = [r for impl in impls for r in previous.rows_of(impl.name)]
+        rows = [{**r, KEPT: True} for impl in impls for r in previous.rows_of(impl.name)]
         print(f"kvbench: resume: {run_dir} already holds this job's finished rows (job_id {jid}); nothing to run")
         return rows, max(map(exit_code, rows), default=0)
     previous = previous.without({impl.name for impl in todo})

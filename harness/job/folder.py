@@ -25,6 +25,10 @@ ROWS, TOKENS = "rows", "tokens.jsonl"
 # Side tables a folder written before job.json listed its tables may hold.
 KNOWN_TABLES = ("points", "requests", "steps")
 FINAL = ("ok", "oom", "skipped")  # statuses that resume keeps; error and interrupted re-run
+# What a machine is, for resume: rows measured on another CPU or GPU model, core or GPU count, or
+# torch are never kept as this machine's (the device slug alone, cpu-2core, names many machines).
+MACHINE = ("device", "cpu_name", "cpu_count", "gpu_name", "gpu_count", "torch_version")
+KEPT = "_kept"  # marks the rows a resumed job returns unchanged (never written: they are already there)
 
 
 class RunFolderError(Exception):
@@ -118,6 +122,16 @@ class RunFolder:
         except (OSError, ValueError):
             return None
         return job if isinstance(job, dict) and job.get("job_id") else None
+
+    def measured_elsewhere(self, machine: dict) -> str | None:
+        """How the machine that wrote the folder's env.json differs from ``machine`` (``key: then -> now``),
+        or None when it is the same; an unreadable or absent env.json counts as another machine."""
+        try:
+            then = json.loads((self.path / "env.json").read_text())
+        except (OSError, ValueError):
+            return "no readable env.json"
+        diffs = [f"{k}: {then.get(k)} -> {machine.get(k)}" for k in MACHINE if str(then.get(k)) != str(machine.get(k))]
+        return "; ".join(diffs) or None
 
     def refuse_other(self, job_id: str | None) -> None:
         """Raise unless the folder is new, of unknown job, or holds ``job_id``'s files."""

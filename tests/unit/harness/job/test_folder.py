@@ -132,3 +132,34 @@ def test_a_refused_run_leaves_hydras_record_of_the_folder_as_it_was(tmp_path):
     p = run(*CAPACITY, "batch=3", f"hydra.run.dir={tmp_path}", "hydra/job_logging=disabled")
     assert p.returncode == 2 and "another job" in p.stderr
     assert {f.name: f.read_bytes() for f in (tmp_path / ".hydra").iterdir()} == record
+
+
+# ---- numbers belong to the machine that made them -----------------------------------------------------
+
+@pytest.mark.parametrize("field, value", [("cpu_name", "AMD EPYC 7B13"), ("cpu_count", 64), ("torch_version", "2.0.0"),
+                                          ("gpu_name", "NVIDIA H200"), (None, None)])
+def test_resume_never_keeps_another_machines_rows(compose, tmp_path, capsys, field, value):
+    first, code = run_job(compose(CAPACITY), tmp_path)
+    assert code == 0
+    env = tmp_path / "env.json"
+    if field is None:
+        env.unlink()  # no record of the machine: not this machine's either
+    else:
+        env.write_text(json.dumps({**json.loads(env.read_text()), field: value}))
+    again, code = run_job(compose([*CAPACITY, "resume=true"]), tmp_path)
+    out = capsys.readouterr().out
+    assert code == 0 and "measured on another machine" in out and (field or "env.json") in out
+    assert not any(r.get("_kept") for r in again) and again[0]["wall_s"] != first[0]["wall_s"]  # measured anew
+    assert json.loads(env.read_text())["cpu_name"] == first[0]["cpu_name"]  # and recorded as this machine's
+
+
+def test_resume_on_the_same_machine_keeps_the_rows_and_says_so(compose, tmp_path, capsys):
+    from harness.front.sweeper import JobOutcome, job_outcome_value, summary_line
+
+    first, _ = run_job(compose(CAPACITY), tmp_path)
+    again, code = run_job(compose([*CAPACITY, "resume=true"]), tmp_path)
+    assert code == 0 and all(r["_kept"] for r in again) and again[0]["wall_s"] == first[0]["wall_s"]
+    assert job_outcome_value(tmp_path, again, 0)["kept"] and not job_outcome_value(tmp_path, first, 0)["kept"]
+    both = [JobOutcome(0, "a", "ok", 0, kept=True), JobOutcome(1, "b", "ok", 0)]
+    assert summary_line(both) == "2 jobs: 2 ok (1 measured, 1 kept from an earlier run by resume)"
+    assert "nothing was measured" in summary_line([JobOutcome(0, "a", "ok", 0, kept=True)])
