@@ -11,7 +11,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from harness.report.collect import Collection, collect
+from harness.report.collect import Collection, collect, contended_rows
 from harness.report.figures import impl_palette, save, theme
 from harness.report.markdown import SECTIONS, render
 from harness.report.memory_plots import kv_breakdown, max_concurrency, memory_vs_concurrency
@@ -43,7 +43,8 @@ def regenerate_command(argv: list[str]) -> str:
     return " ".join(["python -m harness.report", *(shlex.quote(a) for a in argv)])
 
 
-def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = DEFAULT_MAX_SPREAD) -> Report:
+def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = DEFAULT_MAX_SPREAD,
+                 include_contended: bool = False) -> Report:
     """Everything the run folders under ``dirs`` hold, into ``out``. A metric whose repeats spread
     more than ``max_spread`` ((max - min) / median) is marked in the tables, not quoted clean."""
     max_spread = check_max_spread(max_spread)
@@ -67,24 +68,26 @@ def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = 
         for ext in ("png", "svg"):
             (plots / f"{name}.{ext}").unlink(missing_ok=True)
     palette = impl_palette(col.rows["impl"].dropna().astype(str).unique())
+    # Rows measured under contention stay in the tables and out of the figures, unless asked for.
+    drawn_rows = col.rows if include_contended else col.rows[~contended_rows(col.rows)]
     notes: dict[str, list[str]] = {}
     with theme():
-        fig, notes["memory_vs_concurrency"] = memory_vs_concurrency(col.points, col.rows)
+        fig, notes["memory_vs_concurrency"] = memory_vs_concurrency(col.points, drawn_rows)
         drawn = {
             "memory_vs_concurrency": fig,
-            "kv_breakdown": kv_breakdown(col.rows),
-            "max_concurrency": max_concurrency(col.rows),
-            "decode_throughput": decode_throughput(col.rows, palette),
-            "normalized_latency": normalized_latency(col.rows, palette),
-            "goodput": goodput(col.rows, palette),
-            "kv_over_time": kv_over_time(col.steps, col.rows, palette),
-            "kernel_latency_bandwidth": kernel_latency_bandwidth(col.rows, palette),
-            "gpu_comparison": gpu_comparison(col.rows, palette),
+            "kv_breakdown": kv_breakdown(drawn_rows),
+            "max_concurrency": max_concurrency(drawn_rows),
+            "decode_throughput": decode_throughput(drawn_rows, palette),
+            "normalized_latency": normalized_latency(drawn_rows, palette),
+            "goodput": goodput(drawn_rows, palette),
+            "kv_over_time": kv_over_time(col.steps, drawn_rows, palette),
+            "kernel_latency_bandwidth": kernel_latency_bandwidth(drawn_rows, palette),
+            "gpu_comparison": gpu_comparison(drawn_rows, palette),
         }
         for name, fig in drawn.items():
             if fig is not None:
                 report.files += save(fig, plots, name)
                 report.figures[name] = fig
-    (out / "REPORT.md").write_text(render(col, list(report.figures), command, notes, max_spread))
+    (out / "REPORT.md").write_text(render(col, list(report.figures), command, notes, max_spread, include_contended))
     report.files.append(out / "REPORT.md")
     return report

@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="mark a metric whose spread over a run's repeats ((max - min) / median) exceeds F, "
                              f"as a fraction or a percentage (default: {DEFAULT_MAX_SPREAD:g} = "
                              f"{100 * DEFAULT_MAX_SPREAD:g}%%)")
+    parser.add_argument("--include-contended", action="store_true",
+                        help="draw rows measured under CPU contention in the figures too (they stay in the tables)")
     args = parser.parse_args(argv)
     dirs = args.dirs or [Path("results")]
     out = args.out or dirs[0]
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"not a folder: {', '.join(map(str, missing))}")
     try:
-        report = build_report(dirs, out, regenerate_command(argv), args.max_spread)
+        report = build_report(dirs, out, regenerate_command(argv), args.max_spread, args.include_contended)
     except NoRows as e:
         _warn(e.collection.warnings())
         print(f"kvbench report: {e}", file=sys.stderr)

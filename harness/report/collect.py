@@ -14,7 +14,7 @@ import pandas as pd
 from harness.results import COLUMNS, METRICS, REQUIRED, STATUSES, TEXT_METRICS
 
 # Columns that hold true/false; a CSV gives them back as the text "True"/"False".
-BOOLEAN = ["slo_pass"]
+BOOLEAN = ["slo_pass", "contended"]
 # Columns that hold numbers; a run folder's CSV or an all-None Parquet column may have typed
 # them as text or object, and concatenation must not turn a missing value into anything but NaN.
 NUMERIC = [
@@ -286,6 +286,14 @@ def ok_rows(df: pd.DataFrame, scenario: str | None = None) -> pd.DataFrame:
     if scenario is not None:
         sel &= df["scenario"] == scenario
     return df[sel].copy()
+
+
+def contended_rows(df: pd.DataFrame) -> pd.Series:
+    """True for rows measured while the process did not get the CPU it asked for (harness/measure/contention.py);
+    rows from before the column existed are not flagged."""
+    if "contended" not in df:
+        return pd.Series(False, index=df.index)
+    return df["contended"].fillna(False).astype(bool)
 
 
 MODES = ["eager", "CUDA graphs"]  # the style order: eager lines solid, graphed ones dashed

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from harness.report.collect import Collection, burst, ok_rows, unique_points, with_mode
+from harness.report.collect import Collection, burst, contended_rows, ok_rows, unique_points, with_mode
 from harness.report.figures import GB, devices
 from harness.report.hardware import with_peak
 from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
@@ -238,8 +238,23 @@ def unread_section(col: Collection) -> list[str]:
     return ["## Run folders not fully read\n", *parts] if parts else []
 
 
+def contended_section(rows, included: bool) -> list[str]:
+    flagged = rows[contended_rows(rows)]
+    if not len(flagged):
+        return []
+    where = ("drawn in the figures (`--include-contended`)" if included else
+             "left out of every figure (`--include-contended` draws them)")
+    return ["## Rows measured under contention\n",
+            f"{len(flagged)} rows were measured while the process got less than 75% of the CPU its threads asked "
+            f"for, or steal took more than 5% of the machine: their times say more about the machine's other work "
+            f"than about the cache. They stay in the tables (`contended`, `cpu_util`) and are {where}.\n",
+            md_table(_pick(flagged, {"run_dir": "run", "scenario": "scenario", "impl": "impl", "batch": "batch",
+                                     "cpu_util": "CPU used (cores)", "load_avg_before": "load before",
+                                     "load_avg_after": "load after"}))]
+
+
 def render(col: Collection, drawn: list[str], command: str, notes: dict[str, list[str]],
-           max_spread: float = DEFAULT_MAX_SPREAD) -> str:
+           max_spread: float = DEFAULT_MAX_SPREAD, include_contended: bool = False) -> str:
     rows = col.rows
     parts = [
         "# kvbench report\n",
@@ -261,6 +276,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
                                                             "batch": "batch", "device_slug": "device",
                                                             "status": "status", "error": "error"}))]
     parts += unread_section(col)
+    parts += contended_section(rows, include_contended)
     parity = parity_table(rows)
     if len(parity):
         parts += ["## Output parity across impls\n",

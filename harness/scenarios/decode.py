@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 from dataclasses import dataclass
@@ -125,15 +126,18 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
 
 def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
     """The decode row after ``warmup`` warm-up passes: the scenario's, or a search's probe (which says how many)."""
+    from harness.measure.contention import probe_for, with_contention
     from harness.serving.timeline import append_table, requests_table, steps_table
 
     budget = ctx.kv_budget()
     for _ in range(warmup):
         _run_once(ctx, impl, budget, warmup_requests(ctx.requests), track=False)
     results, mem, max_conc = [], None, 0
-    for _ in range(ctx.cfg.repeat):
-        res, mem, max_conc = _run_once(ctx, impl, budget, ctx.requests, track=True)
-        results.append(res)
+    probe = probe_for(ctx.device.type)
+    with probe or contextlib.nullcontext():
+        for _ in range(ctx.cfg.repeat):
+            res, mem, max_conc = _run_once(ctx, impl, budget, ctx.requests, track=True)
+            results.append(res)
     final = results[len(results) // 2]
     if ctx.cfg.timeline_tables:
         rid = run_id(ctx.run_dir)
@@ -144,4 +148,8 @@ def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
          "prompt_ids": s.prompt_ids, "output_ids": s.output_ids}
         for s in final.sequences
     ]
-    return [_row(ctx, results, mem, max_conc, budget)]
+    row = _row(ctx, results, mem, max_conc, budget)
+    if probe is not None:
+        with_contention(row, probe.result(idle_s=sum(r.idle_s for r in results)))
+    return [row]
+

@@ -14,6 +14,7 @@ point's largest difference from the torch reference.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
@@ -93,6 +94,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     from harness.measure.timing import copy_bandwidth_gbps, time_call
     from impls.kinds import cache_kind
     from kernels.reference import paged_decode_attention_ref
+    from harness.measure.contention import probe_for, with_contention
     from kernels.registry import get_paged_kernel
 
     kind = cache_kind(impl.cache, impl.reservation)
@@ -134,7 +136,9 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         result = fn()
         ref = paged_decode_attention_ref(q, pool.k_cache, pool.v_cache, pool.tables[layout], pool.context_lens, scale)
         err = (result.float() - ref.float()).abs().max().item()
-        t = time_call(fn, device, sc.warmup, sc.iters)
+        probe = probe_for(device.type)
+        with probe or contextlib.nullcontext():
+            t = time_call(fn, device, sc.warmup, sc.iters)
         sm_mhz, throttle = _clocks(device)  # right after the timed calls: the clock they ran at
         moved = attention_bytes(batch, context, *shape, elem)
         bw = bandwidth_gbps(moved, t.median_s)
@@ -144,4 +148,6 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
                      "bandwidth_gbps": bw, "frac_copy_bw": bw / copy_bw,
                      "frac_peak_bw": bw / peak_bw if peak_bw else None, "max_abs_err": err,
                      "sm_clock_mhz": sm_mhz, "clock_throttle_reasons": throttle})
+        if probe is not None:
+            with_contention(rows[-1], probe.result())
     return rows

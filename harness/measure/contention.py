@@ -1,0 +1,114 @@
+"""What the process really got while it was measured: CPU time over wall time, the load around it, steal.
+
+On a shared machine other work can take the cores a wall-clock figure assumes (a decode job
+ran 12x slower under load, and its row still read ``ok``). A probe around the measured work
+reads the process's CPU time (every thread), the 1-minute load average before and after,
+and the hypervisor's steal time where /proc/stat reports it. A row whose process got less
+than ``MIN_SHARE`` of the CPU its threads ask for, or lost more than ``MAX_STEAL`` of the
+machine to steal, is flagged ``contended``: its times say more about the neighbours than
+about the cache.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_SHARE = 0.75  # of the CPU the measured threads ask for (threads, at most the cores)
+MAX_STEAL = 0.05  # of the machine's CPU time taken by the hypervisor
+
+
+def _steal_and_total() -> tuple[int, int] | None:
+    """(steal, total) jiffies of every CPU since boot, or None where /proc/stat says nothing."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+    return (values[7], sum(values)) if len(values) == 8 else None
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+@dataclass
+class Contention:
+    cpu_share: float | None  # process CPU seconds / (busy wall seconds x threads asked for)
+    cpu_util: float | None  # process CPU seconds / busy wall seconds (2.0: two cores the whole time)
+    threads: int
+    load_avg_before: float | None
+    load_avg_after: float | None
+    steal_frac: float | None
+
+    @property
+    def contended(self) -> bool:
+        return (self.cpu_share is not None and self.cpu_share < MIN_SHARE) or (
+            self.steal_frac is not None and self.steal_frac > MAX_STEAL)
+
+    def note(self) -> str | None:
+        if not self.contended:
+            return None
+        why = []
+        if self.cpu_share is not None and self.cpu_share < MIN_SHARE:
+            why.append(f"the process got {self.cpu_share:.0%} of the CPU its {self.threads} thread(s) asked for")
+        if self.steal_frac is not None and self.steal_frac > MAX_STEAL:
+            why.append(f"steal took {self.steal_frac:.0%} of the machine")
+        load = (f"; load average {self.load_avg_before:.1f} -> {self.load_avg_after:.1f}"
+                if self.load_avg_before is not None and self.load_avg_after is not None else "")
+        return f"contended: {' and '.join(why)}{load}: its times are the machine's, not the cache's"
+
+    def as_row(self) -> dict:
+        return {"cpu_util": self.cpu_util, "load_avg_before": self.load_avg_before,
+                "load_avg_after": self.load_avg_after, "steal_frac": self.steal_frac, "contended": self.contended}
+
+
+class ContentionProbe:
+    """``with ContentionProbe(threads) as probe: ...`` then ``probe.result(idle_s)``; wall time spent idle
+    on purpose (waiting for arrivals) is left out of the share, as no CPU was asked for then."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = max(1, min(threads, os.cpu_count() or 1))
+
+    def __enter__(self) -> ContentionProbe:
+        self._load0, self._steal0 = _load(), _steal_and_total()
+        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._cpu1, self._wall1 = time.process_time(), time.perf_counter()
+        self._load1, self._steal1 = _load(), _steal_and_total()
+
+    def result(self, idle_s: float = 0.0) -> Contention:
+        busy = self._wall1 - self._wall0 - idle_s
+        cpu = self._cpu1 - self._cpu0
+        util = cpu / busy if busy > 0.05 else None  # too short a window to say anything
+        steal = None
+        if self._steal0 is not None and self._steal1 is not None:
+            total = self._steal1[1] - self._steal0[1]
+            steal = (self._steal1[0] - self._steal0[0]) / total if total > 0 else None
+        return Contention(util / self.threads if util is not None else None, util, self.threads,
+                          self._load0, self._load1, steal)
+
+
+def probe_for(device_type: str) -> ContentionProbe | None:
+    """A probe of the measured work on CPU, with torch's intra-op threads as what it asks for; None elsewhere
+    (a GPU run's process mostly waits on the device, so its CPU share says nothing)."""
+    if device_type != "cpu":
+        return None
+    import torch
+
+    return ContentionProbe(torch.get_num_threads())
+
+
+def with_contention(row: dict, contention: Contention) -> dict:
+    """The row with the contention columns, and the note when its process did not get the CPU it asked for."""
+    row.update(contention.as_row())
+    if note := contention.note():
+        row["notes"] = " | ".join(n for n in (row.get("notes"), note) if n)
+    return row

@@ -1,0 +1,40 @@
+"""What the process got while measured: its CPU share flags contention; idle waits are not asked-for CPU."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.measure.contention import MAX_STEAL, MIN_SHARE, Contention, ContentionProbe, with_contention
+
+
+@pytest.mark.parametrize("share, steal, flagged", [
+    (1.0, 0.0, False), (MIN_SHARE, 0.0, False), (MIN_SHARE - 0.01, 0.0, True), (0.3, None, True),
+    (None, 0.0, False), (1.0, MAX_STEAL + 0.01, True), (None, None, False),
+])
+def test_a_row_is_contended_below_its_cpu_share_or_above_the_steal(share, steal, flagged):
+    c = Contention(share, None if share is None else share * 2, 2, 1.0, 3.5, steal)
+    assert c.contended is flagged
+    row = with_contention({"notes": "earlier note"}, c)
+    assert row["contended"] is flagged
+    assert ("contended:" in row["notes"]) is flagged and row["notes"].startswith("earlier note")
+
+
+def test_a_process_that_sleeps_got_none_of_the_cpu_it_asked_for():
+    with ContentionProbe(threads=1) as probe:
+        time.sleep(0.3)
+    got = probe.result()
+    assert got.cpu_share is not None and got.cpu_share < 0.2 and got.contended
+    # The same wait, declared idle (waiting for arrivals): too short a busy window to say anything.
+    assert probe.result(idle_s=0.3).cpu_share is None and not probe.result(idle_s=0.3).contended
+
+
+def test_busy_work_is_measured_in_cores():
+    with ContentionProbe(threads=1) as probe:
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            pass
+    got = probe.result()
+    assert 0 < got.cpu_util <= 1.1 and got.threads == 1
+    assert got.load_avg_before is not None and got.load_avg_after is not None
