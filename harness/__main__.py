@@ -12,9 +12,13 @@ import sys
 
 if __name__ == "__main__":
     try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
+        from harness.front.aliases import translate
         from harness.front.app import main
         from harness.front.preflight import check_command_line
 
+        sys.argv[1:], notes = translate(sys.argv[1:])  # vLLM's key names, impl= without the +
+        for note in notes:
+            print(f"kvbench: note: {note}", file=sys.stderr)
         if (code := check_command_line(sys.argv[1:])) is not None:
             sys.exit(code)
         main()

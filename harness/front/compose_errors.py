@@ -9,6 +9,8 @@ of text and exit code 1. Here they become what every other bad value gives: a on
 
 from __future__ import annotations
 
+import difflib
+
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -59,9 +61,14 @@ def describe(exc: BaseException, overrides: list[str] = ()) -> str:
     if isinstance(exc, AssertionError) and (message := _unchosen_group_key(list(overrides))):
         return message
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
-        group, _, name = exc.missing_cfg_file.rpartition("/")
-        return (f"{group}={name} is unknown (no {exc.missing_cfg_file}.yaml on the config path); "
-                f"allowed: {', '.join(exc.options)}")
+        group, _, name = exc.missing_cfg_file.partition("/")
+        allowed = f"allowed: {', '.join(exc.options)}"
+        if group == "model" and "/" in name:  # meta-llama/Llama-3.1-8B: a hub name
+            return (f"model={name} is a Hugging Face hub name, and kvbench never downloads: point model.path= "
+                    f"at a local folder (config.json + safetensors), or choose a model config ({allowed})")
+        close = difflib.get_close_matches(name, list(exc.options), n=1, cutoff=0.6)
+        hint = f"; did you mean {group}={close[0]}?" if close else ""
+        return f"{group}={name} is unknown (no {exc.missing_cfg_file}.yaml on the config path); {allowed}{hint}"
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else None
     if isinstance(exc, OmegaConfBaseException):
         cause = exc

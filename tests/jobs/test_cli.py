@@ -182,3 +182,24 @@ def test_an_unusable_run_folder_is_one_line_and_exit_2(tmp_path, where):
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().count("\n") == 0 and "cannot hold a run folder" in p.stderr and str(folder) in p.stderr
     assert afile.read_text() == "not a folder"
+
+
+def test_vllm_names_and_impl_without_plus_run_the_same_job(tmp_path):
+    """``impl=paged_torch max_num_seqs=4 num_prompts=6`` is ``+impl=paged_torch batch=4 workload.num_requests=6``."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    a = harness("+impl=paged_torch", "scenario=capacity", "batch=4", "workload.num_requests=6", f"hydra.run.dir={ours}")
+    b = harness("impl=paged_torch", "scenario=capacity", "max_num_seqs=4", "num_prompts=6", f"hydra.run.dir={theirs}")
+    assert a.returncode == 0 and b.returncode == 0, b.stderr
+    assert "is vLLM's name: taken as batch=4" in b.stderr and "taken as +impl=paged_torch" in b.stderr
+    ra, rb = pd.read_csv(ours / "rows.csv").iloc[0], pd.read_csv(theirs / "rows.csv").iloc[0]
+    assert (rb.impl, rb.batch, rb.num_requests, rb.job_id) == ("paged_torch", 4, 6, ra.job_id)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("model=meta-llama/Llama-3.1-8B", "is a Hugging Face hub name, and kvbench never downloads: point model.path="),
+    ("model=tiny-lama", "did you mean model=tiny-llama?"),
+    ("workload=sharegtp", "did you mean workload=sharegpt?"),
+])
+def test_the_likeliest_mistakes_get_the_best_messages(tmp_path, override, expected):
+    p = harness("+impl=paged_torch", "scenario=capacity", override, f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 2 and expected in p.stderr and p.stderr.strip().count("\n") == 0, p.stderr
