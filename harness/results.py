@@ -86,14 +86,18 @@ def tidy(rows: Iterable[dict]) -> pd.DataFrame:
     return df[COLUMNS + extras]
 
 
+def temporary_twin(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed into place: a dot file (the report skips those),
+    unique per process (a run folder has one writer at a time: harness/job/folder.py holds its lock)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """``write`` a temporary file beside ``path``, then rename it over ``path``.
 
-    A reader, or a run killed mid-write, sees the old file or the new one, never half of
-    one. The temporary name is a dot file (the report skips those), unique per process
-    (a run folder has one writer at a time: harness/job/folder.py holds its lock).
+    A reader, or a run killed mid-write, sees the old file or the new one, never half of one.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary_twin(path)
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -126,7 +130,7 @@ def write_table(df: pd.DataFrame, path_stem: Path) -> None:
         if pq[col].dtype == object and not _storable(pq[col]):
             pq[col] = pq[col].map(lambda v: None if v is None else str(v))
     csv_path, pq_path = path_stem.with_suffix(".csv"), path_stem.with_suffix(".parquet")
-    tmp_csv, tmp_pq = (p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (csv_path, pq_path))
+    tmp_csv, tmp_pq = temporary_twin(csv_path), temporary_twin(pq_path)
     try:
         df.to_csv(tmp_csv, index=False)
         pq.to_parquet(tmp_pq, index=False)
