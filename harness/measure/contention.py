@@ -2,11 +2,14 @@
 
 On a shared machine other work can take the cores a wall-clock figure assumes (a decode job
 ran 12x slower under load, and its row still read ``ok``). A probe around the measured work
-reads the process's CPU time (every thread), the 1-minute load average before and after,
-and the hypervisor's steal time where /proc/stat reports it. A row whose process got less
-than ``MIN_SHARE`` of the CPU its threads ask for, or lost more than ``MAX_STEAL`` of the
-machine to steal, is flagged ``contended``: its times say more about the neighbours than
-about the cache.
+reads the process's CPU time (every thread), how long its threads waited on the run queue
+(``/proc/self/task/*/schedstat``: ready to run, no core free), the 1-minute load average
+before and after, and the hypervisor's steal time where /proc/stat reports it. A row whose
+threads waited for a core more than ``MAX_WAIT`` of the busy wall time, or that lost more
+than ``MAX_STEAL`` of the machine to steal, is flagged ``contended``: its times say more about
+the neighbours than about the cache. (CPU time over wall time alone cannot tell a starved
+process from a kernel that runs on one thread of two; the run-queue wait can. Where the
+kernel gives no schedstat, the share of the CPU the threads could use stands in.)
 """
 
 from __future__ import annotations
@@ -16,8 +19,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-MIN_SHARE = 0.75  # of the CPU the measured threads ask for (threads, at most the cores)
+MAX_WAIT = 0.25  # run-queue wait summed over the threads, over the busy wall time
+MIN_SHARE = 0.75  # without schedstat: of the CPU the measured threads could use (threads, at most the cores)
 MAX_STEAL = 0.05  # of the machine's CPU time taken by the hypervisor
+
+
+def _run_queue_wait_s() -> float | None:
+    """Seconds this process's threads have waited, ready, for a core (schedstat's second field), or None."""
+    total, found = 0, False
+    for stat in Path("/proc/self/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+            found = True
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9 if found else None
 
 
 def _steal_and_total() -> tuple[int, int] | None:
@@ -45,18 +61,28 @@ class Contention:
     load_avg_before: float | None
     load_avg_after: float | None
     steal_frac: float | None
+    wait_frac: float | None = None  # run-queue wait over busy wall time (None: no schedstat here)
+
+    @property
+    def starved(self) -> bool:
+        if self.wait_frac is not None:
+            return self.wait_frac > MAX_WAIT
+        return self.cpu_share is not None and self.cpu_share < MIN_SHARE
 
     @property
     def contended(self) -> bool:
-        return (self.cpu_share is not None and self.cpu_share < MIN_SHARE) or (
-            self.steal_frac is not None and self.steal_frac > MAX_STEAL)
+        return self.starved or (self.steal_frac is not None and self.steal_frac > MAX_STEAL)
 
     def note(self) -> str | None:
         if not self.contended:
             return None
         why = []
-        if self.cpu_share is not None and self.cpu_share < MIN_SHARE:
-            why.append(f"the process got {self.cpu_share:.0%} of the CPU its {self.threads} thread(s) asked for")
+        if self.starved and self.wait_frac is not None:
+            why.append(f"its threads waited for a free core {self.wait_frac:.0%} of the time"
+                       + (f" and got {self.cpu_share:.0%} of the CPU {self.threads} thread(s) could use"
+                          if self.cpu_share is not None else ""))
+        elif self.starved:
+            why.append(f"the process got {self.cpu_share:.0%} of the CPU its {self.threads} thread(s) could use")
         if self.steal_frac is not None and self.steal_frac > MAX_STEAL:
             why.append(f"steal took {self.steal_frac:.0%} of the machine")
         load = (f"; load average {self.load_avg_before:.1f} -> {self.load_avg_after:.1f}"
@@ -64,7 +90,7 @@ class Contention:
         return f"contended: {' and '.join(why)}{load}: its times are the machine's, not the cache's"
 
     def as_row(self) -> dict:
-        return {"cpu_util": self.cpu_util, "load_avg_before": self.load_avg_before,
+        return {"cpu_util": self.cpu_util, "run_queue_wait_frac": self.wait_frac, "load_avg_before": self.load_avg_before,
                 "load_avg_after": self.load_avg_after, "steal_frac": self.steal_frac, "contended": self.contended}
 
 
@@ -76,13 +102,13 @@ class ContentionProbe:
         self.threads = max(1, min(threads, os.cpu_count() or 1))
 
     def __enter__(self) -> ContentionProbe:
-        self._load0, self._steal0 = _load(), _steal_and_total()
+        self._load0, self._steal0, self._wait0 = _load(), _steal_and_total(), _run_queue_wait_s()
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         self._cpu1, self._wall1 = time.process_time(), time.perf_counter()
-        self._load1, self._steal1 = _load(), _steal_and_total()
+        self._load1, self._steal1, self._wait1 = _load(), _steal_and_total(), _run_queue_wait_s()
 
     def result(self, idle_s: float = 0.0) -> Contention:
         busy = self._wall1 - self._wall0 - idle_s
@@ -92,8 +118,11 @@ class ContentionProbe:
         if self._steal0 is not None and self._steal1 is not None:
             total = self._steal1[1] - self._steal0[1]
             steal = (self._steal1[0] - self._steal0[0]) / total if total > 0 else None
+        wait = None
+        if util is not None and self._wait0 is not None and self._wait1 is not None:
+            wait = max(0.0, self._wait1 - self._wait0) / busy
         return Contention(util / self.threads if util is not None else None, util, self.threads,
-                          self._load0, self._load1, steal)
+                          self._load0, self._load1, steal, wait)
 
 
 def probe_for(device_type: str) -> ContentionProbe | None:

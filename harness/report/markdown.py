@@ -245,11 +245,12 @@ def contended_section(rows, included: bool) -> list[str]:
     where = ("drawn in the figures (`--include-contended`)" if included else
              "left out of every figure (`--include-contended` draws them)")
     return ["## Rows measured under contention\n",
-            f"{len(flagged)} rows were measured while the process got less than 75% of the CPU its threads asked "
-            f"for, or steal took more than 5% of the machine: their times say more about the machine's other work "
+            f"{len(flagged)} rows were measured while the process's threads waited for a free core more than 25% of "
+            f"the time, or steal took more than 5% of the machine: their times say more about the machine's other work "
             f"than about the cache. They stay in the tables (`contended`, `cpu_util`) and are {where}.\n",
             md_table(_pick(flagged, {"run_dir": "run", "scenario": "scenario", "impl": "impl", "batch": "batch",
-                                     "cpu_util": "CPU used (cores)", "load_avg_before": "load before",
+                                     "cpu_util": "CPU used (cores)", "run_queue_wait_frac": "waited for a core",
+                                     "load_avg_before": "load before",
                                      "load_avg_after": "load after"}))]
 
 

@@ -34,8 +34,8 @@ def test_a_run_under_a_cpu_hog_is_flagged_and_left_out_of_the_figures(tmp_path):
             h.kill()
     assert p.returncode == 0, p.stderr[-2000:]
     row = pd.read_parquet(run / "rows.parquet").iloc[0]
-    assert row.status == "ok" and bool(row.contended) and "contended: the process got" in row.notes
-    assert row.cpu_util < 0.75 * max(1, min(os.cpu_count() or 1, 2))
+    assert row.status == "ok" and bool(row.contended) and "contended: its threads waited for a free core" in row.notes
+    assert row.run_queue_wait_frac > 0.25 and row.cpu_util < 0.75 * max(1, min(os.cpu_count() or 1, 2))
     out = tmp_path / "report"
     from harness.report import build_report
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from harness.measure.contention import MAX_STEAL, MIN_SHARE, Contention, ContentionProbe, with_contention
+from harness.measure.contention import MAX_STEAL, MAX_WAIT, MIN_SHARE, Contention, ContentionProbe, with_contention
 
 
 @pytest.mark.parametrize("share, steal, flagged", [
@@ -21,11 +21,19 @@ def test_a_row_is_contended_below_its_cpu_share_or_above_the_steal(share, steal,
     assert ("contended:" in row["notes"]) is flagged and row["notes"].startswith("earlier note")
 
 
-def test_a_process_that_sleeps_got_none_of_the_cpu_it_asked_for():
+@pytest.mark.parametrize("wait, flagged", [(0.0, False), (MAX_WAIT, False), (MAX_WAIT + 0.01, True), (1.5, True)])
+def test_the_run_queue_wait_decides_where_the_kernel_reports_it(wait, flagged):
+    """A kernel on one thread of two uses half the CPU without waiting for any: not contended."""
+    assert Contention(0.5, 1.0, 2, 1.0, 1.0, 0.0, wait).contended is flagged
+
+
+def test_a_process_that_sleeps_used_no_cpu_and_waited_for_none():
     with ContentionProbe(threads=1) as probe:
         time.sleep(0.3)
     got = probe.result()
-    assert got.cpu_share is not None and got.cpu_share < 0.2 and got.contended
+    assert got.cpu_share is not None and got.cpu_share < 0.2
+    if got.wait_frac is not None:  # Linux: it waited for no core, so it is not starved
+        assert got.wait_frac < 0.05 and not got.contended
     # The same wait, declared idle (waiting for arrivals): too short a busy window to say anything.
     assert probe.result(idle_s=0.3).cpu_share is None and not probe.result(idle_s=0.3).contended
 
