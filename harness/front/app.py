@@ -21,6 +21,7 @@ from harness.results import atomic_write
 from harness.job.gpu_slots import pin_gpu_for_launcher, register_gpu_count_resolver
 from harness.measure.fingerprint import register_slug_resolver
 from harness.job.summary import print_summary
+from harness.front.portable import portable
 from harness.front.sweeper import job_outcome_value, register_sweep_folder_resolver
 from harness.paths import CONF_DIR
 
@@ -38,13 +39,13 @@ def write_hydra_record(folder: Path, task_cfg: DictConfig, hydra_cfg) -> None:
     conf/config.yaml sets ``hydra.output_subdir: null``: Hydra would write these before the
     task runs, into a folder that may hold another job (which the run then refuses, or, in a
     changed sweep, leaves for the folder its identity names). Here they go in once the folder
-    is the job's.
+    is the job's, without the machine's paths (harness/front/portable.py): the folder may be published.
     """
     out = folder / ".hydra"
     out.mkdir(parents=True, exist_ok=True)
-    hydra_node = OmegaConf.create({"hydra": OmegaConf.to_container(hydra_cfg, resolve=False)})
-    for name, node in (("config.yaml", task_cfg), ("hydra.yaml", hydra_node),
-                       ("overrides.yaml", OmegaConf.create(list(hydra_cfg.overrides.task)))):
+    hydra_node = portable({"hydra": OmegaConf.to_container(hydra_cfg, resolve=False)})
+    for name, node in (("config.yaml", portable(task_cfg)), ("hydra.yaml", hydra_node),
+                       ("overrides.yaml", portable(list(hydra_cfg.overrides.task)))):
         atomic_write(out / name, lambda tmp, node=node: OmegaConf.save(node, tmp, resolve=False))
 
 

@@ -25,6 +25,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness.front.portable import portable
+
 SHOWN_FAILURES = 5  # failing folders named in the summary line
 # conf/sweep/ files are named for the device they are the default sweep of (make sweep)
 DEVICE_PREFIXES = ("cpu_", "gpu_")
@@ -126,7 +128,7 @@ class GuardedSweeper(Sweeper):
         parsed = OverridesParser.create(config_loader=self.hydra_context.config_loader).parse_overrides(params)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        OmegaConf.save(portable(self.config), sweep_dir / "multirun.yaml")  # published: no machine paths
 
         returns: list[Sequence[JobReturn]] = []
         outcomes: list[JobOutcome] = []
