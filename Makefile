@@ -12,6 +12,11 @@ PIP_LOCAL := $(if $(wildcard $(WHEELS)/*),--find-links $(WHEELS),)
 # otherwise the venv is isolated and gets the small CPU wheel of torch.
 HAS_CUDA_TORCH := $(shell $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo 1)
 CPU_TORCH ?= torch==2.13.0
+# Where that wheel comes from: pip's configured indexes by default (a local CPU wheel on the
+# project's machines). Plain PyPI's Linux torch is the CUDA build (GBs of CUDA libraries):
+# there, `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` gets the CPU one.
+TORCH_INDEX ?=
+TORCH_FROM := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
 .PHONY: setup test test-fast sweep report bench gpu-check wheels clean help
 
@@ -20,12 +25,17 @@ help:
 
 setup: $(STAMP)
 
+# One line per step, each naming what it installs and from where (pip's own output is quiet).
+FROM := $(if $(PIP_LOCAL), (with the wheels in $(WHEELS)/),)
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(if $(HAS_CUDA_TORCH),--system-site-packages,) $(VENV)
-	@if ! $(PY) -c "import torch" >/dev/null 2>&1; then \
-	  echo "installing the CPU build of torch ($(CPU_TORCH))"; \
-	  $(PIP) install -q $(PIP_LOCAL) "$(CPU_TORCH)"; fi
-	$(PIP) install -q $(PIP_LOCAL) -e ".[test]"
+	@test -x $(PY) || { echo "setup: $(VENV): a new venv ($(if $(HAS_CUDA_TORCH),reusing the system Python's CUDA torch,isolated))"; \
+	  $(PYTHON) -m venv $(if $(HAS_CUDA_TORCH),--system-site-packages,) $(VENV); }
+	@if v=$$($(PY) -c "import torch; print(torch.__version__)" 2>/dev/null); then \
+	  echo "setup: torch $$v is already there: kept"; \
+	else echo "setup: torch: the CPU build ($(CPU_TORCH))$(FROM)$(if $(TORCH_INDEX), from $(TORCH_INDEX),)"; \
+	  $(PIP) install -q $(PIP_LOCAL) $(TORCH_FROM) "$(CPU_TORCH)"; fi
+	@echo "setup: kvbench (editable, with the kvbench command) and its test extras (pyproject.toml [test])$(FROM)"
+	@$(PIP) install -q $(PIP_LOCAL) -e ".[test]"
 	@touch $(STAMP)
 
 test: setup

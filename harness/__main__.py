@@ -1,8 +1,10 @@
-"""``python -m harness [overrides]``: one run (or a sweep with -m) into Hydra's run folder.
+"""``kvbench [overrides]`` (or ``python -m harness [overrides]``): one run (or a sweep with -m) into Hydra's run folder.
 
 A command line whose config Hydra cannot compose (``batch=abc``, ``model=nope``) is
 checked here first, so that it gives what every bad value gives: one line, an error row
 in the run folder, exit code 2. Each job of a ``-m`` sweep is checked by the sweeper.
+The ``kvbench`` console script (pyproject.toml) is ``cli`` below: the same door, under a
+name Hydra's shell completion can follow (``eval "$(kvbench -sc install=bash)"``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,30 @@ from __future__ import annotations
 import os
 import sys
 
-if __name__ == "__main__":
+
+COMPLETION_FLAGS = ("-sc", "--shell-completion")
+
+
+def completion_line(line: str) -> str:
+    """Bash's ``COMP_LINE`` with the aliases of its finished words rewritten, as ``translate`` rewrites argv.
+
+    Hydra's completion composes the finished words to offer keys (``+impl=paged impl.<TAB>``:
+    ``impl.kernel=``); an alias there (``impl=paged``, ``max_num_seqs=4``) would not compose, and
+    nothing would be offered. The word being typed stays as typed: bash keeps only the candidates
+    that start with it.
+    """
+    from harness.front.aliases import translate
+
+    head, sep, typed = line.rpartition(" ")
+    words = head.split()
+    if not words:
+        return line
+    finished, _ = translate(words[1:])  # words[0] is the program (kvbench, or python -m harness)
+    return " ".join([words[0], *finished]) + sep + typed
+
+
+def cli() -> None:
+    """What ``kvbench ARGS`` and ``python -m harness ARGS`` do: aliases, the preflight check, then Hydra."""
     try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
         from harness.front.aliases import translate
         from harness.front.app import main
@@ -19,6 +44,8 @@ if __name__ == "__main__":
         sys.argv[1:], notes = translate(sys.argv[1:])  # vLLM's key names, impl= without the +
         for note in notes:
             print(f"kvbench: note: {note}", file=sys.stderr)
+        if "COMP_LINE" in os.environ and any(a in COMPLETION_FLAGS for a in sys.argv[1:]):
+            os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])  # Hydra's query reads it there
         if (code := check_command_line(sys.argv[1:])) is not None:
             sys.exit(code)
         main()
@@ -27,3 +54,7 @@ if __name__ == "__main__":
         # os._exit: nothing to clean up yet, and interpreter shutdown mid-import can raise the
         # interrupt again and end the process by SIGINT (exit -2) instead of 130.
         os._exit(130)
+
+
+if __name__ == "__main__":
+    cli()

@@ -172,6 +172,11 @@ class Config:
     slo: SloConfig = field(default_factory=SloConfig)
     impl: Optional[ImplConfig] = None  # absent: every impl in conf/impl/ (and on Hydra's search path)
     gpu: Optional[GpuConfig] = None  # the simulated clock's GPU (gpu=NAME); absent: no clock
+    # The simulated clock priced from a measured profile instead of the roofline: a scenario=profile
+    # run folder (or its profile.csv / .parquet); harness/serving/profiled_clock.py. The impl's own
+    # profile is used, or ``clock_profile_impl``'s.
+    clock_profile: Optional[str] = None
+    clock_profile_impl: Optional[str] = None
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)
     # Most prompt tokens one prefill forward computes (vLLM's name); a longer prompt runs alone.
     max_num_batched_tokens: int = 8192
@@ -180,8 +185,9 @@ class Config:
     max_seq_len: int = 1024
     block_size: int = 16
     repeat: int = 1  # run the measured job this many times; rows report the median
-    # CPU: torch's intra-op threads (None: torch's default, one per core). Latency runs on a
-    # shared machine want fewer: an OpenMP barrier waits for a thread the OS has descheduled.
+    # CPU: torch's intra-op threads (None: the cores other work leaves free at the job's start,
+    # all of them on an idle machine). Latency runs on a shared machine want fewer: an OpenMP
+    # barrier waits for a thread the OS has descheduled. Rows record the number used.
     cpu_threads: Optional[int] = None
     # Write the per-request and per-step tables (requests, steps) of decode and simulated runs.
     # Large sweeps that publish only their rows turn it off (a 1000-request run's are ~0.6 MB).

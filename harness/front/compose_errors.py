@@ -111,9 +111,9 @@ def base_identifiers(task_cfg: DictConfig | None) -> dict:
 
 def write_failed_job(run_dir: Path, message: str, overrides: list[str], base: DictConfig | None = None) -> dict:
     """The error row of a job that did not compose, written into ``run_dir``; returns it."""
-    from harness.results import run_id, write_run
+    from harness.results import measured_at, run_id, write_run
 
     row = {"run_id": run_id(run_dir), **base_identifiers(base), **override_identifiers(overrides),
-           "status": "error", "error": f"ConfigError: {message}"}
+           "measured_at": measured_at(), "status": "error", "error": f"ConfigError: {message}"}
     write_run(run_dir, [row])
     return row

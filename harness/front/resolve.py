@@ -178,7 +178,7 @@ def validate(cfg: Config) -> None:
     _check(cfg.max_num_batched_tokens >= 1, f"max_num_batched_tokens={cfg.max_num_batched_tokens} must be >= 1")
     _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
     _check(cfg.seed >= 0, f"seed={cfg.seed} must be >= 0")  # numpy's generators take no negative seed
-    _check(cfg.cpu_threads is None or cfg.cpu_threads >= 1, f"cpu_threads={cfg.cpu_threads} must be >= 1 (or null: torch's default)")
+    _check(cfg.cpu_threads is None or cfg.cpu_threads >= 1, f"cpu_threads={cfg.cpu_threads} must be >= 1 (or null: the cores free at the job's start)")
     _check(cfg.max_seq_len >= 2, f"max_seq_len={cfg.max_seq_len} must be >= 2")
     bs = cfg.block_size
     _check(_power_of_two_block(bs),
@@ -209,8 +209,22 @@ def validate(cfg: Config) -> None:
     validate_trace_keys(cfg)
     validate_arrival(cfg)
     validate_slo(cfg)
+    validate_clock_profile(cfg)
     if cfg.impl is not None:
         validate_impl(cfg.impl)
+
+
+def validate_clock_profile(cfg: Config) -> None:
+    """clock_profile=PATH: a readable profile table (its impl is checked when the impl runs)."""
+    if cfg.clock_profile is None:
+        _check(cfg.clock_profile_impl is None, "clock_profile_impl needs clock_profile=RUN_DIR (a scenario=profile run)")
+        return
+    _check(cfg.scenario.bookkeeping,
+           f"clock_profile prices simulated steps; scenario={cfg.scenario.name} runs on the wall clock "
+           "(use it with scenario=capacity, or scenario=max_rate / max_concurrency with scenario.probe=capacity)")
+    from harness.serving.profile_table import read_profile_table
+
+    read_profile_table(Path(cfg.clock_profile))  # one line naming the problem, before any job starts
 
 
 def _power_of_two_block(bs: int) -> bool:
@@ -255,11 +269,12 @@ def validate_slo(cfg: Config) -> None:
     for key in ("ttft_ms", "tpot_ms", "e2el_ms", "normalized_latency_s"):
         value = getattr(slo, key)
         _check(value is None or value > 0, f"slo.{key}={value} must be > 0 (or null: not checked)")
-    if cfg.scenario.bookkeeping and cfg.gpu is None:
+    if cfg.scenario.bookkeeping and cfg.gpu is None and cfg.clock_profile is None:
         _check(cfg.arrival.name == "burst" and not slo_set(cfg),
                f"arrival={cfg.arrival.name} and slo={cfg.slo.name} need a clock: the bookkeeping runs "
                f"(scenario=capacity, scenario.probe=capacity) take the simulated one from gpu=NAME "
-               f"({', '.join(_choices('gpu'))})")
+               f"({', '.join(_choices('gpu'))}) or from a measured profile, clock_profile=RUN_DIR "
+               "(scenario=profile makes one)")
     if cfg.scenario.name != "max_rate":
         return
     _check(slo_set(cfg),

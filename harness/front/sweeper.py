@@ -6,15 +6,19 @@ an unknown option). This one composes each job the same way, gives a failing job
 error row (in the folder the job would have had) and launches the others through the
 configured launcher (basic, joblib, submitit), each under its own job number. At the end
 it prints one line (``3 jobs: 2 ok, 1 error: multirun/.../1``) and exits non-zero when any
-job failed. Registered for Hydra as hydra_plugins/kvbench_sweeper (``hydra/sweeper=kvbench``).
+job failed. As each job ends it prints a progress line on stderr (``SweepProgress``: job n of N,
+the counts so far, an ETA), one whole line each, so a log of the sweep reads as well as a terminal.
+Registered for Hydra as hydra_plugins/kvbench_sweeper (``hydra/sweeper=kvbench``).
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import os
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -80,6 +84,100 @@ def summary_line(outcomes: Sequence[JobOutcome]) -> str:
     return line
 
 
+BAR_WIDTH = 20
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``2 h 07 min``: what an ETA needs, no more."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+@dataclass
+class SweepProgress:
+    """One line on stderr as each job of a sweep ends, e.g.
+    ``kvbench: [#####---------------] 3/12 jobs done (job 2: ok): 3 ok, 0 error; eta 1 min 10 s (7.8 s/job)``.
+
+    Whole lines, never a carriage return: the sweep's jobs print their own tables between two
+    progress lines, and a sweep's stderr is often a log file (make sweep > log). The ETA is the
+    mean wall time per measured job so far times the jobs left: jobs kept by resume take no
+    time, so they count as done but not in the mean (no ETA until one job was measured).
+    """
+
+    total: int
+    enabled: bool = True
+    started: float = field(default_factory=time.monotonic)
+    # The process that owns the counts. A launcher that runs jobs in other processes (joblib,
+    # submitit) pickles the task, and this with it: a copy there must stay silent.
+    owner_pid: int = field(default_factory=os.getpid)
+    done: dict[int, JobOutcome] = field(default_factory=dict)
+
+    def line(self, outcome: JobOutcome, now: float | None = None, eta: bool = True) -> str:
+        n = len(self.done)
+        filled = BAR_WIDTH * n // max(1, self.total)
+        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+        counts: dict[str, int] = {"ok": 0, "error": 0}  # both always shown: a reader looks for them
+        for o in self.done.values():
+            counts[o.status] = counts.get(o.status, 0) + 1
+        line = (f"kvbench: [{bar}] {n}/{self.total} jobs done (job {outcome.num}: {outcome.status}): "
+                + ", ".join(f"{k} {status}" for status, k in counts.items()))
+        measured = sum(not o.kept for o in self.done.values())
+        left = self.total - n
+        elapsed = (time.monotonic() if now is None else now) - self.started
+        if left and measured and eta:
+            line += f"; eta {_duration(elapsed / measured * left)} ({elapsed / measured:.1f} s/job)"
+        elif not left:
+            line += f"; done in {_duration(elapsed)}"
+        return line
+
+    def job_done(self, outcome: JobOutcome, eta: bool = True) -> None:
+        """Record ``outcome`` and print its line, once per job (the task and the sweeper may both report it).
+
+        ``eta=False``: one of several jobs reported at the same moment; only the last line guesses."""
+        if os.getpid() != self.owner_pid or outcome.num in self.done:
+            return
+        self.done[outcome.num] = outcome
+        if self.enabled:
+            print(self.line(outcome, eta=eta), file=sys.stderr, flush=True)
+
+
+@dataclass
+class ReportingTask:
+    """The task function, reporting each job to ``progress`` as it ends in the sweeper's own process.
+
+    Hydra's basic launcher runs every job of a ``launch`` call before it returns; without this the
+    progress lines of a whole batch would come at its end. In a launcher's worker process the
+    report is a no-op (SweepProgress.owner_pid) and the sweeper reports the job when ``launch`` returns.
+    """
+
+    task: TaskFunction
+    progress: SweepProgress
+
+    def __call__(self, cfg: DictConfig) -> Any:
+        from hydra.core.hydra_config import HydraConfig
+
+        job = HydraConfig.get()
+        num, run_dir = int(job.job.num), str(job.runtime.output_dir)
+        try:
+            value = self.task(cfg)
+        except Exception:
+            self.progress.job_done(JobOutcome(num, run_dir, "error", 1))
+            raise
+        self.progress.job_done(outcome_of(num, run_dir, value))
+        return value
+
+
+def outcome_of(num: int, run_dir: str, value: Any) -> JobOutcome:
+    """The outcome a finished task's return value (``job_outcome_value``) says."""
+    if not isinstance(value, dict):
+        return JobOutcome(num, run_dir, "error", 1)
+    return JobOutcome(num, value.get("run_dir", run_dir), value["status"], int(value["code"]), bool(value.get("kept")))
+
+
 def expand(overrides: list, max_batch_size: int | None, first: Sequence[str] | None = None) -> list[list[list[str]]]:
     """Every job's overrides (the cartesian product of the sweeps), in batches: as Hydra's basic sweeper.
 
@@ -114,13 +212,14 @@ class GuardedSweeper(Sweeper):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Launcher | None = None
+        self.progress = SweepProgress(total=0)  # sized in sweep(), once the jobs are known
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
 
         self.hydra_context, self.config = hydra_context, config
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=hydra_context, task_function=ReportingTask(task_function, self.progress), config=config)
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
@@ -133,7 +232,13 @@ class GuardedSweeper(Sweeper):
         returns: list[Sequence[JobReturn]] = []
         outcomes: list[JobOutcome] = []
         first = 0
-        for batch in expand(parsed, self.max_batch_size, self.first):
+        batches = expand(parsed, self.max_batch_size, self.first)
+        # Sized in place: the launcher's ReportingTask holds this same object. progress=false
+        # (the sweep's shared value) silences it, as it does the per-impl bars.
+        self.progress.total = sum(len(b) for b in batches)
+        self.progress.enabled = bool(OmegaConf.select(self.config, "progress", default=True))
+        self.progress.started = time.monotonic()
+        for batch in batches:
             results, batch_outcomes = self._run_batch(batch, first)
             returns.append(results)
             outcomes += batch_outcomes
@@ -151,7 +256,13 @@ class GuardedSweeper(Sweeper):
             if pending:
                 launched = list(self.launcher.launch(pending, initial_job_idx=start))
                 results.extend(launched)
-                outcomes.extend(self._outcome(start + i, r) for i, r in enumerate(launched))
+                done = [self._outcome(start + i, r) for i, r in enumerate(launched)]
+                outcomes.extend(done)
+                # Jobs run in other processes (joblib, submitit) are reported now, all at once; the
+                # ones this process ran were reported as they ended (ReportingTask).
+                fresh = [o for o in done if o.num not in self.progress.done]
+                for k, outcome in enumerate(fresh):
+                    self.progress.job_done(outcome, eta=k == len(fresh) - 1)
 
         start = first
         for num, overrides in enumerate(batch, first):
@@ -161,6 +272,7 @@ class GuardedSweeper(Sweeper):
                 continue
             launch_pending()
             outcomes.append(self._record_failure(num, list(overrides), message))
+            self.progress.job_done(outcomes[-1])
             pending, start = [], num + 1
         launch_pending()
         return results, outcomes
@@ -201,9 +313,7 @@ class GuardedSweeper(Sweeper):
     def _outcome(num: int, ret: JobReturn) -> JobOutcome:
         run_dir = str(OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir", default="")) if ret.hydra_cfg else ""
         if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict):
-            value = ret.return_value
-            return JobOutcome(num, value.get("run_dir", run_dir), value["status"], int(value["code"]),
-                              bool(value.get("kept")))
+            return outcome_of(num, run_dir, ret.return_value)
         exc = ret._return_value  # a failed job's exception (the public property re-raises it)
         print(f"kvbench: job {num}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return JobOutcome(num, run_dir, "error", 1)

@@ -20,7 +20,8 @@ from harness.job.impl_runner import ImplResult, run_impl
 from harness.job.interrupts import JobInterrupted
 from harness.job.isolation import run_in_process
 from harness.measure.fingerprint import collect
-from harness.results import atomic_write, write_json
+from harness.results import atomic_write, measured_at, write_json
+from harness.results.vllm_json import write_vllm_results
 from harness.scenarios.context import JobContext
 
 
@@ -56,6 +57,10 @@ def _execute_in(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: 
     if resume and folder.job() is not None and (other := folder.measured_elsewhere(fingerprint.as_dict())):
         print(f"kvbench: resume: {run_dir} holds rows measured on another machine ({other}); measuring them here")
         resume = False
+    elif resume and folder.job() is not None and folder.shipped():
+        print(f"kvbench: resume: {run_dir} holds the rows published with this checkout (committed, unchanged), "
+              "not this machine's; measuring them here")
+        resume = False
     previous = folder.claim(jid, fingerprint.device_slug, resume)
     if on_claimed is not None:
         on_claimed(run_dir)
@@ -73,10 +78,13 @@ def _execute_in(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: 
     run_one = run_in_process if cfg.isolation == "process" else run_impl
 
     def stamp(rows: list[dict]) -> list[dict]:
-        return [{**r, "job_id": jid, **extra} for r in rows]
+        now = measured_at()  # when the impl finished: its rows' time (a kept row keeps its own)
+        return [{**r, "job_id": jid, "measured_at": r.get("measured_at") or now, **extra} for r in rows]
 
     def write() -> None:
-        folder.write([r for rows in by_impl.values() for r in rows], ctx.tokens, ctx.tables)
+        so_far = [r for rows in by_impl.values() for r in rows]
+        folder.write(so_far, ctx.tokens, ctx.tables)
+        write_vllm_results(run_dir, so_far, ctx.tables.get("requests"), cfg.arrival.burstiness)  # vllm-<impl>.json
 
     running: ImplConfig | None = None
     try:

@@ -9,6 +9,7 @@ cleared of the earlier attempt's files before anything is written.
 from __future__ import annotations
 
 import json
+import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ ROWS, TOKENS = "rows", "tokens.jsonl"
 KNOWN_TABLES = ("points", "requests", "steps")
 FINAL = ("ok", "oom", "skipped")  # statuses that resume keeps; error and interrupted re-run
 # What a machine is, for resume: rows measured on another CPU or GPU model, core or GPU count, or
-# torch are never kept as this machine's (the device slug alone, cpu-2core, names many machines).
+# torch are never kept as this machine's (a slug such as cpu-intel-xeon-2core still names many machines).
 MACHINE = ("device", "cpu_name", "cpu_count", "gpu_name", "gpu_count", "torch_version")
 KEPT = "_kept"  # marks the rows a resumed job returns unchanged (never written: they are already there)
 
@@ -133,6 +134,28 @@ class RunFolder:
         diffs = [f"{k}: {then.get(k)} -> {machine.get(k)}" for k in MACHINE if str(then.get(k)) != str(machine.get(k))]
         return "; ".join(diffs) or None
 
+    def shipped(self) -> bool:
+        """Whether the folder's rows came with the checkout: committed to git and unchanged since.
+
+        Such rows are the project's published figures, measured on the machine that published
+        them. A fresh clone on a machine of the same model would otherwise resume them all and
+        measure nothing. Rows this machine wrote (an interrupted sweep's) are new or modified
+        files, and resume keeps them. Outside a git checkout nothing counts as shipped.
+        """
+        rows = next((p for p in (self.path / f"{ROWS}.csv", self.path / f"{ROWS}.parquet") if p.exists()), None)
+        if rows is None:
+            return False
+        try:
+            tracked = subprocess.run(["git", "ls-files", "--error-unmatch", rows.name], cwd=self.path,
+                                     capture_output=True, timeout=10)
+            if tracked.returncode != 0:
+                return False
+            same = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", rows.name], cwd=self.path,
+                                  capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return same.returncode == 0
+
     def refuse_other(self, job_id: str | None) -> None:
         """Raise unless the folder is new, of unknown job, or holds ``job_id``'s files."""
         held = self.job()
@@ -177,6 +200,8 @@ class RunFolder:
             for suffix in (".csv", ".parquet"):
                 (self.path / f"{name}{suffix}").unlink(missing_ok=True)
         (self.path / TOKENS).unlink(missing_ok=True)
+        for result in self.path.glob("vllm-*.json"):  # harness/results/vllm_json.py: one per impl row
+            result.unlink(missing_ok=True)
 
     def _write_job(self, job_id: str, device_slug: str) -> None:
         self._job = {"job_id": job_id, "device_slug": device_slug}

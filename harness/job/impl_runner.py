@@ -37,6 +37,8 @@ def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
         return ImplResult([{**ctx.identifiers(impl, workload=False), "status": "error", "error": f"ConfigError: {e}"}], 2)
     except Exception as e:  # noqa: BLE001
         return ImplResult([{**ctx.identifiers(impl, workload=False), **failure_row(e)}], 1)
+    if ctx.device.type == "cpu":  # process-wide: a sweep's later job must not inherit an earlier one's
+        torch.set_num_threads(ctx.cpu_threads)
     try:
         scenario = scenario_module(ctx.cfg.scenario.name)
         return ImplResult([{**base, **metrics} for metrics in scenario.run(ctx, impl)], 0)

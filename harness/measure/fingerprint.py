@@ -19,7 +19,7 @@ from harness.paths import REPO_ROOT
 @dataclass(frozen=True)
 class Fingerprint:
     device: str  # cpu | cuda
-    device_slug: str  # folder name for published results, e.g. nvidia-h200 / cpu-2core
+    device_slug: str  # folder name for published results, e.g. nvidia-h200 / cpu-intel-xeon-2core
     gpu_name: str | None
     gpu_count: int
     gpu_memory_bytes: int | None
@@ -78,13 +78,29 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# A CPU's brand string names its model among words that do not: trademarks, the clock, the
+# integrated graphics, "Processor", "CPU", "64-Core". A slug keeps vendor, family and model number.
+_CPU_TAIL = re.compile(r"\s+(@|w/|with)\s.*$", re.IGNORECASE)
+_CPU_NOISE = re.compile(r"\((r|tm|c)\)|\b(processor|cpu|\d+-core)\b", re.IGNORECASE)
+
+
+def cpu_model_slug(cpu_name: str) -> str:
+    """``Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz`` -> ``intel-xeon-platinum-8481c``;
+    ``AMD EPYC 7B13 64-Core Processor`` -> ``amd-epyc-7b13``."""
+    return slugify(_CPU_NOISE.sub(" ", _CPU_TAIL.sub("", cpu_name))) or "unknown"
+
+
 def device_slug(device: str) -> str:
-    """Folder name for published results: the GPU's name, or the CPU core count."""
+    """Folder name for published results: the GPU's name (and count, when more than one), or the
+    CPU's model and core count. Two machines that differ in what they measure get different
+    folders: a core count alone (``cpu-2core``) names an AMD EPYC and an Intel Xeon alike."""
     if device == "cuda":
         import torch  # lazily: reading a config must not load torch
 
-        return slugify(torch.cuda.get_device_properties(0).name)
-    return f"cpu-{os.cpu_count() or 1}core"
+        count = torch.cuda.device_count()
+        name = slugify(torch.cuda.get_device_properties(0).name)
+        return f"{name}-x{count}" if count > 1 else name
+    return f"cpu-{cpu_model_slug(_cpu_name())}-{os.cpu_count() or 1}core"
 
 
 def auto_device_slug() -> str:

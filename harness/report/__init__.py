@@ -1,6 +1,7 @@
 """``python -m harness.report [DIRS...] [--out DIR] [--max-spread F]``: every run found, one table, the plots, REPORT.md.
 
-Reads only the run folders' tables (rows, points, rate_probes, steps) and Hydra's record of their overrides.
+Reads the run folders' tables (rows, points, rate_probes, steps, tokens.jsonl for parity) and Hydra's record of
+their overrides, and the result JSON files of other systems under ``external/<system>/`` (harness/report/external.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from matplotlib.figure import Figure
 from harness.report.collect import Collection, collect, contended_rows
 from harness.report.figures import impl_palette, save, theme
 from harness.report.markdown import SECTIONS, render
-from harness.report.memory_plots import kv_breakdown, max_concurrency, memory_vs_concurrency
+from harness.report.memory_plots import kv_breakdown, max_concurrency, memory_vs_concurrency, memory_vs_concurrency_more
+from harness.report.stale import stale_reasons
 from harness.report.service_plots import goodput, kv_over_time, normalized_latency
 from harness.report.speed_plots import decode_throughput, gpu_comparison, kernel_latency_bandwidth
 from harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread
@@ -49,6 +51,8 @@ def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = 
     more than ``max_spread`` ((max - min) / median) is marked in the tables, not quoted clean."""
     max_spread = check_max_spread(max_spread)
     col = collect(dirs)
+    if not col.rows.empty:  # why a row no longer describes this checkout (harness/report/stale.py), or empty
+        col.rows["stale"] = stale_reasons(col.rows)
     if col.rows.empty:
         unread = (f" ({len(col.problems)} unreadable tables, {len(col.incomplete)} incomplete folders)"
                   if col.warnings() else "")
@@ -72,9 +76,12 @@ def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = 
     drawn_rows = col.rows if include_contended else col.rows[~contended_rows(col.rows)]
     notes: dict[str, list[str]] = {}
     with theme():
-        fig, notes["memory_vs_concurrency"] = memory_vs_concurrency(col.points, drawn_rows)
+        fig, left_out = memory_vs_concurrency(col.points, drawn_rows)
+        more, notes["memory_vs_concurrency_more"] = memory_vs_concurrency_more(col.points, drawn_rows)
+        notes["memory_vs_concurrency"] = left_out if more is None else []  # the second figure draws them
         drawn = {
             "memory_vs_concurrency": fig,
+            "memory_vs_concurrency_more": more,
             "kv_breakdown": kv_breakdown(drawn_rows),
             "max_concurrency": max_concurrency(drawn_rows),
             "decode_throughput": decode_throughput(drawn_rows, palette),

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results import COLUMNS, METRICS, REQUIRED, STATUSES, TEXT_METRICS
+from harness.report.external import read_external
+from harness.results import BOOLEANS, COLUMNS, METRICS, REQUIRED, STATUSES, TEXT_METRICS, as_bool, typed
 
-# Columns that hold true/false; a CSV gives them back as the text "True"/"False".
-BOOLEAN = ["slo_pass", "contended"]
+BOOLEAN = list(BOOLEANS)  # true/false columns (harness/results): a CSV gives them back as text
 # Columns that hold numbers; a run folder's CSV or an all-None Parquet column may have typed
 # them as text or object, and concatenation must not turn a missing value into anything but NaN.
 NUMERIC = [
@@ -29,7 +29,6 @@ NUMERIC = [
 ]
 # The side tables the report draws from (a run's requests table is for the user; no plot reads it).
 SIDE_TABLES = ("points", "rate_probes", "steps")
-_TRUE, _FALSE = {True, 1, "true", "1", "yes"}, {False, 0, "false", "0", "no"}
 
 
 @dataclass
@@ -82,6 +81,7 @@ class Collection:
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     problems: list[ReadProblem] = field(default_factory=list)
     incomplete: list[tuple[str, Path]] = field(default_factory=list)  # (label, folder): config.yaml or an empty rows table
+    folders: dict[str, Path] = field(default_factory=dict)  # run_dir label -> the folder on disk (its tokens.jsonl)
 
     def warnings(self) -> list[str]:
         """One line per folder or file the report could not use in full."""
@@ -143,15 +143,6 @@ def read_table(run_dir: Path, stem: str, problems: list[ReadProblem] | None = No
     return None
 
 
-def _as_bool(v):
-    key = v.strip().lower() if isinstance(v, str) else v
-    if key in _TRUE:
-        return True
-    if key in _FALSE:
-        return False
-    return pd.NA
-
-
 def _label(root: Path, run_dir: Path) -> str:
     """The run folder as ``<root name>/<relative path>``: stable whatever the working directory."""
     rel = run_dir.relative_to(root).as_posix()
@@ -163,10 +154,7 @@ def numeric(df: pd.DataFrame) -> pd.DataFrame:
     for col in NUMERIC:
         if col in df.columns:
             df[col] = pd.to_numeric(df[col], errors="coerce")
-    for col in BOOLEAN:
-        if col in df.columns:
-            df[col] = df[col].map(_as_bool, na_action="ignore").astype("boolean")
-    return df
+    return typed(df)  # counts as nullable integers, true/false as nullable booleans
 
 
 def concat(frames: list[pd.DataFrame], first: list[str]) -> pd.DataFrame:
@@ -245,6 +233,7 @@ def collect(roots: list[Path]) -> Collection:
     side: dict[str, list[pd.DataFrame]] = {name: [] for name in SIDE_TABLES}
     problems: list[ReadProblem] = []
     incomplete: list[tuple[str, Path]] = []
+    folders: dict[str, Path] = {}
     for root in roots:
         dirs = find_run_dirs(root)
         per_dir = {}
@@ -261,23 +250,31 @@ def collect(roots: list[Path]) -> Collection:
                 problems.append(ReadProblem(f"{label}/rows", d / "rows", why, rows_left_out=read - len(rows)))
                 if rows.empty:
                     continue
-            rows = rows.copy()  # consolidated: Parquet gives one block per column, and one more would warn
+            # consolidated (Parquet gives one block per column, and one more would warn); the folder's
+            # place is its run_dir, and the run_id each row recorded (the same, where it was written) goes.
+            rows = rows.drop(columns="run_id", errors="ignore").copy()
             rows["run_dir"] = label
+            folders[label] = d
             per_dir[d] = rows
             rows_frames.append(rows)
             labels.append(label)
             for name in SIDE_TABLES:
                 table = read_table(d, name, problems, label)
                 if table is not None and not table.empty:
+                    table = table.drop(columns="run_id", errors="ignore")
                     table["run_dir"] = label
                     side[name].append(table)
         seen = set(dirs)
         incomplete += [(_label(root, d), d) for d in find_config_dirs(root) if d not in seen]
         commands += _commands(root, list(per_dir), per_dir)
-    rows = concat(rows_frames, ["run_dir", *COLUMNS])
+    for root in roots:  # other systems' benchmark JSON (external/<system>/*.json) as rows: harness/report/external.py
+        frames, unread = read_external(root, lambda path, root=root: _label(root, path))
+        rows_frames += frames
+        problems += [ReadProblem(label, path, why) for label, path, why in unread]
+    rows = concat(rows_frames, ["run_dir", *(c for c in COLUMNS if c != "run_id")])
     tables = {name: concat(frames, ["run_dir"]) for name, frames in side.items()}
     return Collection(rows, tables["points"], commands, labels, rate_probes=tables["rate_probes"],
-                      steps=tables["steps"], problems=problems, incomplete=sorted(incomplete))
+                      steps=tables["steps"], problems=problems, incomplete=sorted(incomplete), folders=folders)
 
 
 def ok_rows(df: pd.DataFrame, scenario: str | None = None) -> pd.DataFrame:
@@ -304,7 +301,7 @@ def with_mode(df: pd.DataFrame) -> pd.DataFrame:
     ``eager`` (also rows from before the switch existed). The two are different measurements of
     one impl, so figures and tables keep them apart instead of averaging them."""
     graphs = df["cuda_graph"] if "cuda_graph" in df else pd.Series(False, index=df.index)
-    return df.assign(mode=graphs.map(lambda v: "CUDA graphs" if _as_bool(v) is True else "eager"))
+    return df.assign(mode=graphs.map(lambda v: "CUDA graphs" if as_bool(v) is True else "eager"))
 
 
 def burst(df: pd.DataFrame) -> pd.DataFrame:

@@ -16,11 +16,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa: E402
+from matplotlib.ticker import FixedLocator, LogFormatterSciNotation, NullLocator, ScalarFormatter  # noqa: E402
+
+# KNOWN_IMPLS is palette's (the impls with a fixed style), kept importable from here
+from harness.report.palette import KNOWN_IMPLS, impl_order, impl_style  # noqa: E402, F401
 
 GB = 1e9  # memory axes are in GB (10^9 bytes), the unit of device.memory_gb and the seeds' figures
 MAX_FACETS = 6  # more panels than this stop being readable; the rest are named in the caption
-KNOWN_IMPLS = ["contiguous", "paged", "paged_torch", "paged_triton", "paged_cuda", "orca_pow2", "orca_oracle"]
+DEFAULT_BLOCK_SIZE = 16  # conf/config.yaml's block_size (a test checks): other sizes are a sweep around it
 
 
 @contextmanager
@@ -41,11 +44,9 @@ def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
     return paths
 
 
-def impl_palette(impls) -> dict[str, tuple]:
-    """One colour per impl, the same in every figure of a report."""
-    names = [i for i in KNOWN_IMPLS if i in set(impls)] + sorted(set(impls) - set(KNOWN_IMPLS))
-    colours = sns.color_palette("colorblind", max(len(names), 1))
-    return dict(zip(names, colours))
+def impl_palette(impls) -> dict[str, str]:
+    """Each impl's colour: harness.report.palette's fixed one, the same in every figure and every report."""
+    return {name: impl_style(name).colour for name in impl_order(impls)}
 
 
 def devices(df: pd.DataFrame) -> str:
@@ -62,6 +63,10 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f} B"
 
 
+_SHOW_TEXT = {  # text values that read better with their column named
+    "clock": lambda v: f"{v} clock",
+    "gpu": lambda v: f"GPU {v}",
+}
 _SHOW = {
     "batch": lambda v: f"B={v:g}",
     "kernel_batch": lambda v: f"B={v:g}",
@@ -76,7 +81,13 @@ _SHOW = {
 def show(col: str, v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return f"{col}=?"
-    return _SHOW[col](v) if col in _SHOW and isinstance(v, numbers.Number) else str(v)
+    if col in _SHOW and isinstance(v, numbers.Number):
+        return _SHOW[col](v)
+    return _SHOW_TEXT[col](v) if col in _SHOW_TEXT else str(v)
+
+
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
 def facet_labels(df: pd.DataFrame, cols: list[str], always: tuple[str, ...] = ()) -> pd.Series:
@@ -84,7 +95,9 @@ def facet_labels(df: pd.DataFrame, cols: list[str], always: tuple[str, ...] = ()
     shown = [c for c in cols if c in df.columns and (c in always or df[c].nunique(dropna=False) > 1)]
     if not shown:
         return pd.Series("", index=df.index)
-    return df[shown].apply(lambda r: " · ".join(show(c, r[c]) for c in shown), axis=1)
+    # A missing value is a column that does not apply to the row (a wall-clock run has no simulated GPU):
+    # left out of its label rather than shown as "gpu=?".
+    return df[shown].apply(lambda r: " · ".join(show(c, r[c]) for c in shown if not _missing(r[c])), axis=1)
 
 
 def wrap(label: str, width: int = 44) -> str:
@@ -119,6 +132,22 @@ def count_axis(ax, values, axis: str = "x") -> None:
     axis_obj.set_major_formatter(fmt)
 
 
+class PlainLogFormatter(LogFormatterSciNotation):
+    """Log-axis labels as plain numbers (0.01, 20, 300) where matplotlib would write 10^-2 or 2x10^1;
+    which ticks get a label is still matplotlib's choice."""
+
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def log_axis(ax, axis: str = "y") -> None:
+    """A log scale whose ticks read as plain numbers."""
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    axis_obj = ax.yaxis if axis == "y" else ax.xaxis
+    axis_obj.set_major_formatter(PlainLogFormatter())
+    axis_obj.set_minor_formatter(PlainLogFormatter())
+
+
 def grid(n: int, ncols_max: int = 3, size=(5.0, 3.8), **kw):
     """``n`` panels in rows of at most ``ncols_max``; unused panels removed."""
     ncols = max(1, min(ncols_max, n))
@@ -129,14 +158,3 @@ def grid(n: int, ncols_max: int = 3, size=(5.0, 3.8), **kw):
     for ax in flat[n:]:
         ax.remove()
     return fig, flat[:n]
-
-
-def legend_outside(ax, title: str | None = None) -> None:
-    """The axes' legend to its right, so it never covers data."""
-    if ax.get_legend() is not None:
-        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1), title=title, frameon=False)
-
-
-def drop_legend(ax) -> None:
-    if ax.get_legend() is not None:
-        ax.get_legend().remove()

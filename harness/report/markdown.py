@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
+from harness.report.agreement import EXACT_DTYPES, prefix_agreement, read_tokens
+from harness.report.clock_validation import rate_pairs, service_pairs, summary as clock_summary
 from harness.report.collect import Collection, burst, contended_rows, ok_rows, unique_points, with_mode
 from harness.report.figures import GB, devices
 from harness.report.hardware import with_peak
 from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
 from harness.report.service_plots import max_rate_table, service_table
+from harness.report.summary import Headline, concurrency_headlines, memory_headlines, rate_headlines
+from harness.report.units import readable_durations
 from harness.report.variance import DEFAULT_MAX_SPREAD, footnote, mark_spread
 
 
@@ -91,12 +96,19 @@ def decode_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> 
             "output_tokens_per_s": "output tok/s", "tokens_per_s": "tok/s", "tokens_per_s_spread": "tok/s spread",
             "step_ms_p50": "step p50 ms", "ttft_ms_p50": "TTFT p50 ms", "preemptions": "preemptions",
             "used_pct": "KV used %", "run_dir": "run"}
+    df, cols = readable_durations(df, cols)
     return _marked(df.sort_values(["device_slug", "model", "workload", "impl", "mode", "batch", "run_dir"]), cols,
                    max_spread)
 
 
-def parity_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Greedy output parity: per device, model, dtype and workload, the digests each impl produced."""
+def parity_table(rows: pd.DataFrame, folders: dict[str, Path] | None = None) -> pd.DataFrame:
+    """Greedy output parity: per device, model, dtype and workload, the digests each impl produced.
+
+    In fp32 the check is exact (``agree``: one digest). In bf16/fp16, where tied logits may round
+    apart, it is the prefix agreement of each impl's tokens with the reference impl's (contiguous,
+    else the first), read from the run folders in ``folders`` (harness/report/agreement.py)."""
+    if "output_digest" not in rows:
+        return pd.DataFrame()
     df = with_mode(ok_rows(rows, "decode").dropna(subset=["output_digest"]))
     # Eager and graphed runs are compared separately: a padded batch may round bf16 differently.
     keys = ["device_slug", "model", "dtype", "workload", "workload_digest", "batch", "mode"]
@@ -105,9 +117,38 @@ def parity_table(rows: pd.DataFrame) -> pd.DataFrame:
         by_impl = group.groupby("impl")["output_digest"].agg(lambda d: ",".join(sorted(set(d))))
         if len(by_impl) < 2:
             continue
-        out.append({**dict(zip(keys, key)), "impls": " ".join(by_impl.index),
-                    "digests": " ".join(sorted(set(by_impl))), "agree": by_impl.nunique() == 1})
+        rec = {**dict(zip(keys, key)), "impls": " ".join(by_impl.index),
+               "digests": " ".join(sorted(set(by_impl))), "agree": by_impl.nunique() == 1}
+        exact = str(rec["dtype"]) in EXACT_DTYPES
+        rec["check"] = "exact" if exact else "prefix agreement"
+        if exact or rec["agree"]:
+            rec["result"] = "same tokens" if rec["agree"] else "DIFFERENT tokens"
+        else:
+            rec["result"] = _agreement_text(group, folders or {})
+        out.append(rec)
     return pd.DataFrame(out)
+
+
+def _agreement_text(group: pd.DataFrame, folders: dict[str, Path]) -> str:
+    """Each impl's share of the reference impl's tokens it matched up to the first divergence."""
+    impls = sorted(group["impl"].unique())
+    reference = "contiguous" if "contiguous" in impls else impls[0]
+
+    def tokens(impl: str):
+        for run_dir in sorted(group.loc[group["impl"] == impl, "run_dir"].unique()):
+            if run_dir in folders and (found := read_tokens(folders[run_dir], impl)) is not None:
+                return found
+        return None
+
+    ref = tokens(reference)
+    if ref is None:
+        return "digests differ; no tokens.jsonl to compare"
+    shares = []
+    for impl in (i for i in impls if i != reference):
+        other = tokens(impl)
+        share = prefix_agreement(ref, other) if other is not None else None
+        shares.append(f"{impl} {'–' if share is None else f'{100 * share:.1f}%'}")
+    return f"vs {reference}: " + ", ".join(shares)
 
 
 def kernel_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -164,6 +205,7 @@ def _figure(name: str, title: str) -> str:
 
 SECTIONS = [
     ("memory_vs_concurrency", "KV memory needed vs concurrent requests"),
+    ("memory_vs_concurrency_more", "KV memory needed vs concurrent requests: the other settings"),
     ("kv_breakdown", "KV memory breakdown per impl"),
     ("max_concurrency", "Max concurrency: measured vs predicted"),
     ("decode_throughput", "Decode throughput vs batch"),
@@ -207,7 +249,8 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
         service = service_table(col.rows)
         if "gpu" in service and service["gpu"].isna().all():  # wall-clock runs only: no simulated GPU to name
             service = service.drop(columns="gpu")
-        table, note = _marked(service, SERVICE_COLUMNS, max_spread)
+        service, headers = readable_durations(service, SERVICE_COLUMNS)
+        table, note = _marked(service, headers, max_spread)
         return ("Offered and achieved rates, latency percentiles over requests (vLLM's definitions), "
                 "the paper's normalized latency, and the SLO's goodput:\n\n" + md_table(table) + note)
     if name == "kv_over_time":
@@ -254,9 +297,110 @@ def contended_section(rows, included: bool) -> list[str]:
                                      "load_avg_after": "load after"}))]
 
 
+def anchor(title: str) -> str:
+    """The link target GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    kept = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -_")
+    return kept.strip().replace(" ", "-")
+
+
+def command_anchor(run_dir: str) -> str:
+    return "cmd-" + "".join(ch if ch.isalnum() else "-" for ch in run_dir.lower())
+
+
+MAX_RATE_TITLE = "Max request rate under the SLO"
+
+
+def section_titles(drawn: list[str]) -> dict[str, str]:
+    """Each drawn section's heading as rendered (numbered in drawing order), and the max-rate section's."""
+    titles = {name: f"{i}. {title}" for i, (name, title) in enumerate([s for s in SECTIONS if s[0] in drawn], 1)}
+    return {**titles, "max_rate": MAX_RATE_TITLE}
+
+
+def headlines(col: Collection) -> list[Headline]:
+    return (memory_headlines(col, memory_points_table(col.points)) + concurrency_headlines(col, concurrency_table(col.rows))
+            + rate_headlines(col, max_rate_table(col.rows)))
+
+
+def answer_section(col: Collection, drawn: list[str], has_max_rate: bool) -> list[str]:
+    """REPORT.md's first section: what paging buys, per device and model, each figure linked to its evidence."""
+    found = headlines(col)
+    if not found:
+        return []
+    titles = section_titles(drawn)
+    available = set(drawn) | ({"max_rate"} if has_max_rate else set())
+    table = pd.DataFrame([{
+        "device": h.device, "model": h.model, "paging buys": f"**{h.value}** {h.fact}", "how": h.detail,
+        "section": f"[{titles[h.section]}](#{anchor(titles[h.section])})" if h.section in available else "–",
+        "command": f"[`{h.run_dir}`](#{command_anchor(h.run_dir)})" if h.run_dir else "–",
+    } for h in found])
+    return ["## What paging buys\n",
+            "Each figure is the best paged impl against contiguous at one setting; its section has the rest, "
+            "and its command re-makes it. The KV accounting does not depend on the device; a simulated GPU's "
+            "figures come from the simulated clock, not from that GPU.\n",
+            md_table(table)]
+
+
+CLOCK_TITLE = "The simulated clock against the wall clock"
+
+
+def _pct(v) -> str:
+    return "–" if v is None or pd.isna(v) else f"{100 * v:+.0f}%"
+
+
+def clock_section(rows: pd.DataFrame) -> list[str]:
+    """Each rate served on both clocks (harness/report/clock_validation.py), and the max rates."""
+    pairs, rates = service_pairs(rows), rate_pairs(rows)
+    if pairs.empty and rates.empty:
+        return []
+    parts = [f"## {CLOCK_TITLE}\n",
+             "The same requests served on the wall clock (`scenario=decode`, `scenario=max_rate`) and simulated "
+             "on a profile of this machine's own steps (`scenario=profile`, whose `clock_source` names the "
+             "profile): error = simulated / wall - 1. A rate whose wall run achieved under 90% of it is "
+             "saturated: its queue, not the clock, sets its latencies.\n"]
+    s = clock_summary(pairs, rates)
+    if s:
+        said = {"tpot_ms_p50": "median TPOT", "e2el_ms_p50": "median E2EL", "ttft_ms_p50": "median TTFT",
+                "max_rate_rps": "max rate within the SLO"}
+        parts.append("Median absolute error below saturation: " +
+                     ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
+    if not pairs.empty:
+        t = pairs.assign(**{f"{f} err": pairs[f"{f}_err"].map(_pct) for f in
+                            ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
+                         saturated=pairs["saturated"].map({True: "yes", False: "no"}))
+        parts.append(md_table(_pick(t, {
+            "device_slug": "device", "model": "model", "impl": "impl", "request_rate": "offered req/s",
+            "achieved_rps": "achieved req/s", "saturated": "saturated",
+            "tpot_ms_p50_wall": "TPOT p50 ms wall", "tpot_ms_p50_sim": "simulated", "tpot_ms_p50 err": "error",
+            "e2el_ms_p50_wall": "E2EL p50 ms wall", "e2el_ms_p50_sim": "simulated", "e2el_ms_p50 err": "error ",
+            "ttft_ms_p50_wall": "TTFT p50 ms wall", "ttft_ms_p50_sim": "simulated", "ttft_ms_p50 err": "error  ",
+            "tpot_ms_p99 err": "TPOT p99 error", "e2el_ms_p99 err": "E2EL p99 error", "ttft_ms_p99 err": "TTFT p99 error",
+        })))
+    if not rates.empty:
+        t = rates.assign(error=rates["max_rate_err"].map(_pct))
+        parts += ["Max rate within the SLO on each clock:\n",
+                  md_table(_pick(t, {"device_slug": "device", "model": "model", "impl": "impl", "slo": "SLO",
+                                     "max_rate_rps_wall": "wall req/s", "max_rate_rps_sim": "simulated req/s",
+                                     "error": "error", "clock_source": "profile"}))]
+    return parts
+
+
+def stale_section(rows: pd.DataFrame) -> list[str]:
+    if "stale" not in rows or not rows["stale"].notna().any():
+        return []
+    flagged = rows[rows["stale"].notna()]
+    groups = (flagged.groupby(["device_slug", "stale"], dropna=False)["run_dir"].nunique()
+              .reset_index().rename(columns={"run_dir": "run folders"}))
+    return ["## Stale rows\n",
+            f"{len(flagged)} rows no longer describe this checkout: older code measured them, or they are filed "
+            "under another machine's folder. They stay in every table and figure, with the reason in the "
+            "`stale` column of `all_runs`; re-run their commands to bring them up to date.\n",
+            md_table(_pick(groups, {"device_slug": "device", "stale": "why", "run folders": "run folders"}))]
+
+
 def render(col: Collection, drawn: list[str], command: str, notes: dict[str, list[str]],
            max_spread: float = DEFAULT_MAX_SPREAD, include_contended: bool = False) -> str:
     rows = col.rows
+    max_rate = max_rate_markdown(rows)
     parts = [
         "# kvbench report\n",
         f"{len(rows)} rows from {rows['run_dir'].nunique()} run folders on {devices(rows)}. "
@@ -264,6 +408,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
         + (", `all_points.parquet` / `all_points.csv`" if not col.points.empty else "") + ".\n",
         "Regenerate this report with:\n",
         f"```\n{command}\n```\n",
+        *answer_section(col, drawn, bool(max_rate)),
         "## Environment\n",
         md_table(environment_table(rows)),
         "## Rows by scenario and status\n",
@@ -277,29 +422,40 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
                                                             "batch": "batch", "device_slug": "device",
                                                             "status": "status", "error": "error"}))]
     parts += unread_section(col)
+    parts += stale_section(rows)
     parts += contended_section(rows, include_contended)
-    parity = parity_table(rows)
+    parity = parity_table(rows, col.folders)
     if len(parity):
         parts += ["## Output parity across impls\n",
-                  "The same requests must give the same greedy tokens whatever the cache and kernel "
-                  "(fp32 exactly; bf16/fp16 may differ where two logits tie after rounding).\n",
+                  "In fp32 the same requests must give the same greedy tokens whatever the cache and kernel: "
+                  "the check is exact. In bf16/fp16 two logits can tie after rounding and kernels that sum in "
+                  "another order then pick different tokens, so the check there is the prefix agreement: per "
+                  "request, the tokens equal up to its first divergence, over the reference impl's tokens.\n",
                   md_table(_pick(parity, {"device_slug": "device", "model": "model", "dtype": "dtype",
                                           "workload": "workload", "batch": "batch", "mode": "mode",
-                                          "impls": "impls",
-                                          "digests": "output digests", "agree": "agree"}))]
-    for i, (name, title) in enumerate([s for s in SECTIONS if s[0] in drawn], start=1):
-        parts += [f"## {i}. {title}\n", _figure(name, title)]
+                                          "impls": "impls", "check": "check", "result": "result",
+                                          "digests": "output digests"}))]
+    titles = section_titles(drawn)
+    for name, title in [s for s in SECTIONS if s[0] in drawn]:
+        parts += [f"## {titles[name]}\n", _figure(name, title)]
         if notes.get(name):
             parts.append("Not shown (too many panels): " + "; ".join(notes[name]) + "\n")
+        if name == "memory_vs_concurrency" and "memory_vs_concurrency_more" in drawn:
+            parts.append("The seeds' experiment first, then the other settings at block 16; the rest (the "
+                         "block-size sweep among them) are in the next figure.\n")
+            continue  # one table for both figures, after the second
+        if name == "memory_vs_concurrency_more":
+            parts.append(_section_table("memory_vs_concurrency", col, max_spread))
+            continue
         parts.append(_section_table(name, col, max_spread))
-    max_rate = max_rate_markdown(rows)
     if max_rate:
-        parts += ["## Max request rate under the SLO\n", max_rate]
+        parts += [f"## {MAX_RATE_TITLE}\n", max_rate]
+    parts += clock_section(rows)
     parts.append("## Commands that produced the runs\n")
     if not col.commands:
         parts.append("_No run folder recorded its overrides (.hydra/overrides.yaml)._\n")
     for scenario in sorted({c.scenario for c in col.commands}):
         parts.append(f"### {scenario}\n")
         for c in sorted((c for c in col.commands if c.scenario == scenario), key=lambda c: c.run_dir):
-            parts.append(f"`{c.run_dir}`:\n\n```\n{c.command}\n```\n")
+            parts.append(f'<a id="{command_anchor(c.run_dir)}"></a>`{c.run_dir}`:\n\n```\n{c.command}\n```\n')
     return "\n".join(parts)

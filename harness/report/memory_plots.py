@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from harness.report.collect import ok_rows, unique_points
-from harness.report.figures import (
-    GB, MAX_FACETS, devices, drop_legend, facet_labels, fmt_bytes, grid, show, wrap,
-)
+from harness.report.figures import DEFAULT_BLOCK_SIZE, GB, MAX_FACETS, devices, facet_labels, fmt_bytes, grid, show, wrap
+from harness.report.palette import impl_order, impl_style
 
 VARIANTS = {"contiguous": "contiguous (max_seq_len per request)", "paged": "paged",
             "paged_shared": "paged + prefix/fork sharing"}
+# Each variant in the colour and marker of the impl that stores it that way; sharing is paged, dashed and hollow.
+VARIANT_STYLE = {"contiguous": {"color": impl_style("contiguous").colour, "marker": impl_style("contiguous").marker},
+                 "paged": {"color": impl_style("paged").colour, "marker": impl_style("paged").marker},
+                 "paged_shared": {"color": impl_style("paged").colour, "marker": impl_style("paged").marker,
+                                  "ls": (0, (5, 2)), "markerfacecolor": "white"}}
+SHORT = {"paged_shared": "paged + sharing"}  # a variant's name in a panel's note
 POINT_INPUTS = ["model", "workload", "dtype", "max_seq_len", "block_size", "n", "shared_prefix_len", "budget_kv_bytes"]
+# The seeds' experiment (README): Llama-2-7B serving 100 requests of 100 + 400 tokens at once; its panel comes first.
+SEEDS_EXPERIMENT = {"model": "llama-2-7b", "prompt_len": 100.0, "output_len": 400.0, "batch": 100.0}
+MORE_FACETS = 12  # the second figure's panels at most; beyond them the settings are named in REPORT.md
 
 
 def _inputs_title(p: pd.Series) -> str:
@@ -22,58 +33,125 @@ def _inputs_title(p: pd.Series) -> str:
     line1 = f"{p['model']} · {p['workload']} · {p.get('dtype', '')}"
     parts = [show(c, p.get(c)) for c in ("max_seq_len", "block_size") if c in p]
     if not pd.isna(p.get("prompt_len", np.nan)):
-        parts.append(f"prompt {p['prompt_len']:g} + output {p['output_len']:g}")
+        parts.append(f"prompt {p['prompt_len']:.4g} + output {p['output_len']:.4g} tokens")
     if p.get("n", 1) and p.get("n", 1) > 1:
         parts.append(show("n", p["n"]))
     if p.get("shared_prefix_len", 0) and p.get("shared_prefix_len", 0) > 0:
         parts.append(show("shared_prefix_len", p["shared_prefix_len"]))
-    return line1 + "\n" + wrap(" · ".join(parts), 50)
+    title = line1 + "\n" + wrap(" · ".join(parts), 50)
+    if _is_seeds_experiment(p):
+        title += f"\n(the seeds' experiment: {SEEDS_EXPERIMENT['batch']:g} requests at once)"
+    return title
 
 
-def memory_vs_concurrency(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[Figure | None, list[str]]:
-    """Plot 1: KV bytes reserved to serve N concurrent requests, per variant, with the budget."""
+def _is_seeds_experiment(p: pd.Series) -> bool:
+    return all(k in p and p[k] == v for k, v in SEEDS_EXPERIMENT.items())
+
+
+def _number_key(v) -> tuple:
+    """Numbers by value (block 2 before block 16), a missing one last; text as text."""
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return (2, 0.0, "")
+    return (0, float(v), "") if isinstance(v, numbers.Number) else (1, 0.0, str(v))
+
+
+def _off_default(p: pd.Series) -> bool:
+    """A block-size sweep's panel: a block size other than the default."""
+    return not pd.isna(p.get("block_size")) and p.get("block_size") != DEFAULT_BLOCK_SIZE
+
+
+def _importance(p: pd.Series) -> tuple:
+    """How soon a panel is shown: the seeds' experiment, then panels at the default block size (the seeds'
+    model first), then the block-size sweep; within each, by model and workload, then every input by number."""
+    return (not _is_seeds_experiment(p), _off_default(p), p.get("model") != SEEDS_EXPERIMENT["model"],
+            *(_number_key(p.get(c)) for c in POINT_INPUTS))
+
+
+def panel_label(p: pd.Series) -> str:
+    """One line naming a panel's setting, for a reader (budgets in GB, block sizes as numbers)."""
+    unset = {"n": 1, "shared_prefix_len": 0}  # no parallel samples, no shared prefix: not worth a word
+    return " · ".join(show(c, p[c]) for c in POINT_INPUTS if c in p and not pd.isna(p[c]) and unset.get(c) != p[c])
+
+
+def memory_panels(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[list[pd.DataFrame], list[pd.DataFrame], list[str]]:
+    """The points of each setting, split in the main figure's panels, the second figure's, and the labels of
+    any left over; each list most important first (``_importance``)."""
     pts = unique_points(points)
     if pts.empty or not {"concurrency", "variant", "kv_bytes_reserved"} <= set(pts.columns):
-        return None, []
-    if {"prompt_len", "output_len"} <= set(rows.columns):  # the lengths live in the rows, not the points
-        lengths = rows.drop_duplicates("run_dir").set_index("run_dir")[["prompt_len", "output_len"]]
-        pts = pts.join(lengths, on="run_dir")
+        return [], [], []
+    runs = [c for c in ("prompt_len", "output_len", "batch") if c in rows.columns]
+    if runs and "run_dir" in rows:  # the lengths and the batch live in the rows, not the points
+        pts = pts.join(rows.drop_duplicates("run_dir").set_index("run_dir")[runs], on="run_dir")
     keys = [c for c in POINT_INPUTS if c in pts.columns]
-    pts["facet"] = pts[keys].astype(str).agg(" | ".join, axis=1)
-    facets = sorted(pts["facet"].unique())
-    shown, dropped = facets[:MAX_FACETS], facets[MAX_FACETS:]
     pts["GB"] = pts["kv_bytes_reserved"] / GB
-    pts["variant "] = pts["variant"].map(VARIANTS).fillna(pts["variant"])
-    order = [VARIANTS[v] for v in VARIANTS if v in set(pts["variant"])]
-    order += sorted(set(pts["variant "]) - set(order))
-    fig, axes = grid(len(shown), size=(5.6, 4.2))
-    for i, (ax, facet) in enumerate(zip(axes, shown)):
-        sub = pts[pts["facet"] == facet].sort_values(["variant", "concurrency"])
-        sns.lineplot(data=sub, x="concurrency", y="GB", hue="variant ", style="variant ", hue_order=order,
-                     style_order=order, markers=True, markersize=6, errorbar=None, ax=ax)
+    panels = sorted((sub for _, sub in pts.groupby(keys, dropna=False, sort=False)),
+                    key=lambda sub: _importance(sub.iloc[0]))
+    # the sweep's panels stay together in the second figure, unless there is nothing else to show
+    at_default = [sub for sub in panels if not _off_default(sub.iloc[0])] or panels
+    main = at_default[:MAX_FACETS]
+    rest = [sub for sub in panels if not any(sub is m for m in main)]
+    return main, rest[:MORE_FACETS], [panel_label(sub.iloc[0]) for sub in rest[MORE_FACETS:]]
+
+
+def _memory_figure(panels: list[pd.DataFrame], title: str, ncols_max: int) -> Figure:
+    """Plot 1's panels: KV GB reserved vs concurrent requests per variant, token states and the budget."""
+    variants = {v for sub in panels for v in sub["variant"]}
+    order = [v for v in VARIANTS if v in variants] + sorted(variants - set(VARIANTS))
+    fig, axes = grid(len(panels), ncols_max=ncols_max, size=(5.6, 4.2))
+    budget_drawn = False
+    for ax, sub in zip(axes, panels):
+        for v in order:
+            line = sub[sub["variant"] == v].groupby("concurrency")["GB"].mean()
+            style = {"marker": "o", "color": "0.3", **VARIANT_STYLE.get(v, {})}
+            ax.plot(line.index, line.values, markersize=6, lw=1.6, label=VARIANTS.get(v, v), **style)
         tokens = sub.groupby("concurrency")["kv_bytes_used"].min() / GB
-        ax.plot(tokens.index, tokens.values, color="0.55", lw=1, ls=(0, (1, 1)), label="token states only")
-        budget = sub["budget_kv_bytes"].dropna()
+        ax.plot(tokens.index, tokens.values, color="0.55", lw=1, ls=(0, (1, 1)), label="_tokens")
+        budget = sub["budget_kv_bytes"].dropna() if "budget_kv_bytes" in sub else pd.Series(dtype=float)
         if len(budget):
-            ax.axhline(budget.iloc[0] / GB, color="black", ls="--", lw=1.2, label="KV budget")
-            ax.annotate(f"KV budget {budget.iloc[0] / GB:.1f} GB", (1, budget.iloc[0] / GB), xycoords=("axes fraction", "data"),
+            budget_drawn = True
+            ax.axhline(budget.iloc[0] / GB, color="black", ls="--", lw=1.2, label="_budget")
+            ax.annotate(f"KV budget {fmt_bytes(budget.iloc[0])}", (1, budget.iloc[0] / GB), xycoords=("axes fraction", "data"),
                         xytext=(-4, 4), textcoords="offset points", ha="right", va="bottom", fontsize=8.5)
             _annotate_saving(ax, sub, budget.iloc[0])
-        title = _inputs_title(sub.iloc[0])
+        title_text = _inputs_title(sub.iloc[0])
         wide = sub.pivot_table(index="concurrency", columns="variant", values="kv_bytes_reserved", aggfunc="first")
         if {"paged", "paged_shared"} <= set(wide.columns) and (wide["paged"] == wide["paged_shared"]).all():
-            title += "\n(nothing shared: paged + sharing = paged)"
-        ax.set_title(title)
+            title_text += "\n(nothing shared: paged + sharing = paged)"
+        ax.set_title(title_text)
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel("KV cache memory reserved (GB)")
         ax.set_xlim(left=0)
         _clip_y(ax, sub, budget.max() / GB if len(budget) else None)
-        if i == 0:
-            handles, labels = ax.get_legend_handles_labels()
-        drop_legend(ax)
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False, fontsize=9)
-    fig.suptitle(f"KV memory needed vs concurrent requests\n(capacity simulation on {devices(pts)})")
-    return fig, [f.replace(" | ", " · ") for f in dropped]
+    handles = [Line2D([], [], markersize=6, lw=1.6, label=VARIANTS.get(v, v), **{"marker": "o", "color": "0.3",
+                                                                                 **VARIANT_STYLE.get(v, {})})
+               for v in order]
+    handles.append(Line2D([], [], color="0.55", lw=1, ls=(0, (1, 1)), label="token states only"))
+    if budget_drawn:
+        handles.append(Line2D([], [], color="black", ls="--", lw=1.2, label="KV budget"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False, fontsize=9)
+    fig.suptitle(title)
+    return fig
+
+
+def memory_vs_concurrency(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[Figure | None, list[str]]:
+    """Plot 1: KV bytes reserved to serve N concurrent requests, per variant, with the budget: the most
+    important settings (``memory_panels``); and the labels of the settings it leaves out."""
+    main, more, left = memory_panels(points, rows)
+    if not main:
+        return None, []
+    title = f"KV memory needed vs concurrent requests\n(capacity simulation on {devices(pd.concat(main))})"
+    return _memory_figure(main, title, 3), [panel_label(sub.iloc[0]) for sub in more] + left
+
+
+def memory_vs_concurrency_more(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[Figure | None, list[str]]:
+    """Plot 1's other settings (the block-size sweep, ...), in a figure of their own; and the labels of
+    any beyond ``MORE_FACETS`` panels, which neither figure shows."""
+    _, more, left = memory_panels(points, rows)
+    if not more:
+        return None, left
+    title = (f"KV memory needed vs concurrent requests: the other settings\n"
+             f"(capacity simulation on {devices(pd.concat(more))})")
+    return _memory_figure(more, title, 4), left
 
 
 def _clip_y(ax, sub: pd.DataFrame, budget_gb: float | None) -> None:
@@ -86,7 +164,7 @@ def _clip_y(ax, sub: pd.DataFrame, budget_gb: float | None) -> None:
         return
     ax.set_ylim(0, cap)
     off = sub[sub["GB"] > cap].sort_values("concurrency").groupby("variant").last()
-    note = "\n".join(f"{v} reaches {r.GB:.0f} GB at {r.concurrency:g}" for v, r in off.iterrows())
+    note = "\n".join(f"{SHORT.get(v, v)} reaches {r.GB:.0f} GB at {r.concurrency:g}" for v, r in off.iterrows())
     ax.text(0.98, 0.97, f"off scale: {note}", transform=ax.transAxes, ha="right", va="top", fontsize=8, color="0.2",
             bbox={"facecolor": "white", "edgecolor": "0.8", "boxstyle": "round,pad=0.3"})
 
@@ -104,7 +182,9 @@ def _annotate_saving(ax, sub: pd.DataFrame, budget: float) -> None:
     ax.annotate("", (n, bottom), (n, top), arrowprops={"arrowstyle": "<->", "color": "0.3", "lw": 1})
     right = n < 0.6 * sub["concurrency"].max()  # the label beside the arrow, on the side with room
     ax.annotate(f"paging saves\n{top - bottom:.1f} GB at {n:g}", (n, (top + bottom) / 2), xytext=(6 if right else -6, 0),
-                textcoords="offset points", ha="left" if right else "right", va="center", fontsize=8.5, color="0.2")
+                textcoords="offset points", ha="left" if right else "right", va="center", fontsize=8.5, color="0.2",
+                # a white ground: near few requests the label sits over the paged curves
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
 
 
 EXTERNAL = "kv_external_fragmentation_bytes"  # free, but in holes too small for the next request
@@ -234,23 +314,31 @@ def max_concurrency(rows: pd.DataFrame) -> Figure | None:
                                      "max_concurrency_analytic": "predicted (KV tokens / request)"})
     kinds = ["measured (no preemption)", "predicted (KV tokens / request)"]
     fig, axes = grid(len(facets), ncols_max=3, size=(5.0, 4.0))
-    for i, (ax, facet) in enumerate(zip(axes, facets)):
+    width = 0.4
+    for ax, facet in zip(axes, facets):
         sub = long[long["facet"] == facet]
-        order = sorted(sub["impl"].unique())
-        sns.barplot(data=sub, x="impl", y="requests", hue="kind", hue_order=kinds, order=order, errorbar=None,
-                    palette=["#4c72b0", "#bbbbbb"], ax=ax)
-        for container, kind in zip(ax.containers, kinds):
+        order = impl_order(sub["impl"].unique())
+        # each impl in its own colour: measured filled, predicted hatched in the same colour beside it
+        for k, kind in enumerate(kinds):
             part = sub[sub["kind"] == kind].set_index("impl").reindex(order)
-            labels = [("≥" if kind.startswith("measured") and r.capped else "") + r.label for r in part.itertuples()]
-            ax.bar_label(container, labels=labels, fontsize=8.5, padding=2)
+            for j, (impl, r) in enumerate(part.iterrows()):
+                if pd.isna(r["requests"]):
+                    continue
+                colour = impl_style(impl).colour
+                bars = ax.bar(j + (k - 0.5) * width, r["requests"], width * 0.95, color=colour if k == 0 else "white",
+                              edgecolor=colour, hatch=None if k == 0 else "///", lw=1.2,
+                              label=impl if k == 0 else "_predicted")
+                mark = "≥" if k == 0 and bool(r["capped"]) else ""
+                ax.bar_label(bars, labels=[mark + str(r["label"])], fontsize=8.5, padding=2)
+        ax.set_xticks(range(len(order)), order)
         ax.set_title(wrap(facet))
         ax.set_xlabel("")
         ax.set_ylabel("concurrent sequences")
         ax.margins(y=0.12)
-        if i == 0:
-            ax.legend(loc="upper left", fontsize=8, title=None)
-        else:
-            drop_legend(ax)
+        ax.grid(axis="x", visible=False)
+    fig.legend(handles=[Patch(facecolor="0.45", edgecolor="0.45", label=kinds[0]),
+                        Patch(facecolor="white", edgecolor="0.45", hatch="///", label=kinds[1])],
+               loc="outside lower center", ncol=2, frameon=False, fontsize=9)
     capped = vals[vals["capped"]]
     note = (f"\n≥: the run's batch limit (B={', '.join(f'{b:g}' for b in sorted(capped['batch'].unique()))}) was reached first"
             if len(capped) else "")

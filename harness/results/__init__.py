@@ -24,6 +24,7 @@ FINGERPRINT = [
     "device", "device_slug", "gpu_name", "gpu_count", "gpu_memory_bytes", "driver_version",
     "cuda_version", "cpu_name", "cpu_count", "torch_version", "triton_version", "python_version",
     "git_sha", "git_dirty", "hostname_hash",
+    "measured_at",  # when the row was measured: UTC, ISO 8601 to the second (a kept row keeps its own)
     "fingerprint_diff",  # a replay: the fields above that differ from the original run's
 ]
 STATUS = ["status", "error", "notes"]
@@ -49,6 +50,7 @@ METRICS = [
     "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent lanes
     # service (harness/serving/service_metrics.py): arrivals, per-request latency, SLO and goodput
     "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "gpu", "slo",
+    "clock_source",  # a simulated clock's prices: a profile's id (scenario=profile), or roofline
     *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
     # scenario=max_rate
@@ -63,8 +65,62 @@ METRICS = [
     # CPU: what the process got while measured (harness/measure/contention.py); contended rows say so in notes
     "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "contended",
 ]
-TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons")  # the metric columns that are not numbers
+TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
+                "clock_source")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
+# Columns of true/false (a CSV gives them back as the text "True"/"False").
+BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph")
+# Counts (tokens, steps, requests, heads, ...) are whole numbers; with every byte column they are
+# stored as nullable integers, so an empty cell stays empty instead of turning the column into floats.
+COUNTS = (
+    "block_size", "batch", "max_seq_len", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
+    "n", "seed", "repeat", "cpu_threads", "gpu_count", "cpu_count",
+    "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
+    "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes",
+    "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
+    "piecewise_steps", "concurrency", "running", "waiting", "tokens",
+)
+
+
+def is_count(column: str) -> bool:
+    """A count, or a byte column (``kv_bytes_reserved``, ``weight_bytes``: a word ``bytes`` in its name)."""
+    return column in COUNTS or "bytes" in column.split("_")
+
+
+def as_bool(v):
+    """True, False, or NA for a true/false cell as Python, Parquet or a CSV wrote it."""
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return pd.NA
+    key = v.strip().lower() if isinstance(v, str) else v
+    if key in (True, 1, "true", "1", "yes"):
+        return True
+    if key in (False, 0, "false", "0", "no"):
+        return False
+    return pd.NA
+
+
+def typed(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with counts and byte columns as nullable integers and true/false columns as nullable
+    booleans (in place, and returned). A column that holds a fraction or text is left as it is:
+    a value is never rounded or invented to fit a type."""
+    for col in df.columns:
+        values = df[col]
+        if col in BOOLEANS:
+            df[col] = values.map(as_bool, na_action="ignore").astype("boolean")
+        elif is_count(col) and str(values.dtype) != "Int64":
+            numbers = pd.to_numeric(values, errors="coerce")
+            whole = numbers.dropna()
+            if numbers.notna().sum() == values.notna().sum() and (whole == whole.round()).all() \
+                    and (whole.abs() < 2**63).all():
+                df[col] = numbers.round().astype("Int64")
+    return df
+
+
+def measured_at() -> str:
+    """Now, as a row's ``measured_at``: UTC, ISO 8601, to the second."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def run_id(run_dir: Path) -> str:
@@ -83,7 +139,7 @@ def tidy(rows: Iterable[dict]) -> pd.DataFrame:
     if missing:  # added at once (one column at a time fragments the frame)
         df = pd.concat([df, pd.DataFrame({c: [None] * len(df) for c in missing}, index=df.index, dtype=object)], axis=1)
     extras = [c for c in df.columns if c not in COLUMNS]
-    return df[COLUMNS + extras]
+    return typed(df[COLUMNS + extras].copy())
 
 
 def temporary_twin(path: Path) -> Path:

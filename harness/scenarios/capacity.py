@@ -87,13 +87,14 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     return [simulated_row(ctx, impl, points=True)]
 
 
-def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False) -> dict:
-    """One impl's capacity row; with ``gpu=NAME`` also its service columns on the simulated clock
-    (and its ``requests``/``steps`` tables). ``points``: add the memory-vs-concurrency table."""
+def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock=None, source: str | None = None) -> dict:
+    """One impl's capacity row; with a clock (``clock_profile=`` or ``gpu=NAME``, or ``clock`` given,
+    named ``source``) also its service columns on the simulated clock (and its ``requests``/``steps``
+    tables). ``points``: add the memory-vs-concurrency table."""
     from harness.kv.budget import kv_budget
     from harness.kv.factory import analytic_max_concurrency, build_allocator
     from harness.measure.metrics import per_second
-    from harness.serving.cost_model import cost_model_for
+    from harness.serving.clocks import outside_note, step_clock
     from harness.serving.service_metrics import service_columns
     from harness.serving.simulator import simulate
     from harness.serving.timeline import append_table, requests_table, steps_table
@@ -103,7 +104,8 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False) -> di
     # Weights from the shape, activations estimated; nothing is allocated.
     budget = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests])
     allocator = build_allocator(impl, cfg, budget.kv_bytes)
-    clock = cost_model_for(cfg) if cfg.gpu is not None else None
+    if clock is None:
+        clock, source = step_clock(cfg, impl.name)
     arrivals = [r.arrival_s for r in requests] if clock is not None else None
     t0 = time.perf_counter()
     sim = simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
@@ -127,7 +129,8 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False) -> di
             append_table(ctx.tables, "steps", steps_table(sim.records, impl.name, rid))
     mean_len = round(statistics.mean(r.total_len for r in requests))
     rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
-    notes = " | ".join(ctx.workload_notes + ([rejected] if rejected else [])) or None
+    outside = outside_note(clock)
+    notes = " | ".join(ctx.workload_notes + [n for n in (rejected, outside) if n]) or None
     return {
         "status": "ok",
         "notes": notes,
@@ -145,5 +148,6 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False) -> di
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
         "weight_bytes": budget.weight_bytes,
         "gpu": f"{cfg.gpu.count}x {cfg.gpu.name}" if cfg.gpu is not None else None,
+        "clock_source": source,  # the profile's id, or roofline: what priced the steps
         **service,
     }

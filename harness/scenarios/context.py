@@ -19,9 +19,6 @@ from harness.results import run_id
 from harness.serving.workload import Request, Workload, draw_workload, workload_digest
 
 
-_DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice, before any run changes it
-
-
 @dataclass
 class JobContext:
     cfg: Config
@@ -76,6 +73,18 @@ class JobContext:
         rate_note = ignored_rate_note(self.cfg.arrival)
         return list(self.workload.notes) + ([rate_note] if rate_note else [])
 
+    @property
+    def cpu_threads(self) -> int:
+        """The intra-op threads this job's CPU work runs on: ``cpu_threads``, or (null) the cores other work
+        leaves free at the job's start (harness/measure/contention.py: free_cores). Decided once per job,
+        in the memo that travels to an isolated impl's process and back, so every impl gets the same;
+        rows record the number."""
+        if "cpu_threads" not in self.memo:
+            from harness.measure.contention import free_cores
+
+            self.memo["cpu_threads"] = self.cfg.cpu_threads or free_cores()
+        return self.memo["cpu_threads"]
+
     @cached_property
     def model(self):
         from harness.model.weights import build_model
@@ -86,7 +95,7 @@ class JobContext:
             from harness.kv.budget import check_host_weights
 
             check_host_weights(self.cfg, psutil.virtual_memory().available)
-            torch.set_num_threads(self.cfg.cpu_threads or _DEFAULT_THREADS)
+            torch.set_num_threads(self.cpu_threads)
         return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed)
 
     @cached_property
@@ -152,7 +161,7 @@ class JobContext:
             "n": w.n,
             "seed": cfg.seed,
             "repeat": cfg.repeat,
-            "cpu_threads": cfg.cpu_threads if self.device.type == "cpu" else None,
+            "cpu_threads": self.cpu_threads if self.device.type == "cpu" else None,
             "cuda_graph": cfg.cuda_graph,
             "workload_digest": workload_digest(self.requests) if workload else None,
             "trace_sha256": self.workload.trace_sha256 if workload else None,

@@ -90,7 +90,7 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path):
         ("gpu.count=2", "gpu.count=2 sets a key of gpu, but no gpu is chosen; choose one with gpu=NAME "
                         "(allowed: a100-40gb, a100-80gb, a100-80gb-pcie, h100-nvl, h100-pcie, h100-sxm, h200, l4, l40s, rtx-4090)"),
         # a key of another scenario (each scenario has its own dataclass)
-        ("scenario.warmup=0", "scenario.warmup belongs to scenario=decode, kernel, max_rate, not scenario=capacity "
+        ("scenario.warmup=0", "scenario.warmup belongs to scenario=decode, kernel, max_rate, profile, not scenario=capacity "
                               "(scenario=capacity keys: name, concurrency_points)"),
     ],
 )

@@ -14,6 +14,7 @@ from harness.report import build_report
 from harness.report.__main__ import main
 from harness.report.hardware import table_peak_tbps
 from harness.report.markdown import md_table
+from harness.report.palette import drawn_impls, figure_problems, legend_labels
 from harness.results import write_run
 
 GPUS = {
@@ -151,10 +152,18 @@ def test_gpu_comparison_has_one_facet_per_gpu(report):
     assert any("3.35 TB/s" in t for t in titles) and any("4.8 TB/s" in t for t in titles)
 
 
+def test_every_figure_draws_each_impl_in_its_own_style_and_names_it(report):
+    """One colour and marker per impl in every figure, each named by the figure's legend (or its bars' ticks),
+    and no panel left empty."""
+    for name, fig in report.figures.items():
+        assert figure_problems(fig) == [], name
+
+
 def test_failed_rows_not_plotted(report):
-    ax = report.figures["decode_throughput"].axes[-1]
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    fig = report.figures["decode_throughput"]
+    labels = legend_labels(fig)
     assert "contiguous" in labels and "paged_cuda" not in labels
+    assert "paged_cuda" not in drawn_impls(fig)
 
 
 def test_max_concurrency_prefers_search_rows(report):

@@ -10,6 +10,7 @@ import pytest
 
 from harness.report import build_report
 from harness.report.collect import numeric
+from harness.report.palette import figure_problems, legend_labels
 from harness.report.service_plots import max_rate_table
 from harness.results import write_run
 
@@ -77,13 +78,14 @@ def test_service_plots_written(report):
     assert (report.out / "all_rate_probes.parquet").exists()
 
 
+def _data(ax) -> list:
+    """A panel's data lines: each is labelled with its impl (reference lines' labels start with _)."""
+    return [ln for ln in ax.lines if not ln.get_label().startswith("_")]
+
+
 def _lines(fig) -> dict[str, tuple[list, list]]:
-    """Each impl's line in the (single) panel, x and y, matched to the legend's entry by colour."""
-    ax = fig.axes[0]
-    colours = {ln.get_label(): ln.get_color() for ln in ax.lines if ln.get_label() in NORM}
-    data = [ln for ln in ax.lines if ln.get_label().startswith("_child")]
-    return {impl: next((list(ln.get_xdata()), list(ln.get_ydata())) for ln in data if ln.get_color() == c)
-            for impl, c in colours.items()}
+    """Each impl's line in the (single) panel, x and y, by its label."""
+    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in _data(fig.axes[0])}
 
 
 def test_normalized_latency_vs_rate_skips_burst(report):
@@ -101,12 +103,19 @@ def test_goodput_vs_rate(report):
 
 
 def test_kv_over_time_draws_the_busiest_run_per_impl(report):
-    ax = report.figures["kv_over_time"].axes[0]
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "contiguous (4 req/s)" in labels and "paged_torch (4 req/s)" in labels
+    fig = report.figures["kv_over_time"]
+    ax = fig.axes[0]
+    assert {"contiguous", "paged_torch"} <= set(legend_labels(fig)) and "4 req/s" in ax.get_title()
     reserved_mb = sorted(round(max(ln.get_ydata()), 3) for ln in ax.lines if ln.get_linestyle() == "--"
                          and len(ln.get_xdata()) > 1)
     assert reserved_mb == [2.0, 8.0]  # MB held by paged_torch and contiguous at 4 req/s, not at a lower rate
+
+
+def test_every_figure_draws_each_impl_in_its_own_style_and_names_it(report):
+    """One colour and marker per impl in every figure, each named by the figure's legend (or its bars' ticks),
+    and no panel left empty."""
+    for name, fig in report.figures.items():
+        assert figure_problems(fig) == [], name
 
 
 def test_max_rate_table_ratio_to_contiguous(report):
@@ -149,7 +158,7 @@ def test_no_service_sections_without_service_data(tmp_path):
 
 def test_throughput_figure_uses_only_burst_rows(report):
     ax = report.figures["decode_throughput"].axes[0]
-    drawn = [list(ln.get_ydata()) for ln in ax.lines if ln.get_label().startswith("_child")]
+    drawn = [list(ln.get_ydata()) for ln in _data(ax)]
     assert drawn == [[50.0]]  # the burst run alone; rows under Poisson arrivals are limited by their rate
 
 
@@ -184,8 +193,8 @@ def test_normalized_latency_keeps_simulated_and_wall_clock_rows_apart(tmp_path):
     body = [ln for ln in section.splitlines() if ln.startswith("| cpu-test |")]
     assert sum("| wall | – |" in ln for ln in body) == 3 and sum("| simulated | 1x a100-40gb |" in ln for ln in body) == 3
     fig = report.figures["normalized_latency"]
-    drawn = {ax.get_title(): sorted({round(y, 6) for ln in ax.lines if ln.get_label().startswith("_child")
-                                     for y in ln.get_ydata()}) for ax in fig.axes if ax.lines}
+    drawn = {ax.get_title(): sorted({round(y, 6) for ln in _data(ax) for y in ln.get_ydata()})
+             for ax in fig.axes if ax.lines}
     assert len(drawn) == 2 and sorted(drawn.values()) == [[0.02], [0.5]]  # one panel per clock, each its own values
     assert any("simulated" in t and "a100" in t for t in drawn) and any("wall" in t for t in drawn)
     wall_only = build_report([tmp_path / "runs" / "wall"], tmp_path / "out_wall", "cmd")

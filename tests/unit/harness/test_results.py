@@ -53,3 +53,32 @@ def test_a_job_whose_rows_cannot_be_written_ends_in_one_line(compose, tmp_path, 
     assert code == 1 and rows[0]["status"] == "error" and "No space left on device" in rows[0]["error"]
     assert "No space left on device" in capsys.readouterr().err
     assert not (tmp_path / "rows.csv").exists()  # no rows.csv saying ok beside a missing rows.parquet
+
+
+def test_tidy_rows_store_counts_as_integers_and_flags_as_booleans(tmp_path):
+    import pandas as pd
+
+    from harness.results import tidy, write_table
+
+    rows = [{"scenario": "decode", "status": "ok", "batch": 8, "kv_bytes_reserved": 1.2e9, "preemptions": 0,
+             "git_dirty": False, "contended": "True", "tokens_per_s": 812.5, "measured_at": "2026-12-01T22:00:00+00:00"},
+            {"scenario": "decode", "status": "error", "error": "x", "batch": 16, "git_dirty": True}]
+    df = tidy(rows)
+    assert str(df["batch"].dtype) == "Int64" and str(df["kv_bytes_reserved"].dtype) == "Int64"
+    assert str(df["preemptions"].dtype) == "Int64" and df["preemptions"].isna().tolist() == [False, True]
+    assert str(df["git_dirty"].dtype) == "boolean" and str(df["contended"].dtype) == "boolean"
+    assert df["contended"].tolist()[0] is True or bool(df["contended"].iloc[0]) is True
+    assert df["tokens_per_s"].dtype == float  # a rate stays a float
+    write_table(df, tmp_path / "rows")
+    back = pd.read_parquet(tmp_path / "rows.parquet")
+    assert str(back["batch"].dtype) == "Int64" and str(back["git_dirty"].dtype) == "boolean"
+    assert (tmp_path / "rows.csv").read_text().splitlines()[1].count("1200000000") == 1  # no "1200000000.0"
+    assert "measured_at" in df.columns
+
+
+def test_a_count_column_with_a_fraction_is_left_as_it_is():
+    from harness.results import tidy
+
+    df = tidy([{"scenario": "capacity", "status": "ok", "max_concurrency_analytic": 12.5},
+               {"scenario": "capacity", "status": "ok", "max_concurrency_analytic": 3}])
+    assert df["max_concurrency_analytic"].tolist() == [12.5, 3.0]  # never rounded to fit a type

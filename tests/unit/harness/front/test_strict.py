@@ -30,7 +30,7 @@ def test_plus_keys_the_schema_does_not_know_are_errors(compose, override, expect
 @pytest.mark.parametrize("scenario, override, expected", [
     ("kernel", "+scenario.probe=x", "scenario.probe belongs to scenario=max_concurrency, max_rate, not scenario=kernel "
                                     "(scenario=kernel keys: name, context_len, warmup, iters, slab_block_size)"),
-    ("capacity", "+scenario.warmup=0", "scenario.warmup belongs to scenario=decode, kernel, max_rate, not "
+    ("capacity", "+scenario.warmup=0", "scenario.warmup belongs to scenario=decode, kernel, max_rate, profile, not "
                                        "scenario=capacity (scenario=capacity keys: name, concurrency_points)"),
     ("kernel", "+scenario.iter=3", "scenario.iter is not a config key; did you mean scenario.iters? (scenario=kernel keys:"),
 ])

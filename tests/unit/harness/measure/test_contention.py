@@ -46,3 +46,47 @@ def test_busy_work_is_measured_in_cores():
     got = probe.result()
     assert 0 < got.cpu_util <= 1.1 and got.threads == 1
     assert got.load_avg_before is not None and got.load_avg_after is not None
+
+
+# ---- the default thread count: the cores other work leaves free ------------------------------------------
+
+def test_free_cores_counts_the_cores_other_work_took(monkeypatch):
+    from harness.measure import contention
+
+    samples = iter([(0, 0), (150, 200)])  # 150 of 200 jiffies busy
+    monkeypatch.setattr(contention, "_busy_and_total", lambda: next(samples))
+    assert contention.free_cores(0.0, cores=4) == 1  # 4 cores, 3 busy
+    samples = iter([(0, 0), (0, 200)])
+    monkeypatch.setattr(contention, "_busy_and_total", lambda: next(samples))
+    assert contention.free_cores(0.0, cores=4) == 4  # idle: every core
+    samples = iter([(0, 0), (200, 200)])
+    monkeypatch.setattr(contention, "_busy_and_total", lambda: next(samples))
+    assert contention.free_cores(0.0, cores=4) == 1  # never fewer than one
+    monkeypatch.setattr(contention, "_busy_and_total", lambda: None)
+    assert contention.free_cores(0.0, cores=3) == 3  # no /proc/stat: every core counts as free
+
+
+def test_free_cores_leaves_one_thread_beside_a_hog_on_every_core():
+    import multiprocessing
+    import os
+
+    from harness.measure.contention import free_cores
+
+    cores = os.cpu_count() or 1
+    hogs = [multiprocessing.get_context("spawn").Process(target=_spin, daemon=True) for _ in range(cores)]
+    for h in hogs:
+        h.start()
+    try:
+        import time
+
+        time.sleep(1.0)  # the spawned interpreters start, then spin
+        assert free_cores(0.5) == 1
+    finally:
+        for h in hogs:
+            h.kill()
+            h.join()
+
+
+def _spin() -> None:
+    while True:
+        pass

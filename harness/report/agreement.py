@@ -1,0 +1,53 @@
+"""How far two impls' greedy tokens agree where exact parity cannot hold.
+
+In fp32 the impls give the same tokens, and the report checks exactly that (equal output
+digests). In bf16 or fp16 two logits can tie after rounding, and kernels that sum in another
+order then pick different tokens; from there on the two sequences are different texts. What
+can be asked of them is how far they go together: per request, the tokens equal up to its first
+divergence, summed over requests, over the reference's tokens (the share vLLM's and SGLang's
+kernel tests call prefix agreement). Read from the run folders' ``tokens.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+Key = tuple[int, int]  # (request_id, sample)
+EXACT_DTYPES = ("float32", "float64")  # where the impls must agree token for token
+
+
+def read_tokens(folder: Path, impl: str) -> dict[Key, list[int]] | None:
+    """``impl``'s output tokens per request in ``folder``/tokens.jsonl, or None when there are none to read.
+
+    Data, never code: each line is parsed as JSON, and a line that is not a record of ids is skipped."""
+    try:
+        lines = (folder / "tokens.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    out: dict[Key, list[int]] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            if rec.get("impl") == impl and isinstance(rec.get("output_ids"), list):
+                out[(int(rec["request_id"]), int(rec.get("sample", 0)))] = [int(t) for t in rec["output_ids"]]
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+    return out or None
+
+
+def prefix_agreement(reference: dict[Key, list[int]], other: dict[Key, list[int]]) -> float | None:
+    """Tokens equal up to each request's first divergence, over the reference's tokens (requests both have)."""
+    matched = total = 0
+    for key, ref in reference.items():
+        if key not in other:
+            continue
+        out = other[key]
+        same = 0
+        for a, b in zip(ref, out):
+            if a != b:
+                break
+            same += 1
+        matched += same
+        total += len(ref)
+    return matched / total if total else None

@@ -1,0 +1,77 @@
+"""The simulated clock against the wall clock: the same requests, served for real and simulated on a profile.
+
+A ``scenario=profile`` job simulates its workload at each of its rates on the step profile it
+measured (``clock=simulated``); a wall-clock decode job of the same config at the same rate
+served the very requests (the same ``workload_digest``). Per pair, each latency figure's
+error is simulated / wall - 1. A pair is below saturation when the wall run achieved at least
+``SATURATED`` of its offered rate: past that, a queue grows and every figure depends on how long
+the run lasted, not on the clock. The max rate within the SLO is compared the same way, between
+the profile job's search and the ``scenario=max_rate`` wall-clock row of the same settings.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.report.collect import ok_rows
+
+SATURATED = 0.9  # achieved over offered rate below which a run is saturated
+FIGURES = [f"{m}_ms_{p}" for m in ("ttft", "tpot", "e2el") for p in ("p50", "p99")]
+# What makes two rows the same requests on the same setup (the digest covers prompts and arrival times).
+PAIR = ["device_slug", "model", "dtype", "impl", "batch", "max_seq_len", "block_size", "cpu_threads", "workload_digest"]
+RATE_PAIR = ["device_slug", "model", "dtype", "impl", "batch", "max_seq_len", "block_size", "cpu_threads", "workload",
+             "num_requests", "seed", "slo"]
+
+
+def _keys(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    return [k for k in keys if k in df]
+
+
+def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (setting, rate) served on both clocks: each figure on each, and its error."""
+    wall = ok_rows(rows, "decode")
+    sim = ok_rows(rows, "profile")
+    need = {"clock", "request_rate", *FIGURES}
+    if wall.empty or sim.empty or not need <= set(wall) or not need <= set(sim):
+        return pd.DataFrame()
+    wall = wall[(wall["clock"] == "wall") & wall["request_rate"].notna()]
+    sim = sim[(sim["clock"] == "simulated") & sim["request_rate"].notna()]
+    keys = _keys(wall, PAIR)
+    keys = [k for k in keys if k in sim] + ["request_rate"]
+    cols = [c for c in (*FIGURES, "achieved_rps", "preemptions", "run_dir") if c in wall]
+    both = wall[keys + cols].merge(sim[keys + [c for c in (*FIGURES, "clock_source", "run_dir") if c in sim]], on=keys,
+                                   suffixes=("_wall", "_sim"))
+    if both.empty:
+        return both
+    for f in FIGURES:
+        both[f"{f}_err"] = both[f"{f}_sim"] / both[f"{f}_wall"] - 1
+    both["saturated"] = both["achieved_rps"] < SATURATED * both["request_rate"]
+    return both.sort_values(["device_slug", "model", "impl", "request_rate"]).reset_index(drop=True)
+
+
+def rate_pairs(rows: pd.DataFrame) -> pd.DataFrame:
+    """The max rate within the SLO on each clock, per setting."""
+    wall, sim = ok_rows(rows, "max_rate"), ok_rows(rows, "profile")
+    if wall.empty or sim.empty or "max_rate_rps" not in sim or "clock" not in wall:
+        return pd.DataFrame()
+    wall = wall[(wall["clock"] == "wall") & wall["max_rate_rps"].notna()]
+    sim = sim[sim["max_rate_rps"].notna()]
+    keys = [k for k in _keys(wall, RATE_PAIR) if k in sim]
+    both = wall[keys + ["max_rate_rps"]].merge(sim[keys + ["max_rate_rps", "clock_source"]], on=keys,
+                                               suffixes=("_wall", "_sim"))
+    if both.empty:
+        return both
+    both["max_rate_err"] = both["max_rate_rps_sim"] / both["max_rate_rps_wall"] - 1
+    return both.sort_values(["device_slug", "model", "impl"]).reset_index(drop=True)
+
+
+def summary(pairs: pd.DataFrame, rates: pd.DataFrame) -> dict[str, float]:
+    """Median absolute errors below saturation (TPOT and E2EL p50, the issue's goals) and of the max rate."""
+    out: dict[str, float] = {}
+    below = pairs[~pairs["saturated"]] if not pairs.empty else pairs
+    for f in ("tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p50"):
+        if not below.empty:
+            out[f] = float(below[f"{f}_err"].abs().median())
+    if not rates.empty:
+        out["max_rate_rps"] = float(rates["max_rate_err"].abs().median())
+    return out

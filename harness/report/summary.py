@@ -1,0 +1,117 @@
+"""The answer first: per device and model, what paging buys, each figure with its section and its command.
+
+REPORT.md's sections hold the whole evidence; a reader who asks "what does paging buy here?"
+should not have to assemble it from four of them. Three facts, when the runs hold them:
+
+- memory: the KV memory paging saves at the seeds' experiment (100 concurrent requests), or at
+  the most concurrent requests a model's accounting was run at, from the capacity points;
+- max concurrency: the best paged impl's measured maximum over contiguous's, at one budget;
+- max rate: the best paged impl's largest rate within the SLO over contiguous's.
+
+A paged impl is one whose name starts with ``paged``; the Orca baselines are reservation
+schemes, not paging, and are left to their sections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.report.collect import Collection, ok_rows
+from harness.report.figures import GB
+
+SEEDS_WORKLOAD = "seeds"  # the seeds' own experiment: Llama-2-7B, 100 users
+
+
+@dataclass(frozen=True)
+class Headline:
+    device: str  # the machine measured, the GPU simulated, or "any" for the KV accounting
+    model: str
+    fact: str  # "KV memory saved", "max concurrency", "max rate within the SLO"
+    value: str  # the figure, e.g. "80.5 GB" or "1.75×"
+    detail: str  # what it compares, in words
+    section: str  # the report section's name (harness/report/markdown.py SECTIONS) it is drawn in
+    run_dir: str | None  # a run folder whose command produced it
+
+
+def is_paged(impl: str) -> bool:
+    return str(impl).startswith("paged")
+
+
+def memory_headlines(col: Collection, points_table: pd.DataFrame) -> list[Headline]:
+    """Per model: paging's saving at the seeds' workload, else at the setting with the most requests."""
+    if points_table.empty or "saved by paging GB" not in points_table:
+        return []
+    out = []
+    for model, sub in points_table.groupby("model", sort=True):
+        seeds = sub[sub["workload"] == SEEDS_WORKLOAD]
+        pick = (seeds if len(seeds) else sub).sort_values(["requests", "saved by paging GB"]).iloc[-1]
+        src = col.points[(col.points["model"] == model) & (col.points["workload"] == pick["workload"])]
+        out.append(Headline(
+            "any (KV accounting)", str(model), "KV memory saved", f"{pick['saved by paging GB']:.1f} GB",
+            f"{pick['contiguous GB']:.1f} GB contiguous → {pick['paged GB']:.1f} GB paged at "
+            f"{int(pick['requests'])} concurrent requests ({pick['workload']} workload, block {int(pick['block_size'])})",
+            "memory_vs_concurrency", _first(src)))
+    return out
+
+
+def concurrency_headlines(col: Collection, table: pd.DataFrame) -> list[Headline]:
+    """Per device and model: the best paged impl's measured max concurrency over contiguous's, at one setting."""
+    if table.empty:
+        return []
+    out = []
+    keys = [c for c in ("scenario", "model", "workload", "max_seq_len", "budget_kv_bytes", "device_slug") if c in table]
+    for key, sub in table.groupby(keys, dropna=False, sort=True):
+        setting = dict(zip(keys, key))
+        base = sub[sub["impl"] == "contiguous"]
+        paged = sub[sub["impl"].map(is_paged)].dropna(subset=["max_concurrency"])
+        if base.empty or paged.empty or not base["max_concurrency"].iloc[0] > 0:
+            continue
+        best = paged.sort_values("max_concurrency").iloc[-1]
+        n0, n1 = base["max_concurrency"].iloc[0], best["max_concurrency"]
+        bound = "≥ " if bool(best.get("capped", False)) else ""  # the search stopped at its batch limit
+        src = ok_rows(col.rows, setting["scenario"])
+        src = src[(src["model"] == setting["model"]) & (src["device_slug"] == setting["device_slug"])]
+        out.append(Headline(
+            str(setting["device_slug"]), str(setting["model"]), "max concurrency", f"{bound}{n1 / n0:.2f}×",
+            f"{best['impl']} {n1:.0f} vs contiguous {n0:.0f} concurrent requests in a "
+            f"{_size(setting.get('budget_kv_bytes'))} KV budget ({setting.get('workload')} workload)",
+            "max_concurrency", _first(src)))
+    return out
+
+
+def rate_headlines(col: Collection, table: pd.DataFrame) -> list[Headline]:
+    """Per device (or simulated GPU) and model: the best paged impl's max rate within the SLO over contiguous's."""
+    if table.empty or "ratio" not in table:
+        return []
+    out = []
+    paged = table[table["impl"].map(is_paged)].dropna(subset=["ratio"])
+    for _, best in paged.sort_values("ratio").groupby(
+            [c for c in ("device_slug", "gpu", "model", "workload", "slo") if c in paged], dropna=False).tail(1).iterrows():
+        simulated = isinstance(best.get("gpu"), str) and best.get("clock") == "simulated"
+        device = f"simulated {best['gpu']}" if simulated else str(best["device_slug"])
+        src = ok_rows(col.rows, "max_rate")
+        src = src[(src["model"] == best["model"]) & (src["workload"] == best["workload"])]
+        if simulated and "gpu" in src:
+            src = src[src["gpu"] == best["gpu"]]
+        out.append(Headline(
+            device, str(best["model"]), "max rate within the SLO", f"{best['ratio']:.2f}×",
+            f"{best['impl']} {best['max_rate_rps']:.3g} vs contiguous {best['contiguous_rps']:.3g} req/s "
+            f"({best['workload']} workload, SLO {best['slo']}, {'simulated' if simulated else 'wall'} clock)",
+            "max_rate", _first(src)))
+    return sorted(out, key=lambda h: (h.device, h.model, h.detail))
+
+
+def _size(n) -> str:
+    """Bytes in the unit that reads: GB, MB or kB (decimal, as the report's tables)."""
+    if n is None or pd.isna(n):
+        return "unknown"
+    for unit, size in (("GB", GB), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _first(rows: pd.DataFrame) -> str | None:
+    return None if rows.empty or "run_dir" not in rows else str(sorted(rows["run_dir"].dropna().unique())[0])

@@ -1,0 +1,228 @@
+"""scenario=profile: the model's own step times on this device, as a table the simulated clock can read.
+
+The roofline assumes its constants; a profile measures them, with the real model code, each
+impl's own cache and kernel, and the decode engine's own host work, the way a wall-clock run
+pays for them. For every ``(batch, context)`` of the grid it serves ``batch`` requests of
+``context``-token prompts for ``decode_steps`` tokens each (one burst, nothing preempted) and
+times each step as the engine's clock sees it: from the end of the step before to the end of
+its own. A decode point is the median of its steps, at the mean context they read; a prefill
+point times single forwards of ``tokens`` prompt tokens. The points go into the run folder's
+``profile`` table (harness/serving/profile_table.py); ``clock_profile=RUN_DIR`` prices a
+simulated run from them (harness/serving/profiled_clock.py).
+
+Then, to validate the clock where it can be checked, the job simulates its own workload on the
+profile at each of ``rates`` (the rows a wall-clock run of the same config at that
+``arrival.rate`` is compared with), and with ``max_rate=true`` searches the largest rate within
+the SLO on the profiled clock, as ``scenario=max_rate`` does on the wall clock.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List
+
+from harness.config import ImplConfig, ScenarioConfig
+from harness.errors import ConfigError
+
+if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    from harness.scenarios.context import JobContext
+    from harness.serving.profiled_clock import ProfilePoints
+
+MIN_CONTEXT = 16
+
+
+@dataclass
+class ProfileScenario(ScenarioConfig):
+    """Measured step times for the simulated clock (harness/scenarios/profile.py)."""
+
+    name: str = "profile"
+    batches: List[int] = field(default_factory=list)  # empty: powers of two up to ``batch``, and ``batch``
+    contexts: List[int] = field(default_factory=list)  # empty: 16 .. max_seq_len - decode_steps - 1, five points
+    prefill_tokens: List[int] = field(default_factory=list)  # empty: 16 .. min(max_num_batched_tokens, 4096), x4
+    decode_steps: int = 8  # decode steps timed per (batch, context)
+    warmup: int = 1  # untimed passes over the smallest point first (kernels compiled, caches warm)
+    rates: List[float] = field(default_factory=list)  # arrival.rate values to simulate on the profile
+    max_rate: bool = False  # also search the largest rate within the SLO on the profiled clock
+    start_rps: float = 1.0  # as scenario=max_rate's
+    tolerance_rps: float = 0.25
+    search_limit: float = 256
+
+
+SCHEMA = ProfileScenario
+
+
+def grid_batches(sc: ProfileScenario, batch: int) -> list[int]:
+    if sc.batches:
+        return sorted(set(sc.batches))
+    out, b = [], 1
+    while b < batch:
+        out.append(b)
+        b *= 2
+    return out + [batch]
+
+
+def grid_contexts(sc: ProfileScenario, max_seq_len: int) -> list[int]:
+    """Five contexts, geometric from 16 to the longest prompt the decode steps still fit after."""
+    if sc.contexts:
+        return sorted(set(sc.contexts))
+    top = max_seq_len - sc.decode_steps - 1
+    if top <= MIN_CONTEXT:
+        return [max(1, top)]
+    ratio = (top / MIN_CONTEXT) ** 0.25
+    return sorted({round(MIN_CONTEXT * ratio ** i) for i in range(4)} | {top})
+
+
+def grid_prefill(sc: ProfileScenario, max_num_batched_tokens: int) -> list[int]:
+    if sc.prefill_tokens:
+        return sorted(set(sc.prefill_tokens))
+    top, out, t = min(max_num_batched_tokens, 4096), [], MIN_CONTEXT
+    while t < top:
+        out.append(t)
+        t *= 4
+    return out + [top]
+
+
+def check(ctx: JobContext) -> None:
+    cfg, sc = ctx.cfg, ctx.cfg.scenario
+    if sc.decode_steps < 2:
+        raise ConfigError(f"scenario.decode_steps={sc.decode_steps} must be >= 2 (the first step's time is "
+                          "the prefill's tail)")
+    for b in grid_batches(sc, cfg.batch):
+        if not 1 <= b <= cfg.batch:
+            raise ConfigError(f"scenario.batches holds {b}: each must be in [1, batch={cfg.batch}]")
+    for c in grid_contexts(sc, cfg.max_seq_len):
+        if not 1 <= c or c + sc.decode_steps + 1 > cfg.max_seq_len:
+            raise ConfigError(f"scenario.contexts holds {c}: each must be >= 1 and leave room for "
+                              f"scenario.decode_steps={sc.decode_steps} in max_seq_len={cfg.max_seq_len}")
+    for t in grid_prefill(sc, cfg.max_num_batched_tokens):
+        if not 1 <= t <= cfg.max_num_batched_tokens:
+            raise ConfigError(f"scenario.prefill_tokens holds {t}: each must be in "
+                              f"[1, max_num_batched_tokens={cfg.max_num_batched_tokens}]")
+    if any(not r > 0 for r in sc.rates):
+        raise ConfigError(f"scenario.rates={list(sc.rates)}: each rate must be > 0 req/s")
+    if (sc.rates or sc.max_rate) and cfg.arrival.name == "burst":
+        raise ConfigError("scenario.rates and scenario.max_rate simulate arrivals at a rate: set arrival=poisson "
+                          "(or gamma, constant)")
+
+
+def _prompts(ctx: JobContext, count: int, length: int, salt: int) -> list[tuple[int, ...]]:
+    import numpy as np
+
+    rng = np.random.default_rng([ctx.cfg.seed, length, count, salt])
+    return [tuple(int(t) for t in rng.integers(0, ctx.cfg.model.vocab_size, length)) for _ in range(count)]
+
+
+def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], output_len: int, batch: int):
+    """The engine's records of serving ``prompts`` at once, each for ``output_len`` tokens: (kind, tokens,
+    seconds) per step, timed from the end of the step before (the first from the run's start)."""
+    import math
+
+    from harness.kv.factory import build_cache
+    from harness.serving.engine import Engine
+    from harness.serving.workload import Request
+
+    cfg = copy.deepcopy(ctx.cfg)
+    cfg.batch = batch
+    longest = max(len(p) for p in prompts) + output_len
+    slots = len(prompts) * (math.ceil(max(cfg.max_seq_len, longest) / cfg.block_size) + 1) * cfg.block_size
+    cache = build_cache(impl, cfg, int(slots * ctx.bytes_per_token * 1.1), ctx.device)  # nothing is preempted
+    engine = Engine(ctx.model, cache, batch, cfg.max_num_batched_tokens, sync=ctx.sync)
+    result = engine.run([Request(i, p, output_len, 1) for i, p in enumerate(prompts)])
+    if result.preemptions or result.rejected:
+        raise RuntimeError(f"profile point of {len(prompts)} prompts of {len(prompts[0])} tokens was preempted "
+                           "or rejected: the profile's own cache was sized too small")
+    out, before = [], 0.0
+    for rec in result.steps:
+        out.append((rec.kind, rec.tokens, rec.t_s - before))
+        before = rec.t_s
+    return out
+
+
+def measure_profile(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+    """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points."""
+    from harness.serving.profile_table import point
+
+    cfg, sc = ctx.cfg, ctx.cfg.scenario
+    repeats = max(1, cfg.repeat)
+    batches, contexts = grid_batches(sc, cfg.batch), grid_contexts(sc, cfg.max_seq_len)
+    for _ in range(sc.warmup):
+        _serve(ctx, impl, _prompts(ctx, batches[0], contexts[0], 999_999), 3, batches[0])
+    rows = []
+    for batch in batches:
+        for context in contexts:
+            seconds: list[float] = []
+            for rep in range(repeats):
+                steps = _serve(ctx, impl, _prompts(ctx, batch, context, rep), sc.decode_steps + 1, batch)
+                seconds += [s for kind, _, s in steps if kind == "decode"]
+            # the prefill left each sequence context + 1 tokens, and decode step j reads context + 1 + j of them
+            # per sequence, as the simulator counts a step's KV tokens read
+            mean_context = context + 1 + (sc.decode_steps - 1) / 2
+            rows.append(point(impl.name, "decode", seconds, batch=batch, context=mean_context))
+    longest_prompt = cfg.max_seq_len - 2  # room for the one token a prefill generates
+    for tokens in grid_prefill(sc, cfg.max_num_batched_tokens):
+        sizes = [longest_prompt] * (tokens // longest_prompt) + ([tokens % longest_prompt] if tokens % longest_prompt else [])
+        seconds = []
+        for rep in range(repeats):
+            prompts = [p for i, n in enumerate(sizes) for p in _prompts(ctx, 1, n, 1000 * rep + i)]
+            seconds += [s for kind, computed, s in _serve(ctx, impl, prompts, 1, len(prompts))
+                        if kind == "prefill" and computed == tokens]
+        if seconds:
+            rows.append(point(impl.name, "prefill", seconds, tokens=tokens))
+    return rows
+
+
+def points_of(rows: list[dict]) -> ProfilePoints:
+    from harness.serving.profiled_clock import ProfilePoints
+
+    return ProfilePoints(tuple((r["batch"], r["context"], r["seconds"]) for r in rows if r["kind"] == "decode"),
+                         tuple((r["tokens"], r["seconds"]) for r in rows if r["kind"] == "prefill"))
+
+
+def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: float) -> dict:
+    """The job's workload at ``rate`` on the profiled clock, as a capacity run prices it."""
+    from harness.scenarios.capacity import simulated_row
+    from harness.serving.profiled_clock import ProfiledClock
+
+    cfg = copy.deepcopy(ctx.cfg)
+    cfg.arrival.rate = rate
+    probe = ctx.derive(cfg)
+    clock = ProfiledClock(points)
+    row = simulated_row(probe, impl, clock=clock, source=clock.id)
+    # the identifiers of the workload at this rate (its arrival times), not the job's own
+    return {**row, "workload_digest": probe.identifiers(impl)["workload_digest"]}
+
+
+def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+    from harness.measure.contention import probe_for, with_contention
+    from harness.scenarios.max_rate import search_rate
+    from harness.serving.profile_table import profile_frame
+    from harness.serving.profiled_clock import profile_id
+    from harness.serving.service_metrics import slo_label
+    from harness.serving.timeline import append_table
+
+    check(ctx)
+    sc = ctx.cfg.scenario
+    probe = probe_for(ctx.device.type)
+    if probe is not None:
+        with probe:
+            rows = measure_profile(ctx, impl)
+    else:
+        rows = measure_profile(ctx, impl)
+    append_table(ctx.tables, "profile", profile_frame(rows))
+    points = points_of(rows)
+    pid = profile_id(points)
+    summary = {"status": "ok", "clock_source": pid, "probes": len(rows),
+               "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points; "
+                        f"clock_profile={ctx.run_dir} prices a simulated run from them"}
+    if probe is not None:
+        summary = with_contention(summary, probe.result())
+    out = [summary]
+    out += [_simulated(ctx, impl, points, rate) for rate in sc.rates]
+    if sc.max_rate:
+        found, probes = search_rate(lambda r: bool(_simulated(ctx, impl, points, r).get("slo_pass")),
+                                    sc.start_rps, sc.search_limit, sc.tolerance_rps)
+        out.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": ctx.cfg.arrival.name,
+                    "slo": slo_label(ctx.cfg.slo), "max_rate_rps": found, "probes": probes,
+                    "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})
+    return out

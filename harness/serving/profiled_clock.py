@@ -1,0 +1,158 @@
+"""A simulated clock that prices each step from a measured profile of the real model's steps.
+
+The roofline (harness/serving/cost_model.py) assumes constants; a profile measures them. A
+profile (``scenario=profile``, harness/scenarios/profile.py) holds, for one impl on one device:
+
+- decode points: ``(batch, context, seconds)``: one decode step of ``batch`` sequences whose
+  mean context (KV tokens the step's attention reads, over ``batch``) is ``context``;
+- prefill points: ``(tokens, seconds)``: one prefill forward computing ``tokens`` prompt tokens.
+
+Prices are interpolated, piecewise-linearly, never fitted:
+
+    prefill_s(T)      = f(T), f linear between the profiled token counts; below the smallest, its
+                        time (a prefill is never cheaper than the smallest measured); above the
+                        largest, the last segment's line extended.
+    decode_s(B, R)    = g_B(R / B), where g_b(c) is linear in the context c between profiled
+                        contexts (extended by its end segments outside them), and g_B lies
+                        linearly between the two profiled batches around B (the nearest two at
+                        either end, a batch below the smallest priced as the smallest).
+    decode_s(B, R, k) = sum over j < k of decode_s(B, R + j*B): the context grows by one token
+                        per step, so the sum is a sum of arithmetic series, one per segment.
+
+Every price is at least 0. A step whose batch or context lies outside the profile is still
+priced (by the extension) and counted in ``outside``, so a row can say how much of its run
+the profile did not cover.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Sequence as Seq
+
+
+@dataclass(frozen=True)
+class Line:
+    """A piecewise-linear function through ``(xs[i], ys[i])``, extended by its end segments."""
+
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.xs) != len(self.ys) or not self.xs:
+            raise ValueError("a line needs as many ys as xs, and at least one point")
+        if any(b <= a for a, b in zip(self.xs, self.xs[1:])):
+            raise ValueError(f"a line's xs must increase: {self.xs}")
+
+    def _segment(self, i: int) -> tuple[float, float]:
+        """(intercept, slope) of segment i (between points i and i+1); one point: a constant."""
+        if len(self.xs) == 1:
+            return self.ys[0], 0.0
+        i = min(max(i, 0), len(self.xs) - 2)
+        x0, x1, y0, y1 = self.xs[i], self.xs[i + 1], self.ys[i], self.ys[i + 1]
+        slope = (y1 - y0) / (x1 - x0)
+        return y0 - slope * x0, slope
+
+    def __call__(self, x: float) -> float:
+        a, s = self._segment(bisect.bisect_right(self.xs, x) - 1)
+        return a + s * x
+
+    def sum_steps(self, x0: float, k: int) -> float:
+        """sum over j = 0..k-1 of self(x0 + j), by segment: each is an arithmetic series."""
+        total, j = 0.0, 0
+        while j < k:
+            x = x0 + j
+            i = bisect.bisect_right(self.xs, x) - 1
+            a, s = self._segment(i)
+            # the last j that stays on this segment (the end segments run on forever)
+            if 0 <= i < len(self.xs) - 2 or (i < 0 and len(self.xs) > 1):
+                upper = self.xs[max(i, 0) + 1]
+                end = min(k, j + max(1, math.ceil(upper - x)))
+            else:
+                end = k
+            n = end - j
+            total += n * a + s * (n * x0 + (j + end - 1) * n / 2)
+            j = end
+        return total
+
+
+@dataclass(frozen=True)
+class ProfilePoints:
+    """A profile's measured points (what its table holds), for one impl on one device."""
+
+    decode: tuple[tuple[int, float, float], ...]  # (batch, mean context, seconds)
+    prefill: tuple[tuple[int, float], ...]  # (tokens, seconds)
+
+
+def profile_id(points: ProfilePoints) -> str:
+    """A short digest of the points: what a row names as its clock (the same points, the same id)."""
+    text = repr((sorted(points.decode), sorted(points.prefill)))
+    return "profile-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass
+class ProfiledClock:
+    """Prices steps by interpolating a profile (the simulator's ``StepClock``)."""
+
+    points: ProfilePoints
+    outside: int = 0  # steps priced outside the profiled batches or contexts
+    _batches: tuple[int, ...] = field(init=False, repr=False)
+    _by_batch: dict[int, Line] = field(init=False, repr=False)
+    _prefill: Line = field(init=False, repr=False)
+    _contexts: tuple[float, float] = field(init=False, repr=False)
+    _tokens: tuple[int, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.points.decode or not self.points.prefill:
+            raise ValueError("a profile needs decode points and prefill points")
+        by: dict[int, dict[float, float]] = {}
+        for batch, context, seconds in self.points.decode:
+            by.setdefault(int(batch), {})[float(context)] = float(seconds)
+        self._batches = tuple(sorted(by))
+        self._by_batch = {b: Line(tuple(sorted(by[b])), tuple(by[b][c] for c in sorted(by[b]))) for b in by}
+        contexts = [c for _, c, _ in self.points.decode]
+        self._contexts = (min(contexts), max(contexts))
+        prefill = dict((int(t), float(s)) for t, s in self.points.prefill)
+        tokens = sorted(prefill)
+        self._prefill = Line(tuple(map(float, tokens)), tuple(prefill[t] for t in tokens))
+        self._tokens = (tokens[0], tokens[-1])
+
+    @property
+    def id(self) -> str:
+        return profile_id(self.points)
+
+    def prefill_s(self, tokens: int) -> float:
+        lo, hi = self._tokens
+        if tokens > hi:
+            self.outside += 1
+        return max(0.0, self._prefill(max(tokens, lo)))
+
+    def _around(self, batch: int) -> tuple[int, int, float]:
+        """The profiled batches whose lines price ``batch``, and the weight of the second."""
+        bs = self._batches
+        if len(bs) == 1 or batch <= bs[0]:
+            return bs[0], bs[0], 0.0
+        i = min(bisect.bisect_left(bs, batch), len(bs) - 1)
+        b0, b1 = bs[i - 1], bs[i]
+        return b0, b1, (batch - b0) / (b1 - b0)
+
+    def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
+        if steps < 1:
+            raise ValueError(f"steps={steps} must be >= 1")
+        if batch < 1:
+            return 0.0
+        context = kv_tokens_read / batch
+        lo, hi = self._contexts
+        if batch > self._batches[-1] or context < lo or context + steps - 1 > hi:
+            self.outside += steps
+        b0, b1, w = self._around(batch)
+        first = self._by_batch[b0].sum_steps(context, steps)
+        if w == 0.0:
+            return max(0.0, first)
+        return max(0.0, (1 - w) * first + w * self._by_batch[b1].sum_steps(context, steps))
+
+
+def clock_from_rows(decode: Seq[tuple[int, float, float]], prefill: Seq[tuple[int, float]]) -> ProfiledClock:
+    return ProfiledClock(ProfilePoints(tuple(decode), tuple(prefill)))

@@ -1,0 +1,121 @@
+"""Other systems' benchmark JSON in the report: rows beside kvbench's own, and one line per file it cannot read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.report import build_report
+from harness.report.collect import collect
+from harness.results import write_run
+from harness.results.vllm_json import write_vllm_results
+from harness.serving.timeline import requests_table
+from tests.helpers.vllm_rows import FIGURES, FIXTURE, SEQS, decode_row
+
+KVBENCH = {"scenario": "decode", "status": "ok", "impl": "paged_torch", "model": "tiny-llama", "batch": 8,
+           "device_slug": "cpu-test", "arrival": "poisson", "request_rate": 2.0, "ttft_ms_mean": 30.0,
+           "normalized_latency_s": 0.02, "achieved_rps": 1.9, "clock": "wall"}
+AIPERF = {
+    "request_throughput": {"unit": "requests/sec", "avg": 13.16},
+    "request_latency": {"unit": "ms", "avg": 6550.4, "p50": 5799.9, "p90": 8594.2, "p99": 9381.6, "std": 1171.1},
+    "time_to_first_token": {"unit": "s", "avg": 1.5888, "p50": 0.7875, "p99": 4.1193},
+    "inter_token_latency": {"unit": "ms", "avg": 51.76, "p50": 51.98, "p99": 55.87},
+    "output_token_throughput": {"unit": "tokens/sec", "avg": 1274.6},
+    "benchmark_duration": {"unit": "sec", "avg": 15.1966},
+    "total_isl": {"unit": "tokens", "avg": 110000.0},
+    "total_osl": {"unit": "tokens", "avg": 19370.0},
+    "input_config": {"endpoint": {"model_names": ["openai/gpt-oss-20b"], "type": "chat"}},
+}
+
+
+def results_folder(root: Path) -> Path:
+    write_run(root / "cpu-test" / "decode" / "0", [KVBENCH])
+    (root / "external" / "vllm").mkdir(parents=True)
+    shutil.copy(FIXTURE, root / "external" / "vllm" / "llama-2qps.json")
+    return root
+
+
+def test_a_vllm_file_is_a_row_beside_kvbenchs_own(tmp_path):
+    rows = collect([results_folder(tmp_path / "results")]).rows.set_index("impl")
+    assert list(rows.index) == ["paged_torch", "vllm"]
+    vllm = rows.loc["vllm"]
+    assert (vllm["source"], vllm["scenario"], vllm["status"], vllm["arrival"]) == ("external", "decode", "ok", "poisson")
+    assert vllm["run_dir"] == "results/external/vllm/llama-2qps.json"
+    assert vllm["ttft_ms_mean"] == pytest.approx(48.175) and vllm["duration_s"] == pytest.approx(2.5561)
+    assert vllm["normalized_latency_s"] == pytest.approx(0.0124, abs=1e-4) and vllm["request_rate"] == 2.0
+    assert "vllm bench serve" in vllm["notes"] and rows.loc["paged_torch"]["source"] != "external"
+
+
+def test_a_kvbench_runs_json_read_as_external_gives_the_runs_figures(tmp_path):
+    row = decode_row()
+    ext = tmp_path / "results" / "external" / "kvbench"
+    ext.mkdir(parents=True)
+    write_vllm_results(ext, [row], requests_table(SEQS, "paged_torch", "r"), burstiness=1.0)
+    (back,) = collect([tmp_path / "results"]).rows.to_dict("records")
+    for col in FIGURES:
+        assert back[col] == pytest.approx(row[col]) if not isinstance(row[col], str) else back[col] == row[col], col
+    assert (back["impl"], back["source"]) == ("kvbench", "external")
+
+
+def test_vllms_append_result_file_is_one_row_per_line(tmp_path):
+    one = json.loads(FIXTURE.read_text())
+    folder = tmp_path / "r" / "external" / "sglang"
+    folder.mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps(one) + "\n" + json.dumps({**one, "request_rate": 8.0}) + "\n")
+    rows = collect([tmp_path / "r"]).rows
+    assert list(rows["request_rate"]) == [2.0, 8.0] and set(rows["impl"]) == {"sglang"}
+    assert list(rows["run_dir"]) == ["r/external/sglang/sweep.json#1", "r/external/sglang/sweep.json#2"]
+
+
+def test_an_aiperf_export_is_read_in_kvbench_units(tmp_path):
+    folder = tmp_path / "r" / "external" / "dynamo"
+    folder.mkdir(parents=True)
+    (folder / "profile_export_aiperf.json").write_text(json.dumps(AIPERF))
+    (row,) = collect([tmp_path / "r"]).rows.to_dict("records")
+    assert row["ttft_ms_mean"] == pytest.approx(1588.8) and row["ttft_ms_p99"] == pytest.approx(4119.3)  # s -> ms
+    assert row["tpot_ms_p50"] == pytest.approx(51.98)  # AIPerf's inter_token_latency is kvbench's TPOT
+    assert row["e2el_ms_p90"] == pytest.approx(8594.2) and row["duration_s"] == pytest.approx(15.1966)
+    assert row["achieved_rps"] == pytest.approx(13.16) and row["output_tokens"] == 19370
+    assert row["model"] == "openai/gpt-oss-20b" and row["source"] == "external" and row["itl_ms_mean"] != row["itl_ms_mean"]
+
+
+BAD = {
+    "truncated.json": '{"duration": 1.0, "completed": ',
+    "text.json": "this is not JSON",
+    "array.json": "[1, 2, 3]",
+    "other.json": '{"hello": "world"}',
+    "wrong-type.json": json.dumps({**json.loads(FIXTURE.read_text()), "mean_tpot_ms": "12 ms"}),
+    "unit.json": json.dumps({**AIPERF, "time_to_first_token": {"unit": "fortnights", "avg": 1.0}}),
+    "half-token.json": json.dumps({**AIPERF, "total_osl": {"unit": "tokens", "avg": 10.5}}),
+    "deep.json": "[" * 100_000 + "]" * 100_000,
+    "huge-int.json": '{"duration": 1, "completed": ' + "9" * 5000 + "}",
+    "code.json": '{"duration": __import__("os").system("touch pwned"), "completed": 1}',
+}
+
+
+def test_each_bad_file_is_one_line_naming_it_and_the_report_goes_on(tmp_path):
+    root = results_folder(tmp_path / "results")
+    for name, text in BAD.items():
+        (root / "external" / "vllm" / name).write_text(text)
+    (root / "external" / "vllm" / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
+    col = collect([root])
+    assert sorted(col.rows["impl"]) == ["paged_torch", "vllm"]  # the good file is still read
+    lines = col.warnings()
+    assert len(lines) == len(BAD) + 1
+    for name in [*BAD, "binary.json"]:
+        (line,) = [ln for ln in lines if f"/{name}:" in ln]
+        assert "\n" not in line and len(line) < 300, line
+    by_name = {ln.split(": ", 1)[0].rsplit("/", 1)[1]: ln for ln in lines}
+    assert "mean_tpot_ms: expected a number" in by_name["wrong-type.json"]
+    assert "fortnights" in by_name["unit.json"] and "neither" in by_name["other.json"]
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
+def test_the_report_draws_and_tabulates_external_rows(tmp_path):
+    root = results_folder(tmp_path / "results")
+    report = build_report([root], tmp_path / "out", "python -m harness.report results")
+    assert set(report.collection.rows["impl"]) == {"paged_torch", "vllm"}
+    assert "external" in (tmp_path / "out" / "all_runs.csv").read_text()

@@ -1,0 +1,115 @@
+"""scenario=profile: the model's own steps measured into a table, and the simulated clock priced from it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness.errors import ConfigError
+from harness.front.job import run_job
+
+SMALL = ["model=tiny-llama", "device=cpu", "max_seq_len=64", "batch=4", "cpu_threads=1",
+         "workload=uniform", "workload.num_requests=8", "workload.prompt_len=12", "workload.output_len=6",
+         "device.kv_cache_gb=0.001"]
+PROFILE = ["scenario=profile", "scenario.batches=[1,3]", "scenario.contexts=[8,40]", "scenario.decode_steps=3",
+           "scenario.prefill_tokens=[16,100]", "arrival=poisson", "arrival.rate=40", "scenario.rates=[20,40]"]
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    from tests.conftest import compose as _compose  # noqa: F401 (the fixture's function, for a module scope)
+
+    from hydra import compose, initialize_config_dir
+
+    from harness.front.schemas import register_configs
+    from harness.paths import CONF_DIR
+
+    register_configs()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", ["progress=false", "+impl=paged_torch", *SMALL, *PROFILE])
+    out = tmp_path_factory.mktemp("profile")
+    rows, code = run_job(cfg, out)
+    assert code == 0, [r.get("error") for r in rows]
+    return out, rows
+
+
+def test_the_profile_table_holds_each_grid_point_measured(profiled):
+    out, rows = profiled
+    table = pd.read_parquet(out / "profile.parquet")
+    decode, prefill = table[table.kind == "decode"], table[table.kind == "prefill"]
+    assert sorted(zip(decode.batch, decode.context)) == [(1, 10.0), (1, 42.0), (3, 10.0), (3, 42.0)]  # c + 1 + 1
+    assert sorted(prefill.tokens) == [16, 100]
+    assert (table.seconds > 0).all() and (table.seconds_p10 <= table.seconds).all()
+    assert (table.seconds <= table.seconds_p90).all() and (decode.samples == 3).all()
+    summary = rows[0]
+    assert summary["scenario"] == "profile" and summary["clock_source"].startswith("profile-")
+    assert summary["probes"] == 6 and "cpu_util" in summary  # the CPU it got while it measured
+
+
+def test_each_rate_is_simulated_on_the_profile_with_the_wall_runs_workload(profiled, compose, tmp_path):
+    out, rows = profiled
+    sims = [r for r in rows if r.get("request_rate") is not None]
+    assert [r["request_rate"] for r in sims] == [20, 40]
+    assert all(r["clock"] == "simulated" and r["clock_source"] == rows[0]["clock_source"] for r in sims)
+    assert all(r["ttft_ms_p50"] > 0 and r["tpot_ms_p50"] > 0 for r in sims)
+    # a wall-clock run of the same config at 20 req/s served the very same requests
+    (wall,), code = run_job(compose(["+impl=paged_torch", *SMALL, "arrival=poisson", "arrival.rate=20",
+                                     "scenario.warmup=0"]), tmp_path)
+    assert code == 0 and wall["workload_digest"] == sims[0]["workload_digest"]
+
+
+def test_clock_profile_prices_a_capacity_run_and_names_its_profile(profiled, compose, tmp_path):
+    out, rows = profiled
+    (row,), code = run_job(compose(["+impl=paged_torch", *SMALL, "scenario=capacity", "arrival=poisson",
+                                    "arrival.rate=20", f"clock_profile={out}"]), tmp_path)
+    assert code == 0, row.get("error")
+    assert row["clock"] == "simulated" and row["clock_source"] == rows[0]["clock_source"]
+    sim = next(r for r in rows if r.get("request_rate") == 20)
+    for f in ("ttft_ms_p50", "tpot_ms_p99", "e2el_ms_p50"):
+        assert row[f] == pytest.approx(sim[f])  # the same requests, the same profile: the same prices
+
+
+def test_a_profile_without_the_impl_gives_one_line_naming_what_it_has(profiled, compose, tmp_path):
+    out, _ = profiled
+    (row,), code = run_job(compose(["+impl=contiguous", *SMALL, "scenario=capacity", "arrival=poisson",
+                                    "arrival.rate=20", f"clock_profile={out}"]), tmp_path)
+    assert code == 2 and "has no profile of impl 'contiguous'; it profiles: paged_torch" in row["error"]
+    (row,), code = run_job(compose(["+impl=contiguous", *SMALL, "scenario=capacity", "arrival=poisson",
+                                    "arrival.rate=20", f"clock_profile={out}", "clock_profile_impl=paged_torch"]),
+                           tmp_path / "other")
+    assert code == 0 and row["clock_source"].startswith("profile-")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("missing", "no such file or folder"),
+    ("empty-dir", "holds no profile.parquet or profile.csv"),
+    ("not-a-profile", r"not a profile table \(no column"),
+])
+def test_a_bad_clock_profile_is_one_line(compose, tmp_path, bad, message):
+    from harness.front.resolve import resolve
+
+    path = tmp_path / bad
+    if bad == "empty-dir":
+        path.mkdir()
+    elif bad == "not-a-profile":
+        path = tmp_path / "profile.csv"
+        path.write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match=message):
+        resolve(compose(["+impl=paged_torch", *SMALL, "scenario=capacity", "arrival=poisson", "arrival.rate=20",
+                         f"clock_profile={path}"]))
+
+
+def test_clock_profile_on_a_wall_clock_scenario_is_refused(compose, tmp_path):
+    from harness.front.resolve import resolve
+
+    with pytest.raises(ConfigError, match="clock_profile prices simulated steps"):
+        resolve(compose(["+impl=paged_torch", *SMALL, f"clock_profile={tmp_path}"]))
+
+
+def test_a_non_positive_or_non_finite_point_is_refused(tmp_path):
+    from harness.serving.profile_table import clock_from_table
+
+    df = pd.DataFrame([{"impl": "x", "kind": "decode", "batch": 1, "context": 10.0, "tokens": None, "seconds": -1.0},
+                       {"impl": "x", "kind": "prefill", "batch": None, "context": None, "tokens": 16, "seconds": 0.01}])
+    with pytest.raises(ConfigError, match="not a positive, finite measurement"):
+        clock_from_table(df, "x", "t.csv")

@@ -1,0 +1,58 @@
+"""The profiled clock: piecewise-linear prices through measured points, sums over steps in closed form."""
+
+import random
+
+import pytest
+
+from harness.serving.profiled_clock import Line, ProfiledClock, ProfilePoints, profile_id
+
+
+def test_a_line_passes_through_its_points_and_extends_its_end_segments():
+    line = Line((1.0, 3.0, 7.0), (2.0, 6.0, 8.0))
+    assert [line(x) for x in (1.0, 2.0, 3.0, 5.0, 7.0)] == [2.0, 4.0, 6.0, 7.0, 8.0]
+    assert line(9.0) == 9.0 and line(0.0) == 0.0  # slopes 0.5 to the right, 2 to the left
+    assert Line((4.0,), (3.0,))(100.0) == 3.0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sum_steps_equals_the_sum_of_each_step_on_awkward_grids(seed):
+    rng = random.Random(seed)
+    xs = sorted(rng.sample(range(1, 600), rng.randint(1, 7)))
+    line = Line(tuple(float(x) for x in xs), tuple(rng.uniform(0, 5) for _ in xs))
+    x0, k = rng.uniform(-50, 700), rng.randint(1, 400)
+    brute = sum(line(x0 + j) for j in range(k))
+    assert line.sum_steps(x0, k) == pytest.approx(brute, rel=1e-9, abs=1e-9)
+
+
+def _clock() -> ProfiledClock:
+    decode = [(b, c, 0.001 * b + 0.00001 * b * c) for b in (1, 4, 16) for c in (16.0, 128.0, 512.0)]
+    return ProfiledClock(ProfilePoints(tuple(decode), ((16, 0.002), (256, 0.01), (1024, 0.04))))
+
+
+def test_decode_is_exact_on_the_grid_and_linear_between_batches_and_contexts():
+    clock = _clock()
+    assert clock.decode_s(4, 4 * 128) == pytest.approx(0.004 + 0.00001 * 4 * 128)
+    # batch 10 lies 6/12 of the way from 4 to 16; at context 128 each line is exact
+    at4, at16 = 0.004 + 0.00001 * 4 * 128, 0.016 + 0.00001 * 16 * 128
+    assert clock.decode_s(10, 10 * 128) == pytest.approx(at4 + 0.5 * (at16 - at4))
+    assert clock.outside == 0
+    # k steps of a batch: each reads one token more per sequence
+    assert clock.decode_s(4, 4 * 100, 30) == pytest.approx(sum(clock.decode_s(4, 4 * (100 + j)) for j in range(30)))
+
+
+def test_prices_outside_the_profile_are_counted_and_never_negative():
+    clock = _clock()
+    clock.decode_s(64, 64 * 100)  # a batch beyond the profile
+    clock.decode_s(4, 4 * 1000, 5)  # contexts beyond it, 5 steps
+    assert clock.outside == 6
+    assert clock.prefill_s(4) == clock.prefill_s(16) == 0.002  # never cheaper than the smallest measured
+    assert clock.prefill_s(2048) == pytest.approx(0.04 + (0.04 - 0.01) / 768 * 1024)
+    assert clock.outside == 7
+    steep = ProfiledClock(ProfilePoints(((1, 10.0, 0.0), (1, 20.0, 0.001)), ((16, 0.001),)))
+    assert steep.decode_s(1, 1) == 0.0  # the left extension would go below zero
+
+
+def test_the_same_points_give_the_same_id():
+    a, b = _clock(), _clock()
+    assert a.id == b.id == profile_id(a.points) and a.id.startswith("profile-")
+    assert profile_id(ProfilePoints(a.points.decode[:-1], a.points.prefill)) != a.id

@@ -1,0 +1,48 @@
+"""The simulated clock against the wall clock: rows of the same requests paired, errors computed, saturation marked."""
+
+import pandas as pd
+import pytest
+
+from harness.report.clock_validation import rate_pairs, service_pairs, summary
+from harness.report.markdown import clock_section
+
+SETUP = {"status": "ok", "device_slug": "cpu-x-2core", "model": "tiny-llama", "dtype": "float32", "impl": "paged_cuda",
+         "batch": 32, "max_seq_len": 512, "block_size": 16, "cpu_threads": 1, "workload": "chat",
+         "num_requests": 64, "seed": 0, "slo": "normalized_latency_s<=0.01"}
+
+
+def _service(scenario, clock, rate, tpot, achieved=None, digest=None, **more):
+    return {**SETUP, "scenario": scenario, "clock": clock, "request_rate": rate, "workload_digest": digest or f"w{rate}",
+            "achieved_rps": achieved if achieved is not None else rate, "run_dir": f"{scenario}/{rate}",
+            **{f"{m}_ms_{p}": tpot * k for m, k in (("ttft", 4), ("tpot", 1), ("e2el", 60)) for p in ("p50", "p99")},
+            **more}
+
+
+def _rows():
+    return pd.DataFrame([
+        _service("decode", "wall", 10, 2.0), _service("profile", "simulated", 10, 2.2, clock_source="profile-a"),
+        _service("decode", "wall", 20, 3.0), _service("profile", "simulated", 20, 2.7, clock_source="profile-a"),
+        _service("decode", "wall", 45, 5.0, achieved=30), _service("profile", "simulated", 45, 9.0, clock_source="profile-a"),
+        _service("decode", "wall", 30, 4.0, digest="other"),  # other requests: never paired
+        {**SETUP, "scenario": "max_rate", "clock": "wall", "max_rate_rps": 40.0, "run_dir": "m/0"},
+        {**SETUP, "scenario": "profile", "clock": "simulated", "max_rate_rps": 46.0, "clock_source": "profile-a",
+         "run_dir": "p/0"},
+    ])
+
+
+def test_pairs_are_the_same_requests_on_both_clocks_with_their_errors():
+    pairs = service_pairs(_rows())
+    assert pairs["request_rate"].tolist() == [10, 20, 45]
+    assert pairs["tpot_ms_p50_err"].round(3).tolist() == [0.1, -0.1, 0.8]
+    assert pairs["saturated"].tolist() == [False, False, True]  # 30 of 45 req/s achieved
+    rates = rate_pairs(_rows())
+    assert rates["max_rate_err"].tolist() == pytest.approx([0.15])
+    s = summary(pairs, rates)
+    assert s["tpot_ms_p50"] == pytest.approx(0.1) and s["max_rate_rps"] == pytest.approx(0.15)  # saturated left out
+
+
+def test_the_section_says_the_errors_and_nothing_without_pairs():
+    text = "\n".join(clock_section(_rows()))
+    assert "Median absolute error below saturation: median TPOT 10%" in text and "max rate within the SLO 15%" in text
+    assert "| +80% |" in text and "profile-a" in text
+    assert clock_section(_rows()[lambda d: d.scenario != "profile"]) == []

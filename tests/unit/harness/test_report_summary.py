@@ -1,0 +1,59 @@
+"""REPORT.md opens with the answer: what paging buys, per device and model, linked to its evidence."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.report.collect import Collection
+from harness.report.markdown import anchor, answer_section, render
+
+ENV = {"device_slug": "cpu-intel-xeon-2core", "device": "cpu", "cpu_name": "Intel(R) Xeon(R) Processor",
+       "status": "ok"}
+
+
+def _collection() -> Collection:
+    points = pd.DataFrame([
+        {"run_dir": "results/x/capacity/0", "model": "llama-2-7b", "workload": "seeds", "max_seq_len": 2048,
+         "block_size": 16, "budget_kv_bytes": 111.7e9, "concurrency": c, "variant": v, "kv_bytes_reserved": b}
+        for c, v, b in ((100, "contiguous", 107.4e9), (100, "paged", 26.8e9), (50, "contiguous", 53.7e9),
+                        (50, "paged", 13.4e9))])
+    rows = pd.DataFrame([
+        {**ENV, "run_dir": "results/x/max_concurrency/0", "scenario": "max_concurrency", "model": "tiny-llama",
+         "workload": "fixed", "max_seq_len": 64, "budget_kv_bytes": 2.5e6, "impl": impl, "batch": 8,
+         "max_concurrency": n, "max_concurrency_analytic": n}
+        for impl, n in (("contiguous", 9), ("paged_torch", 12), ("orca_max", 30))] + [
+        {**ENV, "run_dir": "results/x/max_rate/0", "scenario": "max_rate", "model": "tiny-llama", "workload": "chat",
+         "dtype": "float32", "batch": 32, "max_seq_len": 512, "arrival": "poisson", "slo": "interactive",
+         "clock": "wall", "impl": impl, "max_rate_rps": r, "probes": 6}
+        for impl, r in (("contiguous", 20.0), ("paged_cuda", 35.0), ("paged_torch", 20.0))])
+    return Collection(rows, points)
+
+
+def test_the_answer_names_each_fact_with_its_figure_section_and_command():
+    col = _collection()
+    text = "\n".join(answer_section(col, ["memory_vs_concurrency", "max_concurrency"], has_max_rate=True))
+    assert "**80.6 GB** KV memory saved" in text and "at 100 concurrent requests (seeds workload" in text
+    assert "**1.33×** max concurrency" in text and "2.5 MB KV budget" in text  # paged_torch 12 / contiguous 9
+    assert "orca_max" not in text  # a reservation baseline, not paging
+    assert "**1.75×** max rate within the SLO" in text and "paged_cuda 35 vs contiguous 20 req/s" in text
+    assert "(#2-max-concurrency-measured-vs-predicted)" in text and "(#max-request-rate-under-the-slo)" in text
+    assert "(#cmd-results-x-max-rate-0)" in text
+
+
+def test_report_opens_with_the_answer_and_every_link_has_a_target():
+    col = _collection()
+    col.commands = []
+    text = render(col, ["memory_vs_concurrency", "max_concurrency"], "python -m harness.report", {})
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## What paging buys" and headings[1] == "## Environment"
+    targets = {anchor(h[3:]) for h in headings}
+    import re
+
+    for link in re.findall(r"\]\(#([^)]+)\)", text):
+        if not link.startswith("cmd-"):  # commands are anchored in their own section (none recorded here)
+            assert link in targets, link
+
+
+def test_anchor_is_githubs():
+    assert anchor("1. KV memory needed vs concurrent requests") == "1-kv-memory-needed-vs-concurrent-requests"
+    assert anchor("3. Max concurrency: measured vs predicted") == "3-max-concurrency-measured-vs-predicted"
