@@ -217,6 +217,20 @@ SECTIONS = [
 ]
 
 
+# The pure-torch kernel is the oracle every kernel is tested against, written to be read, not to be fast.
+REFERENCE_IMPLS = ("paged_torch",)
+REFERENCE_NOTE = ("`paged_torch` is the pure-torch reference (the readable oracle every kernel is tested against, "
+                  "marked *reference* below), not an optimised kernel: its speed is not what paging costs; compare "
+                  "`paged_cuda` and `paged_triton` with `contiguous`.\n\n")
+
+
+def as_reference(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with each reference impl's name marked, so no reader takes its speed for paging's."""
+    if "impl" not in table:
+        return table
+    return table.assign(impl=table["impl"].map(lambda i: f"{i} (reference)" if i in REFERENCE_IMPLS else i))
+
+
 def _section_table(name: str, col: Collection, max_spread: float) -> str:
     if name == "memory_vs_concurrency":
         return ("Memory at the largest concurrency whose contiguous cache fits the KV budget:\n\n"
@@ -244,7 +258,7 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
                                   "capped": "hit batch limit"}))
     if name == "decode_throughput":
         table, note = decode_table(col.rows, max_spread)
-        return md_table(table) + note
+        return REFERENCE_NOTE + md_table(as_reference(table)) + note
     if name == "normalized_latency":
         service = service_table(col.rows)
         if "gpu" in service and service["gpu"].isna().all():  # wall-clock runs only: no simulated GPU to name
@@ -257,7 +271,7 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
         return ("From the run folder's `steps` table: dashed, the KV memory the cache held; solid, the part "
                 "holding token states.\n")
     if name == "kernel_latency_bandwidth":
-        return md_table(kernel_table(col.rows))
+        return REFERENCE_NOTE + md_table(as_reference(kernel_table(col.rows)))
     if name == "gpu_comparison":
         table, note = gpu_table(col.rows, max_spread)
         return ("Peak bandwidth from conf/gpu/ (each GPU's datasheet figure), else the row's "

@@ -15,6 +15,8 @@ def step_clock(cfg: Config, impl: str) -> tuple[ProfiledClock | CostModel | None
     """(clock, its name for the rows): a profile's id, ``roofline``, or (None, None)."""
     if cfg.clock_profile is not None:
         clock = load_clock(cfg.clock_profile, cfg.clock_profile_impl or impl)
+        if cfg.gpu is not None:  # the roofline prices the shapes the profile did not measure
+            clock.fallback = cost_model_for(cfg)
         return clock, clock.id
     if cfg.gpu is not None:
         return cost_model_for(cfg), ROOFLINE
@@ -24,5 +26,5 @@ def step_clock(cfg: Config, impl: str) -> tuple[ProfiledClock | CostModel | None
 def outside_note(clock) -> str | None:
     """The row's note when a profile priced steps beyond the shapes it measured."""
     outside = getattr(clock, "outside", 0)
-    return (f"{outside} steps priced outside the profile's batches, contexts or prefill sizes "
-            "(its end segments extended)") if outside else None
+    how = "by the roofline of gpu=NAME" if getattr(clock, "fallback", None) is not None else "its end segments extended"
+    return f"{outside} steps priced outside the profile's batches, contexts or prefill sizes ({how})" if outside else None

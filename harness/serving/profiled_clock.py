@@ -19,9 +19,9 @@ Prices are interpolated, piecewise-linearly, never fitted:
     decode_s(B, R, k) = sum over j < k of decode_s(B, R + j*B): the context grows by one token
                         per step, so the sum is a sum of arithmetic series, one per segment.
 
-Every price is at least 0. A step whose batch or context lies outside the profile is still
-priced (by the extension) and counted in ``outside``, so a row can say how much of its run
-the profile did not cover.
+Every price is at least 0. A step whose batch or context lies outside the profile is counted
+in ``outside``, so a row can say how much of its run the profile did not cover, and priced by
+``fallback`` (the roofline of ``gpu=NAME``, when the run names one) or else by the extension.
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class ProfiledClock:
 
     points: ProfilePoints
     outside: int = 0  # steps priced outside the profiled batches or contexts
+    fallback: object | None = None  # a StepClock for the shapes outside the profile (else: the extension)
     _batches: tuple[int, ...] = field(init=False, repr=False)
     _by_batch: dict[int, Line] = field(init=False, repr=False)
     _prefill: Line = field(init=False, repr=False)
@@ -127,6 +128,8 @@ class ProfiledClock:
         lo, hi = self._tokens
         if tokens > hi:
             self.outside += 1
+            if self.fallback is not None:
+                return self.fallback.prefill_s(tokens)
         return max(0.0, self._prefill(max(tokens, lo)))
 
     def _around(self, batch: int) -> tuple[int, int, float]:
@@ -147,6 +150,8 @@ class ProfiledClock:
         lo, hi = self._contexts
         if batch > self._batches[-1] or context < lo or context + steps - 1 > hi:
             self.outside += steps
+            if self.fallback is not None:
+                return self.fallback.decode_s(batch, kv_tokens_read, steps)
         b0, b1, w = self._around(batch)
         first = self._by_batch[b0].sum_steps(context, steps)
         if w == 0.0:

@@ -298,3 +298,16 @@ def test_eager_lines_stay_solid_whichever_rows_come_first():
     styles = {round(max(line.get_ydata())): line.get_linestyle() for line in ax.lines  # not the caps' markers
               if line.get_linestyle() != "None" and len(line.get_ydata()) == 2}
     assert styles[64] == "-" and styles[192] != "-"  # eager solid, CUDA graphs dashed
+
+
+def test_the_pure_torch_reference_is_marked_wherever_its_speed_is_shown():
+    from harness.report.markdown import REFERENCE_NOTE, _section_table, as_reference
+    from harness.report.collect import Collection
+
+    t = as_reference(pd.DataFrame({"impl": ["contiguous", "paged_torch", "paged_cuda"]}))
+    assert t["impl"].tolist() == ["contiguous", "paged_torch (reference)", "paged_cuda"]
+    rows = pd.DataFrame([{"scenario": "decode", "status": "ok", "device_slug": "cpu", "model": "m", "workload": "w",
+                          "impl": "paged_torch", "batch": 8, "output_tokens_per_s": 10.0, "kv_used_fraction": 0.5,
+                          "run_dir": "r"}])
+    text = _section_table("decode_throughput", Collection(rows, pd.DataFrame()), 0.05)
+    assert text.startswith(REFERENCE_NOTE) and "paged_torch (reference)" in text

@@ -56,3 +56,18 @@ def test_the_same_points_give_the_same_id():
     a, b = _clock(), _clock()
     assert a.id == b.id == profile_id(a.points) and a.id.startswith("profile-")
     assert profile_id(ProfilePoints(a.points.decode[:-1], a.points.prefill)) != a.id
+
+
+def test_a_fallback_prices_the_shapes_outside_the_profile():
+    class Roofline:
+        def prefill_s(self, tokens):
+            return 1.0
+
+        def decode_s(self, batch, kv, steps=1):
+            return 2.0 * steps
+
+    clock = _clock()
+    clock.fallback = Roofline()
+    inside = clock.decode_s(4, 4 * 128, 3)
+    assert inside < 1 and clock.outside == 0  # inside: the profile's own price
+    assert clock.decode_s(64, 64 * 100, 3) == 6.0 and clock.prefill_s(4096) == 1.0 and clock.outside == 4
