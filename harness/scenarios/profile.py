@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, List
 
 from harness.config import ImplConfig, ScenarioConfig
 from harness.errors import ConfigError
+from harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from harness.scenarios.context import JobContext
@@ -214,7 +215,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     pid = profile_id(points)
     summary = {"status": "ok", "clock_source": pid, "probes": len(rows),
                "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points; "
-                        f"clock_profile={ctx.run_dir} prices a simulated run from them"}
+                        f"clock_profile={run_id(ctx.run_dir)} prices a simulated run from them"}
     if probe is not None:
         summary = with_contention(summary, probe.result())
     out = [summary]
