@@ -53,6 +53,8 @@ METRICS = [
     "clock_source",  # a simulated clock's prices: a profile's id (scenario=profile), or roofline
     *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
+    # scenario=profile: the median share of a step spent in the cache's attention (K/V write and kernel)
+    "attention_share_decode", "attention_share_prefill", "attention_share_decode_top",
     # scenario=max_rate
     "max_rate_rps",
     # scenario=max_concurrency
