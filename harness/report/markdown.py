@@ -229,11 +229,12 @@ def contended_section(rows, included: bool) -> list[str]:
              "left out of every figure (`--include-contended` draws them)")
     return ["## Rows measured under contention\n",
             f"{len(flagged)} rows were measured while the process's threads waited for a free core more than 25% of "
-            f"the time, or steal took more than 5% of the machine: their times say more about the machine's other work "
+            f"the time, other work and its threads together asked for more than 1.25x the machine's cores, or steal "
+            f"took more than 5% of the machine: their times say more about the machine's other work "
             f"than about the cache. They stay in the tables (`contended`, `cpu_util`) and are {where}.\n",
             md_table(pick(flagged, {"run_dir": "run", "scenario": "scenario", "impl": "impl", "batch": "batch",
                                      "cpu_util": "CPU used (cores)", "run_queue_wait_frac": "waited for a core",
-                                     "load_avg_before": "load before",
+                                     "others_cpu": "others' CPU (cores)", "load_avg_before": "load before",
                                      "load_avg_after": "load after"}))]
 
 

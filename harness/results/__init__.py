@@ -65,7 +65,8 @@ METRICS = [
     "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
     "sm_clock_mhz", "clock_throttle_reasons",  # NVML, right after a kernel point's timed calls (GPU only)
     # CPU: what the process got while measured (harness/measure/contention.py); contended rows say so in notes
-    "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "contended",
+    "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "others_cpu",
+    "contended",
 ]
 TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
                 "clock_source")  # the metric columns that are not numbers
