@@ -23,7 +23,7 @@ BYTES_AND_COUNTS = ("kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", 
 
 def test_gpu_name_gives_the_roofline(compose):
     clock, name = step_clock(resolve(compose(SETUP + ["gpu=a100-40gb"])), "paged_torch")
-    assert isinstance(clock, CostModel) and name == ROOFLINE
+    assert isinstance(clock, CostModel) and name == ROOFLINE == "roofline-v2"
     assert clock.gpu.layer_overhead_us == 30 and clock.gpu.copy_bandwidth_gbps is None
     assert step_clock(resolve(compose(SETUP + ["device.memory_gb=40"])), "paged_torch") == (None, None)
 
@@ -41,3 +41,4 @@ def test_cost_terms_move_the_clock_but_no_byte_or_concurrency(compose, tmp_path)
     # The clock did move: the terms make every step dearer.
     assert rows["v2"]["duration_s"] > rows["neutral"]["duration_s"] * 1.05
     assert rows["no clock"].get("duration_s") is None
+    assert rows["v2"]["clock_source"] == ROOFLINE and rows["no clock"].get("clock_source") is None
