@@ -109,8 +109,8 @@ class DeviceConfig:
 class GpuConfig:
     """A GPU for the simulated clock (conf/gpu/NAME.yaml; harness/serving/cost_model.py uses the figures).
 
-    ``gpu=NAME`` fills every figure from the file; any can be overridden, e.g. a measured
-    copy bandwidth for ``bandwidth_gbps``. A figure left None is taken from conf/gpu/NAME.yaml.
+    ``gpu=NAME`` fills every figure from the file; any can be overridden, e.g. a copy bandwidth
+    measured on your GPU as ``copy_bandwidth_gbps``. A figure left None is taken from conf/gpu/NAME.yaml.
     """
 
     name: str = MISSING
