@@ -6,8 +6,6 @@ import logging
 import traceback
 from dataclasses import dataclass
 
-import torch
-
 from harness.kv.budget import out_of_memory_message
 from harness.config import ImplConfig
 from harness.scenarios.context import JobContext
@@ -37,7 +35,11 @@ def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
         return ImplResult([{**ctx.identifiers(impl, workload=False), "status": "error", "error": f"ConfigError: {e}"}], 2)
     except Exception as e:  # noqa: BLE001
         return ImplResult([{**ctx.identifiers(impl, workload=False), **failure_row(e)}], 1)
-    if ctx.device.type == "cpu":  # process-wide: a sweep's later job must not inherit an earlier one's
+    # Process-wide: a sweep's later job must not inherit an earlier one's. A bookkeeping run
+    # (scenario=capacity) computes nothing with tensors, so it leaves torch unimported (a second saved).
+    if ctx.cfg.device.name == "cpu" and not ctx.cfg.scenario.bookkeeping:
+        import torch
+
         torch.set_num_threads(ctx.cpu_threads)
     try:
         scenario = scenario_module(ctx.cfg.scenario.name)
@@ -48,5 +50,7 @@ def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
         log.debug("impl failed", exc_info=True)
         return ImplResult([{**base, **failure_row(e), "traceback": traceback.format_exc(limit=8)}], 1)
     finally:
-        if ctx.device.type == "cuda":
+        if ctx.cfg.device.name == "cuda":
+            import torch
+
             torch.cuda.empty_cache()
