@@ -122,6 +122,16 @@ class BlockManager(KVAllocator):
         self.filled[b] = 0
         return b
 
+    def _take_blocks(self, count: int) -> list[int]:
+        """``count`` never-cached free blocks (there must be as many), as ``_take_block`` takes them."""
+        free, ref, filled = self.free, self.ref, self.filled
+        taken = [free.popleft() for _ in range(count)]
+        for b in taken:
+            assert ref[b] == 0
+            ref[b] = 1
+            filled[b] = 0
+        return taken
+
     def _forget_hash(self, b: int) -> None:
         h = self.block_hash[b]
         if h is not None and self.hash_to_block.get(h) == b:
@@ -152,10 +162,11 @@ class BlockManager(KVAllocator):
         n_lookup = n_full - 1 if n_full * bs == len(token_ids) else n_full
         hits: list[int] = []
         h, next_hash = _ROOT_HASH, None
-        for i in range(n_lookup):
+        # Without prefix caching nothing is looked up and no block is ever registered: no hashing at all.
+        for i in range(n_lookup if self.prefix_caching else 0):
             toks = tuple(token_ids[i * bs : (i + 1) * bs])
             h = chain_hash(h, toks)
-            b = self.hash_to_block.get(h) if self.prefix_caching else None
+            b = self.hash_to_block.get(h)
             if b is None or self.block_tokens[b] != toks:  # a miss (a hash collision is one too)
                 next_hash = h
                 break
@@ -180,15 +191,20 @@ class BlockManager(KVAllocator):
             ref[b] += 1
             h = self.block_hash[b]
             table.append(b)
-        take, register, next_hash = self._take_block, self._register, plan.next_hash
-        for start in range(len(hits) * bs, n, bs):
-            b = take()
+        count = blocks_for_tokens(n, bs) - len(hits)
+        # Taking from the never-cached blocks touches no hash, so they may all be taken first; an
+        # eviction forgets a hash, so then each block is taken just before it is registered.
+        fresh = self._take_blocks(count) if count <= len(self.free) else None
+        take, register, next_hash, caching = self._take_block, self._register, plan.next_hash, self.prefix_caching
+        for i, start in enumerate(range(len(hits) * bs, n, bs)):
+            b = take() if fresh is None else fresh[i]
             if start + bs <= n:
                 filled[b] = bs
-                toks = tuple(token_ids[start : start + bs])
-                h = chain_hash(h, toks) if next_hash is None else next_hash  # the plan hashed the first miss
-                next_hash = None
-                register(b, h, toks)
+                if caching:
+                    toks = tuple(token_ids[start : start + bs])
+                    h = chain_hash(h, toks) if next_hash is None else next_hash  # the plan hashed the first miss
+                    next_hash = None
+                    register(b, h, toks)
             else:
                 filled[b] = n - start
             table.append(b)
@@ -213,6 +229,17 @@ class BlockManager(KVAllocator):
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         return self._blocks_to_append(seq_id, num_tokens) <= len(self.free) + len(self.evictable)
 
+    def try_append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy] | None:
+        """``append`` if the free pool holds what it needs (``can_append``), else None, nothing changed."""
+        bs, k = self.block_size, len(token_ids)
+        off = len(self.tokens[seq_id]) % bs
+        shared = 1 if off and self.ref[self.tables[seq_id][-1]] > 1 else 0  # a copy-on-write first
+        # blocks_for_tokens(n + k) - blocks_for_tokens(n), with n % bs == off
+        need = -(-(off + k) // bs) - (1 if off else 0) + shared
+        if need and need > len(self.free) + len(self.evictable):
+            return None
+        return self.append(seq_id, token_ids)
+
     def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
         bs = self.block_size
         table, toks = self.tables[seq_id], self.tokens[seq_id]
@@ -225,7 +252,7 @@ class BlockManager(KVAllocator):
             self.filled[b] = off + n
             self._filled_in_use += n
             self._logical += n
-            if off + n == bs:
+            if off + n == bs and self.prefix_caching:
                 parent = self.block_hash[table[-2]] if len(table) > 1 else _ROOT_HASH
                 if parent is not None:
                     self._register_full(b, parent, tuple(toks[-bs:]))
@@ -265,7 +292,7 @@ class BlockManager(KVAllocator):
             if self.filled[b] < end:
                 self._filled_in_use += end - max(self.filled[b], off)
                 self.filled[b] = end
-            if end == bs:
+            if end == bs and self.prefix_caching:
                 parent = self.block_hash[table[-2]] if len(table) > 1 else _ROOT_HASH
                 if parent is not None:
                     self._register_full(b, parent, tuple(toks[-bs:]))

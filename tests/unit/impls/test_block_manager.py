@@ -213,13 +213,15 @@ def hash_calls(monkeypatch) -> list[int]:
 
 @pytest.mark.parametrize("caching", [True, False])
 def test_an_admission_hashes_each_full_block_of_the_prompt_once(hash_calls, caching):
-    """Planning hashes up to the first block not cached, admitting the rest: each block once, hits or not."""
+    """Planning hashes up to the first block not cached, admitting the rest: each block once, hits or not.
+    Without prefix caching no hash is ever looked up, so none is made."""
     bm = BlockManager(64, 4, prefix_caching=caching)
     prompt = list(range(18))  # 4 full blocks and 2 tokens
     for sid, toks in enumerate([prompt, prompt, prompt[:8] + [99] * 9, prompt[:16]]):  # miss, hits, partial, exact
         hash_calls.clear()
         bm.admit(sid, bm.plan_admit(toks))
-        assert len(hash_calls) == len(toks) // 4
+        bm.append(sid, [7] * (4 - len(toks) % 4))  # fills a block: hashed as it enters the cache
+        assert len(hash_calls) == (len(toks) // 4 + 1 if caching else 0)
     bm.check_invariants()
 
 
@@ -260,3 +262,38 @@ def test_a_plan_that_does_not_fit_is_refused():
     with pytest.raises(ValueError, match="does not fit"):
         bm.admit(0, plan)
     assert not bm.tables and bm.num_free_blocks == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), block_size=st.sampled_from([1, 2, 4, 16]), caching=st.booleans(),
+       num_blocks=st.sampled_from([6, 24]))
+def test_try_append_equals_can_append_then_append(seed, block_size, caching, num_blocks):
+    """The scheduler's one-call ``try_append`` on a small pool (copy-on-write, evictions, refusals):
+    the same answers, block tables, hits and free lists as ``can_append`` followed by ``append``."""
+    rng = random.Random(seed)
+    fused, stepwise = (BlockManager(num_blocks, block_size, prefix_caching=caching) for _ in range(2))
+    prefix = [rng.randrange(3) for _ in range(3 * block_size)]
+    live: list[int] = []
+    for sid in range(80):
+        op = rng.choice(["admit", "fork", "append", "append", "append", "append", "release"])
+        if op == "admit" or not live:
+            prompt = _prompt(rng, prefix)[: 4 * block_size]
+            plan = fused.plan_admit(prompt)
+            assert plan == stepwise.plan_admit(prompt)
+            if plan.fits:
+                assert fused.admit(sid, plan) == stepwise.admit(sid, stepwise.plan_admit(prompt))
+                live.append(sid)
+        elif op == "fork":
+            parent = rng.choice(live)
+            fused.fork(parent, sid), stepwise.fork(parent, sid)
+            live.append(sid)
+        elif op == "append":
+            seq = rng.choice(live)
+            toks = [rng.randrange(3)] * rng.choice([1, 1, block_size - 1 or 1, rng.randint(1, 3 * block_size)])
+            got = fused.try_append(seq, toks)
+            assert got == (stepwise.append(seq, toks) if stepwise.can_append(seq, len(toks)) else None)
+        else:
+            seq = live.pop(rng.randrange(len(live)))
+            fused.release(seq), stepwise.release(seq)
+        assert _state(fused) == _state(stepwise) and fused.cache_hit_tokens == stepwise.cache_hit_tokens
+        fused.check_invariants()
