@@ -229,24 +229,22 @@ class BlockManager(KVAllocator):
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         return self._blocks_to_append(seq_id, num_tokens) <= len(self.free) + len(self.evictable)
 
-    def try_append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy] | None:
-        """``append`` if the free pool holds what it needs (``can_append``), else None, nothing changed."""
-        bs, k = self.block_size, len(token_ids)
-        off = len(self.tokens[seq_id]) % bs
-        shared = 1 if off and self.ref[self.tables[seq_id][-1]] > 1 else 0  # a copy-on-write first
-        # blocks_for_tokens(n + k) - blocks_for_tokens(n), with n % bs == off
-        need = -(-(off + k) // bs) - (1 if off else 0) + shared
-        if need and need > len(self.free) + len(self.evictable):
-            return None
-        return self.append(seq_id, token_ids)
-
     def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
+        copies = self.try_append(seq_id, token_ids)
+        if copies is None:
+            raise RuntimeError(f"sequence {seq_id}: {len(token_ids)} more tokens need more blocks than are free "
+                               "(check can_append first)")
+        return copies
+
+    def try_append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy] | None:
+        """``append`` if the free pool holds what it needs (``can_append``), else None, nothing changed:
+        the scheduler's check and act in one call."""
         bs = self.block_size
         table, toks = self.tables[seq_id], self.tokens[seq_id]
         off, n = len(toks) % bs, len(token_ids)
-        self.generation += 1
         if off and off + n <= bs and self.ref[table[-1]] == 1:
             # Fast path (most appends): into an owned, partly filled block, which they may fill.
+            self.generation += 1
             b = table[-1]
             toks += token_ids
             self.filled[b] = off + n
@@ -259,13 +257,22 @@ class BlockManager(KVAllocator):
             return []
         if off == 0 and 0 < n < bs:
             # A decode step at a block boundary: a new block that the tokens leave partial.
-            table.append(self._take_block())
+            if not (self.free or self.evictable):
+                return None
+            self.generation += 1
+            b = self._take_block()
+            table.append(b)
             self._mark_changed(seq_id, len(table) - 1)
             toks += token_ids
-            self.filled[table[-1]] = n
+            self.filled[b] = n
             self._filled_in_use += n
             self._logical += n
             return []
+        # blocks_for_tokens(len + n) - blocks_for_tokens(len), plus a copy-on-write of a shared last block
+        need = -(-(off + n) // bs) - (1 if off else 0) + (1 if off and self.ref[table[-1]] > 1 else 0)
+        if need > len(self.free) + len(self.evictable):
+            return None
+        self.generation += 1
         # Block by block, not token by token: the simulator appends many tokens at once.
         copies: list[SlotCopy] = []
         done = 0
