@@ -113,12 +113,14 @@ class BlockManager(KVAllocator):
             b = self.free.popleft()
         else:
             b, _ = self.evictable.popitem(last=False)  # least recently freed
-            h = self.block_hash[b]
-            if self.hash_to_block.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
-                del self.hash_to_block[h]
-            self.block_hash[b] = self.block_tokens[b] = None
-        assert self.ref[b] == 0
-        self.ref[b] = 1
+            block_hash, cached = self.block_hash, self.hash_to_block
+            h = block_hash[b]
+            if cached.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
+                del cached[h]
+            block_hash[b] = self.block_tokens[b] = None
+        ref = self.ref
+        assert ref[b] == 0
+        ref[b] = 1
         self.filled[b] = 0
         return b
 
