@@ -34,6 +34,9 @@ class ImplConfig:
     kernel: str = "torch"  # sdpa (contiguous only) | torch | triton | cuda
     # Share full blocks across requests by content hash (paged only).
     prefix_caching: bool = True
+    # Which cached free block is evicted first (paged with prefix caching; impls/eviction.py):
+    # lru (least recently freed, vLLM's) | lfu (fewest hits, aged) | 2q (scan resistant)
+    eviction: str = "lru"
     # Slots a sequence reserves at admission (contiguous only; impls/reservation.py):
     # max (max_seq_len, Orca (Max)) | pow2 (next power of two of prompt + output) | oracle (exactly that)
     reservation: str = "max"

@@ -6,7 +6,8 @@ allocated only as tokens arrive. ``fork`` shares every block (parallel sampling)
 appending into a shared, partly filled block copies it first (copy-on-write).
 Full blocks are hashed by chain (parent hash, token ids) so a later request with
 the same prefix reuses them; freed blocks keep their hash and stay reusable until
-evicted, least recently freed first, when the pool needs space. An admission hashes
+evicted, by the pool's eviction policy (impls/eviction.py; least recently freed first by
+default), when the pool needs space. An admission hashes
 each of the prompt's full blocks once: ``plan_admit`` up to the first block not
 cached, ``admit`` the rest (its plan carries the hashes already made).
 
@@ -19,11 +20,12 @@ a device-side copy of the tables (impls/device_block_tables.py) applies only tho
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
 from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
+from impls.eviction import eviction_policy
 from impls.sizing import blocks_for_tokens
 
 _ROOT_HASH = 0
@@ -53,6 +55,7 @@ class BlockManager(KVAllocator):
         *,
         prefix_caching: bool = True,
         watermark_blocks: int = 0,
+        eviction: str = "lru",
     ) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
@@ -68,7 +71,9 @@ class BlockManager(KVAllocator):
         self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks
         self.hash_to_block: dict[int, int] = {}
         self.free: deque[int] = deque(range(num_blocks))  # never-cached free blocks
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, refcount 0, LRU first
+        self.evictable = eviction_policy(eviction, num_blocks)  # cached, refcount 0: the policy's order
+        # Policies other than lru count each block's hits since its contents were written.
+        self._history = eviction != "lru"
         self.tables: dict[int, list[int]] = {}
         self.tokens: dict[int, list[int]] = {}
         # seq -> first table entry changed since table_changes() last ran (0: the whole table)
@@ -76,6 +81,7 @@ class BlockManager(KVAllocator):
         self._filled_in_use = 0
         self._logical = 0
         self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
+        self.evicted_blocks = 0  # cached blocks whose contents were dropped to reuse the block, over the run
         self.generation = 0
 
     # ---- derived sizes -------------------------------------------------
@@ -111,8 +117,11 @@ class BlockManager(KVAllocator):
     def _take_block(self) -> int:
         if self.free:
             b = self.free.popleft()
+            if self._history:
+                self.evictable.forget(b)  # new contents: an earlier tenant's hits are not its own
         else:
-            b, _ = self.evictable.popitem(last=False)  # least recently freed
+            b = self.evictable.pop()  # the policy's victim; it forgets the block's history
+            self.evicted_blocks += 1
             block_hash, cached = self.block_hash, self.hash_to_block
             h = block_hash[b]
             if cached.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
@@ -128,6 +137,9 @@ class BlockManager(KVAllocator):
         """``count`` never-cached free blocks (there must be as many), as ``_take_block`` takes them."""
         free, ref, filled = self.free, self.ref, self.filled
         taken = [free.popleft() for _ in range(count)]
+        if self._history:
+            for b in taken:
+                self.evictable.forget(b)
         for b in taken:
             assert ref[b] == 0
             ref[b] = 1
@@ -186,9 +198,12 @@ class BlockManager(KVAllocator):
         bs, n, ref, filled = self.block_size, len(token_ids), self.ref, self.filled
         table: list[int] = []
         h = _ROOT_HASH
+        evictable, history = self.evictable, self._history
         for b in hits:
+            if history:
+                evictable.hit(b)
             if ref[b] == 0:
-                del self.evictable[b]
+                evictable.remove(b)
                 self._filled_in_use += filled[b]
             ref[b] += 1
             h = self.block_hash[b]
@@ -341,7 +356,7 @@ class BlockManager(KVAllocator):
             freed += filled[b]
             h = block_hash[b]
             if h is not None and cached.get(h) == b:
-                evictable[b] = None  # keep its contents for a later prefix hit
+                evictable.add(b)  # keep its contents for a later prefix hit
             else:
                 self._forget_hash(b)
                 self.free.append(b)

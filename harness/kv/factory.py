@@ -32,6 +32,7 @@ def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
         min_tokens=math.ceil(cfg.workload.prompt_len) + 1,  # prompt_len is a mean, maybe fractional
         watermark=cfg.device.watermark,
         prefix_caching=impl.prefix_caching if impl is not None else False,
+        eviction=impl.eviction if impl is not None else "lru",
     )
 
 

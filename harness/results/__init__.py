@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 import pandas as pd
 
 IDENTIFIERS = [
-    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "model", "dtype", "block_size", "batch",
+    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "model", "dtype", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
     "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by

@@ -155,6 +155,8 @@ class JobContext:
             "cache": impl.cache if impl else None,
             "kernel": impl.kernel if impl else None,
             "kernel_backend": self.kernel_backend(impl),
+            # the prefix cache's eviction policy, where there is one to evict from
+            "eviction": impl.eviction if impl and impl.cache == "paged" and impl.prefix_caching else None,
             "model": cfg.model.name,
             "dtype": cfg.dtype,
             "block_size": cfg.block_size,

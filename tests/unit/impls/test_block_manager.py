@@ -11,15 +11,16 @@ from hypothesis import strategies as st
 import impls.block_manager
 from impls.allocator import StalePlanError
 from impls.block_manager import BlockManager
+from impls.eviction import POLICIES
 
 
 def _prompt(rng: random.Random, prefix: list[int]) -> list[int]:
     return prefix[: rng.randint(0, len(prefix))] + [rng.randrange(50) for _ in range(rng.randint(1, 40))]
 
 
-def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: int) -> None:
+def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: int, eviction: str = "lru") -> None:
     rng = random.Random(seed)
-    bm = BlockManager(num_blocks, block_size, prefix_caching=caching)
+    bm = BlockManager(num_blocks, block_size, prefix_caching=caching, eviction=eviction)
     prefix = [rng.randrange(50) for _ in range(3 * block_size)]  # shared prompts make prefix hits
     live: list[int] = []
     next_id = 0
@@ -85,9 +86,10 @@ def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: 
     num_blocks=st.integers(1, 24),
     block_size=st.sampled_from([1, 2, 4, 8, 16]),
     caching=st.booleans(),
+    eviction=st.sampled_from(POLICIES),
 )
-def test_random_operations_keep_invariants(seed, num_blocks, block_size, caching):
-    _run_ops(seed, num_blocks, block_size, caching, steps=120)
+def test_random_operations_keep_invariants(seed, num_blocks, block_size, caching, eviction):
+    _run_ops(seed, num_blocks, block_size, caching, steps=120, eviction=eviction)
 
 
 def test_allocates_on_demand():
@@ -138,6 +140,26 @@ def test_cached_free_blocks_are_evicted_lru_when_needed():
     bm.admit(1, bm.plan_admit([9, 9, 9, 9, 9, 9, 9]))  # needs all 4 blocks: evicts both cached ones
     assert not bm.evictable and not bm.hash_to_block.get(hash((0, (1, 2))))
     bm.check_invariants()
+
+
+@pytest.mark.parametrize("eviction, kept", [("lru", False), ("lfu", True), ("2q", True)])
+def test_the_eviction_policy_decides_whether_a_reused_prefix_survives_a_scan(eviction, kept):
+    """A 4-block system prompt served three times, then one-off prompts that force evictions:
+    the frequency-aware and scan-resistant policies keep the prompt cached, lru does not."""
+    bm = BlockManager(12, 4, eviction=eviction)
+    system = list(range(100, 116))  # 4 full blocks
+    sid = 0
+    for _ in range(3):
+        bm.admit(sid, bm.plan_admit(system + [sid]))
+        bm.release(sid)
+        sid += 1
+    for k in range(4):  # one-off prompts: 8 fresh blocks each; with 12 in the pool, evictions follow
+        bm.admit(sid, bm.plan_admit([1000 * (k + 1) + i for i in range(29)]))
+        bm.release(sid)
+        sid += 1
+        bm.check_invariants()
+    assert bm.evicted_blocks > 0
+    assert (bm.plan_admit(system + [7]).cached_tokens == 16) is kept
 
 
 def test_watermark_and_rejects():
