@@ -21,6 +21,9 @@ DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "trace")
 ARRIVALS = ("burst", "poisson", "gamma", "constant", "trace")
 RATE_ARRIVALS = ("poisson", "gamma", "constant")  # the processes that need arrival.rate
 TRACE_SAMPLES = ("head", "random")
+WORKLOAD_KINDS = ("plain", "multi_turn", "system_prompt")  # how prompts share tokens (harness/serving/workload.py)
+THINK_DISTRIBUTIONS = ("exponential", "fixed")  # kind=multi_turn: a user's think time between turns
+TRACE_FORMATS = ("plain", "mooncake")  # mooncake: hash_ids of prompt blocks, timestamps in ms (trace.py)
 MAX_BLOCK_SIZE = 128
 ISOLATIONS = ("auto", "none", "process")
 
@@ -49,6 +52,7 @@ class TraceColumns:
     prompt_len: str = "prompt_len"
     output_len: str = "output_len"
     arrival_s: str = "arrival_s"  # optional in the file; needed by arrival=trace
+    hash_ids: str = "hash_ids"  # format=mooncake: each prompt block's hash id (a list per row)
 
 
 @dataclass
@@ -71,6 +75,22 @@ class WorkloadConfig:
     path: Optional[str] = None
     columns: TraceColumns = field(default_factory=TraceColumns)
     sample: str = "head"  # head (the first rows) | random (seeded, without replacement)
+    # distribution=trace, format=mooncake: token ids drawn from each row's hash_ids, one id per
+    # hash_block_size tokens, so equal ids give equal tokens (prefix reuse); timestamps in ms.
+    format: str = "plain"  # plain | mooncake
+    hash_block_size: int = 512
+    # How prompts share tokens: plain (independent prompts after shared_prefix_len common tokens) |
+    # multi_turn (users x turns; a turn's prompt is its user's whole history plus a new message of
+    # prompt_len tokens; closed-loop arrivals, harness/serving/conversations.py) | system_prompt
+    # (system_prompts distinct prompts of system_prompt_len tokens, Zipf-popular, before a user part).
+    kind: str = "plain"
+    users: int = 8
+    turns: int = 4
+    think_time_s: float = 1.0  # mean seconds from a user's answer to that user's next turn
+    think_distribution: str = "exponential"  # exponential | fixed
+    system_prompts: int = 8
+    system_prompt_len: int = 256
+    zipf_exponent: float = 1.0  # system prompt i (from 1) is chosen with weight i ** -zipf_exponent
 
 
 @dataclass

@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.kv.budget import check_host_workload, check_memory_bounds, check_memory_values
 from harness.config import (
-    ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, TRACE_SAMPLES, Config,
+    ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, THINK_DISTRIBUTIONS,
+    TRACE_FORMATS, TRACE_SAMPLES, WORKLOAD_KINDS, Config,
     GpuConfig, ImplConfig, SearchScenario,
 )
 from harness.scenarios import schemas
@@ -92,6 +93,8 @@ def resolve(raw: DictConfig | Config) -> Config:
     _one_of("isolation", cfg.isolation, ISOLATIONS)
     if isinstance(cfg.scenario, MaxRateScenario) and cfg.arrival.rate is None:
         cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
+    if cfg.workload.kind == "multi_turn" and cfg.workload.num_requests is None:
+        cfg.workload.num_requests = cfg.workload.users * cfg.workload.turns  # checked in validate_reuse_keys
     if cfg.workload.num_requests is None and cfg.workload.distribution != "trace":
         cfg.workload.num_requests = cfg.batch  # a trace's default is its file's row count (describe_trace)
     validate(cfg)  # the keys that do not depend on the device, before the device is looked for
@@ -207,6 +210,7 @@ def validate(cfg: Config) -> None:
                f"a request of workload.prompt_len + workload.output_len = {total:g} tokens "
                f"is longer than max_seq_len={cfg.max_seq_len}")
     validate_trace_keys(cfg)
+    validate_reuse_keys(cfg)
     validate_arrival(cfg)
     validate_slo(cfg)
     validate_clock_profile(cfg)
@@ -298,6 +302,50 @@ def validate_trace_keys(cfg: Config) -> None:
     else:
         _check(w.path is None, f"workload.path={w.path!r} is read only by workload=trace "
                                f"(workload.distribution=trace), not workload.distribution={w.distribution}")
+
+
+CLOSED_LOOP_SCENARIOS = ("decode", "capacity")  # the scenarios whose runs take a request source
+
+
+def validate_reuse_keys(cfg: Config) -> None:
+    """workload.kind and its keys (harness/serving/conversations.py, system_prompts.py), and
+    workload.format (harness/serving/trace.py)."""
+    w = cfg.workload
+    _one_of("workload.kind", w.kind, WORKLOAD_KINDS)
+    _one_of("workload.format", w.format, TRACE_FORMATS)
+    _one_of("workload.think_distribution", w.think_distribution, THINK_DISTRIBUTIONS)
+    _check(w.users >= 1, f"workload.users={w.users} must be >= 1")
+    _check(w.turns >= 1, f"workload.turns={w.turns} must be >= 1")
+    _check(math.isfinite(w.think_time_s) and w.think_time_s >= 0,
+           f"workload.think_time_s={w.think_time_s} must be >= 0 seconds")
+    _check(w.system_prompts >= 1, f"workload.system_prompts={w.system_prompts} must be >= 1")
+    _check(math.isfinite(w.zipf_exponent) and w.zipf_exponent >= 0,
+           f"workload.zipf_exponent={w.zipf_exponent} must be >= 0 (0: every system prompt equally popular)")
+    _check(w.hash_block_size >= 1, f"workload.hash_block_size={w.hash_block_size} must be >= 1 token")
+    if w.format == "mooncake":
+        _check(w.distribution == "trace", f"workload.format=mooncake is a trace file's format: it needs "
+                                          f"workload.distribution=trace (workload=mooncake), not {w.distribution}")
+    if w.kind == "plain":
+        return
+    _check(w.distribution != "trace", f"workload.kind={w.kind} draws its own prompts; "
+                                      "workload.distribution=trace is for workload.kind=plain")
+    _check(w.shared_prefix_len == 0, f"workload.shared_prefix_len={w.shared_prefix_len} is for workload.kind=plain; "
+                                     f"workload.kind={w.kind} shares its own prefixes")
+    if w.kind == "system_prompt":
+        _check(1 <= w.system_prompt_len <= cfg.max_seq_len - 2,
+               f"workload.system_prompt_len={w.system_prompt_len} must be in [1, max_seq_len - 2 = "
+               f"{cfg.max_seq_len - 2}] (a user token and an output token must fit after it)")
+        return
+    # multi_turn: a closed loop, which the decode and capacity scenarios run (both clocks)
+    _check(w.n == 1, f"workload.n={w.n}: workload.kind=multi_turn has one answer per turn (n=1)")
+    _check(w.num_requests == w.users * w.turns,
+           f"workload.num_requests={w.num_requests} must equal workload.users x workload.turns = "
+           f"{w.users * w.turns} for workload.kind=multi_turn (leave it unset)")
+    _check(cfg.scenario.name in CLOSED_LOOP_SCENARIOS,
+           f"workload.kind=multi_turn (closed-loop arrivals) runs in scenario={'|'.join(CLOSED_LOOP_SCENARIOS)}, "
+           f"not scenario={cfg.scenario.name}")
+    _check(cfg.arrival.name != "trace", "arrival=trace needs a trace file; workload.kind=multi_turn times its "
+                                        "first turns by burst, poisson, gamma or constant arrivals")
 
 
 def validate_arrival(cfg: Config) -> None:

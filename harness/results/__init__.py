@@ -37,6 +37,11 @@ METRICS = [
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
     "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
+    # prefix-cache reuse (harness/serving/reuse_meter.py, prefix_reuse.py): prompt tokens served from the
+    # cache at first admission over prompt tokens, vLLM's convention (a prompt's last token is always
+    # computed); the same with an unbounded cache, from the workload alone; cached blocks evicted;
+    # tokens computed again when a preempted sequence was re-admitted
+    "prefix_hit_rate", "prefix_hit_rate_ideal", "evicted_blocks", "recomputed_tokens",
     "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
     "kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",
     "kv_fragmentation_bytes", "kv_reservation_waste_bytes",
@@ -82,6 +87,7 @@ COUNTS = (
     "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes",
     "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
     "piecewise_steps", "concurrency", "running", "waiting", "tokens",
+    "evicted_blocks", "recomputed_tokens", "prefix_hit_tokens", "admitted_prompt_tokens",
 )
 
 

@@ -64,10 +64,39 @@ class JobContext:
 
     @cached_property
     def requests(self) -> list[Request]:
-        """The workload's requests, each with its arrival time (``cfg.arrival``)."""
+        """The workload's requests, each with its arrival time (``cfg.arrival``). A closed loop
+        (workload.kind=multi_turn): the arrival process times each user's first turn; a later turn's
+        arrival is decided by the run (``request_source``), so it stays 0 here."""
         wl = self.workload
+        if wl.conversations is not None:
+            times = arrival_times(self.cfg.arrival, len(wl.conversations), self.cfg.seed)
+            first = {ids[0]: t for ids, t in zip(wl.conversations, times)}
+            return [replace(r, arrival_s=first.get(r.request_id, 0.0)) for r in wl.requests]
         times = arrival_times(self.cfg.arrival, len(wl.requests), self.cfg.seed, wl.trace_arrivals)
         return [replace(r, arrival_s=t) for r, t in zip(wl.requests, times)]
+
+    def request_source(self):
+        """A fresh closed-loop source for one run of the requests (harness/serving/closed_loop.py), or
+        None where every arrival is known in advance (the run takes ``requests`` as they are)."""
+        wl = self.workload
+        if wl.conversations is None:
+            return None
+        from harness.serving.closed_loop import ClosedLoopSource
+
+        reqs = self.requests
+        return ClosedLoopSource(reqs, wl.conversations, wl.think_s, [reqs[ids[0]].arrival_s for ids in wl.conversations])
+
+    def ideal_hit_rate(self) -> float | None:
+        """The workload's prefix-cache hit rate with an unbounded cache (harness/serving/prefix_reuse.py),
+        over the requests in arrival order (a closed loop's request order is one it can take); once per run."""
+        if "ideal_hit_rate" not in self.memo:
+            from harness.serving.prefix_reuse import ideal_prefix_reuse
+
+            order = sorted(self.requests, key=lambda r: (r.arrival_s, r.request_id))
+            if self.workload.conversations is not None:
+                order = self.requests  # turn by turn: every user's turns in order
+            self.memo["ideal_hit_rate"] = ideal_prefix_reuse((r.prompt_ids for r in order), self.cfg.block_size).hit_rate
+        return self.memo["ideal_hit_rate"]
 
     @property
     def workload_notes(self) -> list[str]:

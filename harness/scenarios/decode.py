@@ -29,6 +29,15 @@ class DecodeScenario(ScenarioConfig):
 SCHEMA = DecodeScenario
 
 
+@dataclass(frozen=True)
+class RunReuse:
+    """One repeat's requests as served (a closed loop's with the arrival times the run gave them) and
+    its prefix-cache reuse (harness/serving/reuse_meter.py)."""
+
+    served: list  # list[Request]
+    meter: object  # ReuseMeter
+
+
 def warmup_requests(requests: list[Request]) -> list[Request]:
     """A few short requests, to compile kernels and fill caches before measuring."""
     from harness.serving.workload import Request
@@ -42,6 +51,7 @@ def _run_once(ctx: JobContext, impl: ImplConfig, budget: MemoryBudget, requests:
     from harness.kv.factory import analytic_max_concurrency, build_cache
     from harness.measure.memory import MemoryTracker
     from harness.serving.engine import Engine
+    from harness.serving.reuse_meter import ReuseMeter
 
     cache = build_cache(impl, ctx.cfg, budget.kv_bytes, ctx.device)
     total = sum(r.output_len * r.n for r in requests)
@@ -49,20 +59,26 @@ def _run_once(ctx: JobContext, impl: ImplConfig, budget: MemoryBudget, requests:
     engine = Engine(ctx.model, cache, ctx.cfg.batch, ctx.cfg.max_num_batched_tokens, sync=ctx.sync, progress=update,
                     pieces=ctx.decode_pieces)
     tracker = MemoryTracker(ctx.device.type)
+    # A closed loop (workload.kind=multi_turn) decides arrivals as it runs; warm-up runs its few requests open.
+    source = ctx.request_source() if track else None
+    meter = ReuseMeter(cache.allocator)
     try:
         with tracker:
-            result = engine.run(requests)
+            result = engine.run([] if source is not None else requests, source=source, observer=meter)
     finally:
         close()
+    # What the repeat served, with the arrival times it had, and how much it reused.
+    reuse = RunReuse(source.released if source is not None else requests, meter)
     max_conc = analytic_max_concurrency(impl, ctx.cfg, budget.kv_bytes, round(statistics.mean(r.total_len for r in requests)))
     del engine, cache
     gc.collect()
     if ctx.device.type == "cuda":
         torch.cuda.empty_cache()
-    return result, tracker.report, max_conc
+    return result, tracker.report, max_conc, reuse
 
 
-def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budget: MemoryBudget) -> dict:
+def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budget: MemoryBudget,
+         reuse: RunReuse) -> dict:
     from harness.kv.budget import budget_limit_note
     from harness.measure.metrics import median_and_spread, ms, output_digest, per_second, percentile
     from harness.serving.service_metrics import service_columns
@@ -96,12 +112,13 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
         "host_ms_p50": ms(percentile(res.host_s, 50)),
         "host_ms_p90": ms(percentile(res.host_s, 90)),
         "piecewise_steps": res.piecewise_steps,  # decode steps run as pieces (graph replays when cuda_graph)
-        **service_columns(ctx.cfg.arrival, ctx.cfg.slo, requests, res.sequences, res.wall_s, res.idle_s, "wall"),
+        **service_columns(ctx.cfg.arrival, ctx.cfg.slo, reuse.served, res.sequences, res.wall_s, res.idle_s, "wall"),
         "decode_steps": res.decode_steps,
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         "prefill_tokens": res.prefill_tokens,
         "cache_hit_tokens": res.cache_hit_tokens,
+        **reuse.meter.columns(ctx.ideal_hit_rate()),
         "peak_concurrency": res.peak_running,
         "max_concurrency": res.max_concurrency,
         "max_concurrency_analytic": max_conc,
@@ -132,23 +149,24 @@ def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
     budget = ctx.kv_budget()
     for _ in range(warmup):
         _run_once(ctx, impl, budget, warmup_requests(ctx.requests), track=False)
-    results, mem, max_conc = [], None, 0
+    results, reuses, mem, max_conc = [], [], None, 0
     probe = probe_for(ctx.device.type)
     with probe or contextlib.nullcontext():
         for _ in range(ctx.cfg.repeat):
-            res, mem, max_conc = _run_once(ctx, impl, budget, ctx.requests, track=True)
+            res, mem, max_conc, reuse = _run_once(ctx, impl, budget, ctx.requests, track=True)
             results.append(res)
-    final = results[len(results) // 2]
+            reuses.append(reuse)
+    final, final_reuse = results[len(results) // 2], reuses[len(results) // 2]
     if ctx.cfg.timeline_tables:
         rid = run_id(ctx.run_dir)
         append_table(ctx.tables, "requests", requests_table(final.sequences, impl.name, rid))
-        append_table(ctx.tables, "steps", steps_table(final.steps, impl.name, rid))
+        append_table(ctx.tables, "steps", final_reuse.meter.add_step_columns(steps_table(final.steps, impl.name, rid)))
     ctx.tokens += [
         {"impl": impl.name, "request_id": s.request_id, "sample": s.sample,
          "prompt_ids": s.prompt_ids, "output_ids": s.output_ids}
         for s in final.sequences
     ]
-    row = _row(ctx, results, mem, max_conc, budget)
+    row = _row(ctx, results, mem, max_conc, budget, final_reuse)
     if probe is not None:
         with_contention(row, probe.result(idle_s=sum(r.idle_s for r in results)))
     return [row]

@@ -18,7 +18,6 @@ cache's ``prepare_*`` adds its own and uploads it.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,7 +25,9 @@ import torch
 
 from harness.model.llama import LlamaModel
 from harness.model.piecewise import PiecewiseDecode
+from harness.serving.request_source import OpenLoopSource, RequestSource
 from harness.serving.scheduler import Admission, Scheduler, StepPlan
+from harness.serving.simulator import StepObserver
 from harness.serving.sequence import Sequence
 from harness.serving.timeline import StepRecord
 from harness.serving.workload import Request
@@ -148,18 +149,22 @@ class Engine:
         return len(ids)
 
     @torch.inference_mode()
-    def run(self, requests: list[Request]) -> EngineResult:
-        """Serve ``requests`` on the wall clock: each is admitted only once it has arrived."""
+    def run(self, requests: list[Request], source: RequestSource | None = None,
+            observer: StepObserver | None = None) -> EngineResult:
+        """Serve ``requests`` on the wall clock: each is admitted only once it has arrived. ``source``:
+        the requests come from it instead (e.g. a closed loop); ``observer`` sees every step's record
+        with its plan and the sequences that finished in it (as the simulator's does)."""
         sched, cache = self.scheduler, self.cache
-        pending = deque(sorted(requests, key=lambda r: r.arrival_s))  # stable: burst keeps request order
+        if source is None:
+            source = OpenLoopSource(requests)  # stable: a burst keeps request order
         run = _RunState(time.perf_counter(), KVPeaks(cache.bytes_per_token))
         self.piecewise_steps = 0
-        while pending or not sched.done:
+        while source.next_arrival() is not None or not sched.done:
             now = run.clock()
-            while pending and pending[0].arrival_s <= now:
-                sched.add_request(pending.popleft())
+            for req in source.due(now):
+                sched.add_request(req)
             if sched.done:  # nothing has arrived and nothing runs: wait for the next arrival
-                time.sleep(max(0.0, pending[0].arrival_s - now))
+                time.sleep(max(0.0, source.next_arrival() - now))
                 run.idle_s += run.clock() - now
                 continue
             ts = time.perf_counter()
@@ -172,6 +177,11 @@ class Engine:
             else:  # every running sequence was preempted: nothing to compute this step
                 continue
             self._record(run, kind, touched, computed, sched.num_preemptions - preempted_before)
+            finished = [s for s in touched if s.finished]
+            if finished:
+                source.finished(finished)
+            if observer is not None:
+                observer(run.steps[-1], plan, finished)
             sched.finish(touched)
         self.sync()
         return self._result(run, time.perf_counter() - run.t0)
