@@ -192,6 +192,7 @@ def validate(cfg: Config) -> None:
     _check(0 <= d.watermark < 1, f"device.watermark={d.watermark} must be in [0, 1)")
     w = cfg.workload
     _one_of("workload.distribution", w.distribution, DISTRIBUTIONS)
+    validate_reuse_keys(cfg)  # first: a multi_turn run's num_requests comes from its users and turns
     _check(w.num_requests is None or w.num_requests >= 1,  # None: a trace's every row (describe_trace)
            f"workload.num_requests={w.num_requests} must be >= 1")
     _check(w.prompt_len >= 1, f"workload.prompt_len={w.prompt_len} must be >= 1")
@@ -210,7 +211,6 @@ def validate(cfg: Config) -> None:
                f"a request of workload.prompt_len + workload.output_len = {total:g} tokens "
                f"is longer than max_seq_len={cfg.max_seq_len}")
     validate_trace_keys(cfg)
-    validate_reuse_keys(cfg)
     validate_arrival(cfg)
     validate_slo(cfg)
     validate_clock_profile(cfg)
