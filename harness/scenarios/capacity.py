@@ -152,7 +152,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         "cache_hit_tokens": allocator.cache_hit_tokens,
-        **meter.columns(ctx.ideal_hit_rate()),
+        **meter.columns(ctx.ideal_hit_rate(), prompt_tokens),
         **sim.peaks.as_row(),
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
         "weight_bytes": budget.weight_bytes,

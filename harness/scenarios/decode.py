@@ -118,7 +118,7 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
         "prompt_tokens": prompt_tokens,
         "prefill_tokens": res.prefill_tokens,
         "cache_hit_tokens": res.cache_hit_tokens,
-        **reuse.meter.columns(ctx.ideal_hit_rate()),
+        **reuse.meter.columns(ctx.ideal_hit_rate(), prompt_tokens),
         "peak_concurrency": res.peak_running,
         "max_concurrency": res.max_concurrency,
         "max_concurrency_analytic": max_conc,

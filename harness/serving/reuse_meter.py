@@ -4,9 +4,11 @@ A step observer (the simulator's and the decode engine's ``observer``): it reads
 decided at each admission, so it needs nothing from the allocator but its eviction counter.
 
 - ``prefix_hit_rate``: prompt tokens served from the prefix cache at each request's first admission,
-  over prompt tokens (vLLM's convention: a prompt's last token is always computed, so even a prompt
-  seen before hits at most all but its last block). Hits when a preempted sequence is re-admitted
-  are not prompt hits (``cache_hit_tokens`` counts every admission's).
+  over the workload's prompt tokens, as the ideal rate counts them (a request rejected, or a turn never
+  sent, hits nothing). vLLM's convention: a prompt's last token is always computed, so even a prompt
+  seen before hits at most all but its last block. Hits when a preempted sequence is re-admitted are
+  not prompt hits (``cache_hit_tokens`` counts every admission's). The steps table's rate is over the
+  prompt tokens admitted so far.
 - ``recomputed_tokens``: tokens a re-admission after a preemption computed again (not found cached).
 - ``evicted_blocks``: cached blocks the allocator evicted to reuse their memory (None: it keeps none).
 """
@@ -50,11 +52,13 @@ class ReuseMeter:
 
     @property
     def hit_rate(self) -> float | None:
+        """Over the prompt tokens admitted."""
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else None
 
-    def columns(self, ideal_rate: float | None) -> dict:
-        """The row's reuse columns."""
-        return {"prefix_hit_rate": self.hit_rate, "prefix_hit_rate_ideal": ideal_rate,
+    def columns(self, ideal_rate: float | None, workload_prompt_tokens: int) -> dict:
+        """The row's reuse columns; the hit rate over every prompt token of the workload."""
+        rate = self.hit_tokens / workload_prompt_tokens if workload_prompt_tokens else None
+        return {"prefix_hit_rate": rate, "prefix_hit_rate_ideal": ideal_rate,
                 "recomputed_tokens": self.recomputed_tokens, "evicted_blocks": self.evicted_blocks}
 
     def add_step_columns(self, steps: pd.DataFrame) -> pd.DataFrame:

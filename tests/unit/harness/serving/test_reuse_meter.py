@@ -39,8 +39,10 @@ def test_achieved_never_beats_ideal_and_an_unbounded_cache_reaches_it(kind, bloc
     else:
         assert meter.evicted_blocks > 0
     assert meter.hit_tokens + meter.recomputed_tokens <= alloc.cache_hit_tokens + meter.recomputed_tokens
-    cols = meter.columns(ideal.hit_rate)
+    cols = meter.columns(ideal.hit_rate, ideal.prompt_tokens)
     assert cols["prefix_hit_rate"] == meter.hit_rate and cols["prefix_hit_rate_ideal"] == ideal.hit_rate
+    # a request that never ran hits nothing: the row's rate is over every prompt token of the workload
+    assert meter.columns(None, 2 * ideal.prompt_tokens)["prefix_hit_rate"] == pytest.approx(meter.hit_rate / 2)
 
 
 def test_preemption_counts_recomputed_tokens_not_prompt_hits():
