@@ -325,6 +325,8 @@ def validate_reuse_keys(cfg: Config) -> None:
     if w.format == "mooncake":
         _check(w.distribution == "trace", f"workload.format=mooncake is a trace file's format: it needs "
                                           f"workload.distribution=trace (workload=mooncake), not {w.distribution}")
+        _check(w.shared_prefix_len == 0, f"workload.shared_prefix_len={w.shared_prefix_len}: workload.format=mooncake "
+                                         "takes every prompt token from the trace's hash_ids")
     if w.kind == "plain":
         return
     _check(w.distribution != "trace", f"workload.kind={w.kind} draws its own prompts; "
