@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # reading a config imports this module; running it loads torc
     from harness.kv.budget import MemoryBudget
     from harness.scenarios.context import JobContext
     from harness.serving.engine import EngineResult
+    from harness.serving.reuse_meter import ReuseMeter
     from harness.serving.workload import Request
 
 
@@ -34,8 +35,8 @@ class RunReuse:
     """One repeat's requests as served (a closed loop's with the arrival times the run gave them) and
     its prefix-cache reuse (harness/serving/reuse_meter.py)."""
 
-    served: list  # list[Request]
-    meter: object  # ReuseMeter
+    served: list[Request]
+    meter: ReuseMeter
 
 
 def warmup_requests(requests: list[Request]) -> list[Request]:
