@@ -48,6 +48,8 @@ class TensorSpec:
     head_dim: int
     dtype: torch.dtype
     device: torch.device
+    kv_dtype: str = "auto"  # the store's format (kernels/kv_formats.py); auto: ``dtype``
+    kv_scale: str = "tensor"
 
 
 @dataclass(frozen=True)

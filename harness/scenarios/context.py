@@ -52,7 +52,7 @@ class JobContext:
 
     @property
     def bytes_per_token(self) -> int:
-        return kv_bytes_per_token(self.cfg.model, self.cfg.dtype)
+        return kv_bytes_per_token(self.cfg.model, self.cfg.dtype, self.cfg.kv_dtype, self.cfg.kv_scale)
 
     @cached_property
     def workload(self) -> Workload:
