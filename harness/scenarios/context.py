@@ -150,6 +150,8 @@ class JobContext:
             "kernel_backend": self.kernel_backend(impl),
             "model": cfg.model.name,
             "dtype": cfg.dtype,
+            "kv_dtype": cfg.kv_dtype,
+            "kv_scale": cfg.kv_scale if cfg.kv_dtype != "auto" else None,  # a float store has no scales
             "block_size": cfg.block_size,
             "batch": cfg.batch,
             "max_seq_len": cfg.max_seq_len,
