@@ -103,3 +103,23 @@ def test_every_impl_agrees_on_the_cpu_default_workload(compose, tmp_path):
     by = {r["impl"]: r for r in rows}
     assert by["paged_torch"]["kv_bytes_reserved"] < by["contiguous"]["kv_bytes_reserved"]  # paging reserves less
     assert by["orca_oracle"]["kv_bytes_reserved"] < by["contiguous"]["kv_bytes_reserved"]  # so do exact regions
+
+
+@pytest.mark.parametrize(("kv_dtype", "kv_scale"), [("fp8_e4m3", "tensor"), ("fp8_e5m2", "token_head"),
+                                                    ("int8", "token_head"), ("int8", "tensor")])
+def test_quantized_kv_every_impl_reads_the_same_cache(compose, tmp_path, kv_dtype, kv_scale):
+    """At a quantized kv_dtype every impl that reads it quantizes and dequantizes alike (the paged pool,
+    the slab, an Orca region; a prompt that shares a prefix, a static scale set by the first prefill):
+    the same tokens as the contiguous cache."""
+    ref, rows = assert_same(compose, tmp_path, [f"kv_dtype={kv_dtype}", f"kv_scale={kv_scale}", "block_size=8",
+                                                "batch=4", "workload=uniform", "workload.num_requests=6",
+                                                "workload.prompt_len=37", "workload.output_len=9"],
+                            impls=("paged_torch", "orca_pow2"))
+    per_token = 2 * 4 * 2 * (64 + (4 if kv_scale == "token_head" else 0))  # tiny-llama: 4 layers, 2 kv heads x 64
+    assert ref["kv_bytes_per_token"] == rows["paged_torch"]["kv_bytes_per_token"] == per_token
+
+
+def test_cuda_refuses_a_quantized_cache_in_one_line(compose, tmp_path):
+    rows, code = run_job(compose(["+impl=paged_cuda", *SMALL, "kv_dtype=fp8_e4m3", "batch=2"]), tmp_path / "c")
+    assert rows[0]["status"] == "error"
+    assert "kernel cuda reads kv_dtype auto, not fp8_e4m3" in rows[0]["error"]
