@@ -20,6 +20,18 @@ from kernels.kv_formats import KV_DTYPES
 PAGED_KERNELS = ("torch", "triton", "cuda")  # over a block pool
 SLAB_KERNELS = ("sdpa",)  # over a contiguous slab
 KERNELS = (*SLAB_KERNELS, *PAGED_KERNELS)  # the built-in names; a kernel module's dotted path is allowed too
+# The cache's kv_dtype values each kernel reads (kernels/kv_formats.py); a kernel module by dotted path
+# takes the reference's signature without ``scales``: float caches only. The CUDA op (its .cu, C++ CPU
+# twin and emulator) has no quantized path yet.
+KV_DTYPE_SUPPORT = {"sdpa": KV_DTYPES, "torch": KV_DTYPES, "triton": KV_DTYPES, "cuda": ("auto",)}
+
+
+def kv_dtype_refusal(kernel: str, kv_dtype: str) -> str | None:
+    """Why ``kernel`` cannot read a cache of ``kv_dtype``, in one line naming what it reads; None: it can."""
+    supported = KV_DTYPE_SUPPORT.get(kernel, ("auto",))
+    if kv_dtype in supported:
+        return None
+    return f"kernel {kernel} reads kv_dtype {', '.join(supported)}, not {kv_dtype}"
 
 
 @dataclass(frozen=True)
@@ -51,9 +63,7 @@ class PagedKernel:
 
     def kv_dtype_error(self, kv_dtype: str) -> str | None:
         """Why this kernel cannot read a cache of ``kv_dtype``, in one line; None: it can."""
-        if kv_dtype in self.kv_dtypes:
-            return None
-        return f"kernel {self.name} reads kv_dtype {', '.join(self.kv_dtypes)}, not {kv_dtype}"
+        return None if kv_dtype in self.kv_dtypes else kv_dtype_refusal(self.name, kv_dtype)
 
 
 _SOURCES = {
@@ -102,7 +112,7 @@ def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[...,
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
         write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
 
-    return PagedKernel("torch", decode, write, out_variant=False, kv_dtypes=KV_DTYPES)
+    return PagedKernel("torch", decode, write, out_variant=False, kv_dtypes=KV_DTYPE_SUPPORT["torch"])
 
 
 def _sdpa() -> PagedKernel:
@@ -113,7 +123,7 @@ def _sdpa() -> PagedKernel:
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
         write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
 
-    return PagedKernel("sdpa", slab_decode, write, out_variant=False, kv_dtypes=KV_DTYPES)
+    return PagedKernel("sdpa", slab_decode, write, out_variant=False, kv_dtypes=KV_DTYPE_SUPPORT["sdpa"])
 
 
 def _cuda_decode(decode_op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -179,4 +189,4 @@ def get_paged_kernel(name: str) -> PagedKernel:
     if name == "cuda":
         decode = _cuda_decode(decode)
     return PagedKernel(name, decode, _masked_store_write(write), interpreted=name == "triton" and _triton_interpreted(),
-                       kv_dtypes=KV_DTYPES if name == "triton" else ("auto",))
+                       kv_dtypes=KV_DTYPE_SUPPORT[name])

@@ -36,6 +36,7 @@ REQUIRED = ("scenario", "status")
 METRICS = [
     "wall_s", "tokens_per_s", "tokens_per_s_spread", "output_tokens_per_s", "requests_per_s",
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
+    "prefill_step_ms_p50", "prefill_step_ms_p90", "prefill_steps",  # decode: prefill steps, apart from step_ms_*
     "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
     "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
@@ -78,7 +79,7 @@ BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph")
 COUNTS = (
     "block_size", "batch", "max_seq_len", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "gpu_count", "cpu_count",
-    "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
+    "decode_steps", "prefill_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
     "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes",
     "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
     "piecewise_steps", "concurrency", "running", "waiting", "tokens",
