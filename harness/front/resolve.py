@@ -93,6 +93,8 @@ def resolve(raw: DictConfig | Config) -> Config:
     _one_of("isolation", cfg.isolation, ISOLATIONS)
     _one_of("kv_dtype", cfg.kv_dtype, KV_DTYPES)
     _one_of("kv_scale", cfg.kv_scale, KV_SCALES)
+    if cfg.kv_dtype == "auto":  # a float store has no scales: one job (the default's identity) whatever kv_scale says
+        cfg.kv_scale = "tensor"
     if isinstance(cfg.scenario, MaxRateScenario) and cfg.arrival.rate is None:
         cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
     if cfg.workload.num_requests is None and cfg.workload.distribution != "trace":

@@ -23,5 +23,9 @@ def test_bad_value_names_the_allowed_ones(compose, override, allowed):
 def test_default_keeps_identity_and_a_quantized_cache_is_another_job(compose):
     base = resolve(compose(["model=tiny-llama", "+impl=paged_torch"]))
     explicit = resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_dtype=auto", "kv_scale=tensor"]))
+    no_scales = resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_scale=token_head"]))
     fp8 = resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_dtype=fp8_e4m3"]))
-    assert job_id(base, "cpu") == job_id(explicit, "cpu") != job_id(fp8, "cpu")
+    fp8_heads = resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_dtype=fp8_e4m3", "kv_scale=token_head"]))
+    assert no_scales.kv_scale == "tensor"  # auto stores floats: kv_scale means nothing there
+    ids = [job_id(c, "cpu") for c in (base, explicit, no_scales, fp8, fp8_heads)]
+    assert ids[0] == ids[1] == ids[2] and len(set(ids[2:])) == 3
