@@ -34,6 +34,9 @@ class ImplConfig:
     kernel: str = "torch"  # sdpa (contiguous only) | torch | triton | cuda
     # Share full blocks across requests by content hash (paged only).
     prefix_caching: bool = True
+    # Which cached free block is evicted first (paged with prefix caching; impls/eviction.py):
+    # lru (least recently freed, vLLM's) | lfu (fewest hits, aged) | 2q (scan resistant)
+    eviction: str = "lru"
     # Slots a sequence reserves at admission (contiguous only; impls/reservation.py):
     # max (max_seq_len, Orca (Max)) | pow2 (next power of two of prompt + output) | oracle (exactly that)
     reservation: str = "max"
@@ -109,8 +112,8 @@ class DeviceConfig:
 class GpuConfig:
     """A GPU for the simulated clock (conf/gpu/NAME.yaml; harness/serving/cost_model.py uses the figures).
 
-    ``gpu=NAME`` fills every figure from the file; any can be overridden, e.g. a measured
-    copy bandwidth for ``bandwidth_gbps``. A figure left None is taken from conf/gpu/NAME.yaml.
+    ``gpu=NAME`` fills every figure from the file; any can be overridden, e.g. a copy bandwidth
+    measured on your GPU as ``copy_bandwidth_gbps``. A figure left None is taken from conf/gpu/NAME.yaml.
     """
 
     name: str = MISSING
@@ -126,6 +129,12 @@ class GpuConfig:
     step_overhead_us: Optional[float] = None
     interconnect_gbps: Optional[float] = None  # per GPU and direction, GB/s
     interconnect_latency_us: Optional[float] = None
+    # Roofline version 2 (harness/serving/cost_model.py): a measured copy bandwidth (null: none known),
+    # decode attention's fraction of it, a per-layer cost of every step, a small prefill's floor.
+    copy_bandwidth_gbps: Optional[float] = None  # measured device-to-device copy, read + write, GB/s
+    attn_bw_efficiency: Optional[float] = None
+    layer_overhead_us: Optional[float] = None
+    prefill_weight_multiple: Optional[float] = None
 
 
 @dataclass

@@ -121,6 +121,13 @@ class KVAllocator(ABC):
     def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
         """Reserve slots for the next tokens; return copies the tensors must do first."""
 
+    def try_append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy] | None:
+        """``append`` when ``can_append`` allows it, else None with nothing changed: the scheduler's
+        check and act in one call (the block manager does both in one pass)."""
+        if not self.can_append(seq_id, len(token_ids)):
+            return None
+        return self.append(seq_id, token_ids)
+
     @abstractmethod
     def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
         """The child starts with the parent's tokens (shared or copied)."""

@@ -6,7 +6,8 @@ allocated only as tokens arrive. ``fork`` shares every block (parallel sampling)
 appending into a shared, partly filled block copies it first (copy-on-write).
 Full blocks are hashed by chain (parent hash, token ids) so a later request with
 the same prefix reuses them; freed blocks keep their hash and stay reusable until
-evicted, least recently freed first, when the pool needs space. An admission hashes
+evicted, by the pool's eviction policy (impls/eviction.py; least recently freed first by
+default), when the pool needs space. An admission hashes
 each of the prompt's full blocks once: ``plan_admit`` up to the first block not
 cached, ``admit`` the rest (its plan carries the hashes already made).
 
@@ -19,11 +20,12 @@ a device-side copy of the tables (impls/device_block_tables.py) applies only tho
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
 from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
+from impls.eviction import eviction_policy
 from impls.sizing import blocks_for_tokens
 
 _ROOT_HASH = 0
@@ -53,6 +55,7 @@ class BlockManager(KVAllocator):
         *,
         prefix_caching: bool = True,
         watermark_blocks: int = 0,
+        eviction: str = "lru",
     ) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
@@ -68,7 +71,9 @@ class BlockManager(KVAllocator):
         self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks
         self.hash_to_block: dict[int, int] = {}
         self.free: deque[int] = deque(range(num_blocks))  # never-cached free blocks
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, refcount 0, LRU first
+        self.evictable = eviction_policy(eviction, num_blocks)  # cached, refcount 0: the policy's order
+        # Policies other than lru count each block's hits since its contents were written.
+        self._history = eviction != "lru"
         self.tables: dict[int, list[int]] = {}
         self.tokens: dict[int, list[int]] = {}
         # seq -> first table entry changed since table_changes() last ran (0: the whole table)
@@ -76,6 +81,7 @@ class BlockManager(KVAllocator):
         self._filled_in_use = 0
         self._logical = 0
         self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
+        self.evicted_blocks = 0  # cached blocks whose contents were dropped to reuse the block, over the run
         self.generation = 0
 
     # ---- derived sizes -------------------------------------------------
@@ -111,16 +117,34 @@ class BlockManager(KVAllocator):
     def _take_block(self) -> int:
         if self.free:
             b = self.free.popleft()
+            if self._history:
+                self.evictable.forget(b)  # new contents: an earlier tenant's hits are not its own
         else:
-            b, _ = self.evictable.popitem(last=False)  # least recently freed
-            h = self.block_hash[b]
-            if self.hash_to_block.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
-                del self.hash_to_block[h]
-            self.block_hash[b] = self.block_tokens[b] = None
-        assert self.ref[b] == 0
-        self.ref[b] = 1
+            b = self.evictable.pop()  # the policy's victim; it forgets the block's history
+            self.evicted_blocks += 1
+            block_hash, cached = self.block_hash, self.hash_to_block
+            h = block_hash[b]
+            if cached.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
+                del cached[h]
+            block_hash[b] = self.block_tokens[b] = None
+        ref = self.ref
+        assert ref[b] == 0
+        ref[b] = 1
         self.filled[b] = 0
         return b
+
+    def _take_blocks(self, count: int) -> list[int]:
+        """``count`` never-cached free blocks (there must be as many), as ``_take_block`` takes them."""
+        free, ref, filled = self.free, self.ref, self.filled
+        taken = [free.popleft() for _ in range(count)]
+        if self._history:
+            for b in taken:
+                self.evictable.forget(b)
+        for b in taken:
+            assert ref[b] == 0
+            ref[b] = 1
+            filled[b] = 0
+        return taken
 
     def _forget_hash(self, b: int) -> None:
         h = self.block_hash[b]
@@ -152,10 +176,11 @@ class BlockManager(KVAllocator):
         n_lookup = n_full - 1 if n_full * bs == len(token_ids) else n_full
         hits: list[int] = []
         h, next_hash = _ROOT_HASH, None
-        for i in range(n_lookup):
+        # Without prefix caching nothing is looked up and no block is ever registered: no hashing at all.
+        for i in range(n_lookup if self.prefix_caching else 0):
             toks = tuple(token_ids[i * bs : (i + 1) * bs])
             h = chain_hash(h, toks)
-            b = self.hash_to_block.get(h) if self.prefix_caching else None
+            b = self.hash_to_block.get(h)
             if b is None or self.block_tokens[b] != toks:  # a miss (a hash collision is one too)
                 next_hash = h
                 break
@@ -173,22 +198,30 @@ class BlockManager(KVAllocator):
         bs, n, ref, filled = self.block_size, len(token_ids), self.ref, self.filled
         table: list[int] = []
         h = _ROOT_HASH
+        evictable, history = self.evictable, self._history
         for b in hits:
+            if history:
+                evictable.hit(b)
             if ref[b] == 0:
-                del self.evictable[b]
+                evictable.remove(b)
                 self._filled_in_use += filled[b]
             ref[b] += 1
             h = self.block_hash[b]
             table.append(b)
-        take, register, next_hash = self._take_block, self._register, plan.next_hash
-        for start in range(len(hits) * bs, n, bs):
-            b = take()
+        count = blocks_for_tokens(n, bs) - len(hits)
+        # Taking from the never-cached blocks touches no hash, so they may all be taken first; an
+        # eviction forgets a hash, so then each block is taken just before it is registered.
+        fresh = self._take_blocks(count) if count <= len(self.free) else None
+        take, register, next_hash, caching = self._take_block, self._register, plan.next_hash, self.prefix_caching
+        for i, start in enumerate(range(len(hits) * bs, n, bs)):
+            b = take() if fresh is None else fresh[i]
             if start + bs <= n:
                 filled[b] = bs
-                toks = tuple(token_ids[start : start + bs])
-                h = chain_hash(h, toks) if next_hash is None else next_hash  # the plan hashed the first miss
-                next_hash = None
-                register(b, h, toks)
+                if caching:
+                    toks = tuple(token_ids[start : start + bs])
+                    h = chain_hash(h, toks) if next_hash is None else next_hash  # the plan hashed the first miss
+                    next_hash = None
+                    register(b, h, toks)
             else:
                 filled[b] = n - start
             table.append(b)
@@ -214,31 +247,49 @@ class BlockManager(KVAllocator):
         return self._blocks_to_append(seq_id, num_tokens) <= len(self.free) + len(self.evictable)
 
     def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
+        copies = self.try_append(seq_id, token_ids)
+        if copies is None:
+            raise RuntimeError(f"sequence {seq_id}: {len(token_ids)} more tokens need more blocks than are free "
+                               "(check can_append first)")
+        return copies
+
+    def try_append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy] | None:
+        """``append`` if the free pool holds what it needs (``can_append``), else None, nothing changed:
+        the scheduler's check and act in one call."""
         bs = self.block_size
         table, toks = self.tables[seq_id], self.tokens[seq_id]
         off, n = len(toks) % bs, len(token_ids)
-        self.generation += 1
         if off and off + n <= bs and self.ref[table[-1]] == 1:
             # Fast path (most appends): into an owned, partly filled block, which they may fill.
+            self.generation += 1
             b = table[-1]
             toks += token_ids
             self.filled[b] = off + n
             self._filled_in_use += n
             self._logical += n
-            if off + n == bs:
+            if off + n == bs and self.prefix_caching:
                 parent = self.block_hash[table[-2]] if len(table) > 1 else _ROOT_HASH
                 if parent is not None:
                     self._register_full(b, parent, tuple(toks[-bs:]))
             return []
         if off == 0 and 0 < n < bs:
             # A decode step at a block boundary: a new block that the tokens leave partial.
-            table.append(self._take_block())
+            if not (self.free or self.evictable):
+                return None
+            self.generation += 1
+            b = self._take_block()
+            table.append(b)
             self._mark_changed(seq_id, len(table) - 1)
             toks += token_ids
-            self.filled[table[-1]] = n
+            self.filled[b] = n
             self._filled_in_use += n
             self._logical += n
             return []
+        # blocks_for_tokens(len + n) - blocks_for_tokens(len), plus a copy-on-write of a shared last block
+        need = -(-(off + n) // bs) - (1 if off else 0) + (1 if off and self.ref[table[-1]] > 1 else 0)
+        if need > len(self.free) + len(self.evictable):
+            return None
+        self.generation += 1
         # Block by block, not token by token: the simulator appends many tokens at once.
         copies: list[SlotCopy] = []
         done = 0
@@ -265,7 +316,7 @@ class BlockManager(KVAllocator):
             if self.filled[b] < end:
                 self._filled_in_use += end - max(self.filled[b], off)
                 self.filled[b] = end
-            if end == bs:
+            if end == bs and self.prefix_caching:
                 parent = self.block_hash[table[-2]] if len(table) > 1 else _ROOT_HASH
                 if parent is not None:
                     self._register_full(b, parent, tuple(toks[-bs:]))
@@ -305,7 +356,7 @@ class BlockManager(KVAllocator):
             freed += filled[b]
             h = block_hash[b]
             if h is not None and cached.get(h) == b:
-                evictable[b] = None  # keep its contents for a later prefix hit
+                evictable.add(b)  # keep its contents for a later prefix hit
             else:
                 self._forget_hash(b)
                 self.free.append(b)

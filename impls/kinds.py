@@ -39,6 +39,7 @@ class PoolSpec:
     min_tokens: int  # the smallest pool still holds one request of this many tokens
     watermark: float  # paged: fraction of blocks kept back at admission
     prefix_caching: bool
+    eviction: str = "lru"  # paged: which cached free block goes first (impls/eviction.py)
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ class PagedKind(CacheKind):
     def allocator(self, spec: PoolSpec) -> BlockManager:
         blocks = self.pool_size(spec)
         return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching,
-                            watermark_blocks=int(spec.watermark * blocks))
+                            watermark_blocks=int(spec.watermark * blocks), eviction=spec.eviction)
 
     def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
         from impls.paged import PagedCache

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 
-def _gpu_backend_built() -> bool | None:
-    """False when torch/version.py says torch was built without CUDA and ROCm; None when it cannot tell."""
+def torch_build_constants() -> dict | None:
+    """torch/version.py's constants (``__version__``, ``cuda``, ``hip``, ...), read without importing
+    torch; None when torch is absent or the file does not read as expected."""
     try:
         spec = importlib.util.find_spec("torch")  # finds the package, does not run it
     except (ImportError, ValueError):
@@ -35,7 +36,13 @@ def _gpu_backend_built() -> bool | None:
             node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
         if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
             values[target.id] = node.value.value
-    if "cuda" not in values or "hip" not in values:
+    return values
+
+
+def _gpu_backend_built() -> bool | None:
+    """False when torch/version.py says torch was built without CUDA and ROCm; None when it cannot tell."""
+    values = torch_build_constants()
+    if values is None or "cuda" not in values or "hip" not in values:
         return None
     return values["cuda"] is not None or values["hip"] is not None
 

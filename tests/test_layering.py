@@ -33,7 +33,7 @@ ROOMS: dict[str, set[str]] = {
     "harness.front": FOUNDATION | {"harness.config", "harness.model", "harness.measure", "harness.kv",
                                    "harness.serving", "harness.scenarios", "harness.job"},
     # The report reads finished tables: the row schema, and the GPU specs in conf/gpu/.
-    "harness.report": FOUNDATION,
+    "harness.report": FOUNDATION | {"harness.measure"},  # measure: the definitions of figures it recomputes
     # The entry points: ``python -m harness``, and the old module paths kept for the commands users type.
     "harness.__main__": {"harness.front"},
     "harness.replay": {"harness.front"},

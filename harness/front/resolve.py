@@ -322,6 +322,7 @@ def validate_arrival(cfg: Config) -> None:
 
 def validate_impl(impl: ImplConfig) -> None:
     # The registries load no torch (it is imported where tensors are built).
+    from impls.eviction import POLICIES
     from impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS, cache_kind
     from kernels.registry import KERNELS, is_plugin
 
@@ -334,6 +335,7 @@ def validate_impl(impl: ImplConfig) -> None:
     else:
         _one_of("impl.kernel", impl.kernel, KERNELS)
     _one_of("impl.reservation", impl.reservation, tuple(CONTIGUOUS_RESERVATIONS))
+    _one_of("impl.eviction", impl.eviction, POLICIES)
     try:
         kind = cache_kind(impl.cache, impl.reservation)
     except KeyError:  # a reservation policy of a cache that allocates as tokens arrive

@@ -13,7 +13,11 @@ by its class) whose value differs from the value committed for it in
   (``python -m harness.job_identity`` adds the keys it lacks; a test fails until it is run);
 - changing a key's default in the schema changes the id of every job that uses it,
   because the snapshot keeps the old default (entries are added, never rewritten), so a
-  published folder measured at the old default is never taken for the new one.
+  published folder measured at the old default is never taken for the new one;
+- a job that names a GPU spec (``gpu=NAME``: the roofline prices its steps, or the shapes a
+  profile lacks) also hashes ``ROOFLINE_VERSION`` (harness/serving/cost_model.py): a change of
+  the formula, not only of a figure, gives its rows a new id, so resume never keeps rows the
+  old formula priced. Jobs without a GPU spec keep their ids.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from harness.config import Config
 from harness.scenarios import schemas
+from harness.serving.cost_model import ROOFLINE_VERSION
 
 # Keys of the resolved config that leave the results unchanged.
 NOT_IDENTITY = ("resume", "progress", "gpu:GpuConfig.match")
@@ -95,6 +100,8 @@ def identity_fields(cfg: Config, device_slug: str, snapshot: dict[str, Any] | No
     recorded = load_snapshot() if snapshot is None else snapshot
     fields = {path: value for path, value in flatten(cfg).items()
               if path not in NOT_IDENTITY and (path not in recorded or recorded[path] != value)}
+    if cfg.gpu is not None:  # the roofline's formula prices the rows as much as its figures do
+        fields["roofline_version"] = ROOFLINE_VERSION
     return {"config": fields, "device_slug": device_slug}
 
 

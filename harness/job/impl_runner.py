@@ -6,8 +6,6 @@ import logging
 import traceback
 from dataclasses import dataclass
 
-import torch
-
 from harness.kv.budget import out_of_memory_message
 from harness.config import ImplConfig
 from harness.scenarios.context import JobContext
@@ -41,7 +39,11 @@ def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
     refusal = kv_dtype_refusal(impl.kernel, ctx.cfg.kv_dtype)
     if refusal is not None and not ctx.cfg.scenario.bookkeeping:  # bookkeeping runs no kernel: any kv_dtype
         return ImplResult([{**base, "status": "skipped", "error": refusal}], 0)
-    if ctx.device.type == "cpu":  # process-wide: a sweep's later job must not inherit an earlier one's
+    # Process-wide: a sweep's later job must not inherit an earlier one's. A bookkeeping run
+    # (scenario=capacity) computes nothing with tensors, so it leaves torch unimported (a second saved).
+    if ctx.cfg.device.name == "cpu" and not ctx.cfg.scenario.bookkeeping:
+        import torch
+
         torch.set_num_threads(ctx.cpu_threads)
     try:
         scenario = scenario_module(ctx.cfg.scenario.name)
@@ -52,5 +54,7 @@ def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
         log.debug("impl failed", exc_info=True)
         return ImplResult([{**base, **failure_row(e), "traceback": traceback.format_exc(limit=8)}], 1)
     finally:
-        if ctx.device.type == "cuda":
+        if ctx.cfg.device.name == "cuda":
+            import torch
+
             torch.cuda.empty_cache()

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import psutil
-import torch
 
 from harness.kv.budget import check_host_pool, raise_budget_advice
 from harness.config import Config, ImplConfig
 from harness.errors import ConfigError
 from harness.kv.sizes import kv_bytes_per_token, torch_dtype
 from impls.allocator import KVAllocator
-from impls.base import KVCache
 from impls.kinds import PoolSpec, TensorSpec, cache_kind
 from impls.sizing import CacheSizeError
+
+if TYPE_CHECKING:  # allocators are plain Python: a bookkeeping run (scenario=capacity) never loads torch
+    import torch
+
+    from impls.base import KVCache
 
 
 def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
@@ -28,6 +32,7 @@ def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
         min_tokens=math.ceil(cfg.workload.prompt_len) + 1,  # prompt_len is a mean, maybe fractional
         watermark=cfg.device.watermark,
         prefix_caching=impl.prefix_caching if impl is not None else False,
+        eviction=impl.eviction if impl is not None else "lru",
     )
 
 
@@ -50,6 +55,8 @@ def build_allocator(impl: ImplConfig, cfg: Config, kv_bytes: int) -> KVAllocator
 
 
 def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.device) -> KVCache:
+    import torch
+
     if torch.device(device).type == "cpu":  # the pool is allocated in RAM: never most of it
         check_host_pool(kv_bytes, psutil.virtual_memory().available)
     m = cfg.model

@@ -10,6 +10,16 @@ than ``MAX_STEAL`` of the machine to steal, is flagged ``contended``: its times 
 the neighbours than about the cache. (CPU time over wall time alone cannot tell a starved
 process from a kernel that runs on one thread of two; the run-queue wait can. Where the
 kernel gives no schedstat, the share of the CPU the threads could use stands in.)
+
+The run-queue wait misses one kind of load: other work that takes no core the job's threads
+wanted, yet shares what cores cannot split (a hypervisor's sibling hyperthreads, the memory
+bus, the last-level cache). A one-thread job beside two CPU hogs on two cores waited almost
+never and still ran at under half its idle speed. So the probe also reads how busy the whole
+machine was (/proc/stat) less the process's own CPU: ``others_cpu``, in cores. A busy row is
+contended too when its threads and the others together asked for more than ``MAX_DEMAND`` of
+the machine's cores. One co-runner beside a one-thread job on two cores (1 + 1) is recorded in
+``others_cpu`` but not flagged: on a shared machine that is most of the time, and flagged rows
+leave the figures.
 """
 
 from __future__ import annotations
@@ -22,6 +32,10 @@ from pathlib import Path
 MAX_WAIT = 0.25  # run-queue wait summed over the threads, over the busy wall time
 MIN_SHARE = 0.75  # without schedstat: of the CPU the measured threads could use (threads, at most the cores)
 MAX_STEAL = 0.05  # of the machine's CPU time taken by the hypervisor
+# The measured threads plus the others' cores, over the machine's cores: 2 cores beside one hog (1 + 1)
+# pass, beside two (1 + 2) do not.
+MAX_DEMAND = 1.25
+BUSY_SHARE = 0.5  # of the CPU its threads could use: below, the process mostly waited on something else
 
 
 def _run_queue_wait_s() -> float | None:
@@ -92,6 +106,16 @@ class Contention:
     load_avg_after: float | None
     steal_frac: float | None
     wait_frac: float | None = None  # run-queue wait over busy wall time (None: no schedstat here)
+    others_cpu: float | None = None  # cores' worth of CPU the rest of the machine used meanwhile
+    cores: int | None = None
+
+    @property
+    def crowded(self) -> bool:
+        """Other work and the measured threads together asked for more cores than the machine has
+        (a process that hardly ran, waiting on something else, asked for none)."""
+        if self.others_cpu is None or not self.cores or self.cpu_share is None or self.cpu_share < BUSY_SHARE:
+            return False
+        return self.threads + self.others_cpu > MAX_DEMAND * self.cores
 
     @property
     def starved(self) -> bool:
@@ -101,7 +125,7 @@ class Contention:
 
     @property
     def contended(self) -> bool:
-        return self.starved or (self.steal_frac is not None and self.steal_frac > MAX_STEAL)
+        return self.starved or self.crowded or (self.steal_frac is not None and self.steal_frac > MAX_STEAL)
 
     def note(self) -> str | None:
         if not self.contended:
@@ -113,6 +137,9 @@ class Contention:
                           if self.cpu_share is not None else ""))
         elif self.starved:
             why.append(f"the process got {self.cpu_share:.0%} of the CPU its {self.threads} thread(s) could use")
+        if self.crowded and not self.starved:
+            why.append(f"other work used {self.others_cpu:.1f} of the {self.cores} cores beside its "
+                       f"{self.threads} thread(s)")
         if self.steal_frac is not None and self.steal_frac > MAX_STEAL:
             why.append(f"steal took {self.steal_frac:.0%} of the machine")
         load = (f"; load average {self.load_avg_before:.1f} -> {self.load_avg_after:.1f}"
@@ -121,7 +148,8 @@ class Contention:
 
     def as_row(self) -> dict:
         return {"cpu_util": self.cpu_util, "run_queue_wait_frac": self.wait_frac, "load_avg_before": self.load_avg_before,
-                "load_avg_after": self.load_avg_after, "steal_frac": self.steal_frac, "contended": self.contended}
+                "load_avg_after": self.load_avg_after, "steal_frac": self.steal_frac, "others_cpu": self.others_cpu,
+                "contended": self.contended}
 
 
 class ContentionProbe:
@@ -133,12 +161,26 @@ class ContentionProbe:
 
     def __enter__(self) -> ContentionProbe:
         self._load0, self._steal0, self._wait0 = _load(), _steal_and_total(), _run_queue_wait_s()
+        self._busy0 = _busy_and_total()
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         self._cpu1, self._wall1 = time.process_time(), time.perf_counter()
         self._load1, self._steal1, self._wait1 = _load(), _steal_and_total(), _run_queue_wait_s()
+        self._busy1 = _busy_and_total()
+
+    def _others_cpu(self) -> float | None:
+        """The machine's busy cores over the whole window, less this process's own (never below 0)."""
+        wall = self._wall1 - self._wall0
+        if self._busy0 is None or self._busy1 is None or wall <= 0.05:
+            return None
+        total = self._busy1[1] - self._busy0[1]
+        if total <= 0:
+            return None
+        cores = os.cpu_count() or 1
+        machine = cores * (self._busy1[0] - self._busy0[0]) / total
+        return max(0.0, machine - (self._cpu1 - self._cpu0) / wall)
 
     def result(self, idle_s: float = 0.0) -> Contention:
         busy = self._wall1 - self._wall0 - idle_s
@@ -152,7 +194,8 @@ class ContentionProbe:
         if util is not None and self._wait0 is not None and self._wait1 is not None:
             wait = max(0.0, self._wait1 - self._wait0) / busy
         return Contention(util / self.threads if util is not None else None, util, self.threads,
-                          self._load0, self._load1, steal, wait)
+                          self._load0, self._load1, steal, wait, self._others_cpu() if util is not None else None,
+                          os.cpu_count() or 1)
 
 
 def probe_for(device_type: str) -> ContentionProbe | None:

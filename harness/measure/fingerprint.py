@@ -8,6 +8,7 @@ import platform
 import re
 import socket
 import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -118,18 +119,42 @@ def register_slug_resolver() -> None:
         OmegaConf.register_new_resolver("kvbench_slug", auto_device_slug)
 
 
-def collect(device: str) -> Fingerprint:
-    import torch  # lazily: reading a config must not load torch
+def _torch_versions(device: str) -> tuple[str, str | None]:
+    """torch's version and the CUDA it was built with. A CPU run reads them from torch/version.py
+    when torch is not loaded yet: a bookkeeping run (scenario=capacity) never needs torch, and
+    importing it costs about a second; anything unreadable asks torch itself."""
+    if device != "cuda" and "torch" not in sys.modules:
+        from kernels.cuda_available import torch_build_constants
+
+        values = torch_build_constants() or {}
+        if isinstance(values.get("__version__"), str) and "cuda" in values:
+            return values["__version__"], values["cuda"]
+    import torch
+
+    return torch.__version__, torch.version.cuda
+
+
+def _triton_version() -> str | None:
+    """Without importing triton where it is not loaded (its import is slow): the installed
+    distribution's version is the one ``triton.__version__`` reports."""
+    if "triton" in sys.modules:
+        return getattr(sys.modules["triton"], "__version__", None)
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
-        import triton
+        return version("triton")
+    except PackageNotFoundError:
+        return None
 
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
+
+def collect(device: str) -> Fingerprint:
+    torch_version, cuda_version = _torch_versions(device)
+    triton_version = _triton_version()
     gpu_name = gpu_mem = driver = None
     gpu_count = 0
     if device == "cuda":
+        import torch
+
         gpu_count = torch.cuda.device_count()
         props = torch.cuda.get_device_properties(0)
         gpu_name, gpu_mem = props.name, props.total_memory
@@ -143,10 +168,10 @@ def collect(device: str) -> Fingerprint:
         gpu_count=gpu_count,
         gpu_memory_bytes=gpu_mem,
         driver_version=driver,
-        cuda_version=torch.version.cuda,
+        cuda_version=cuda_version,
         cpu_name=_cpu_name(),
         cpu_count=cpus,
-        torch_version=torch.__version__,
+        torch_version=torch_version,
         triton_version=triton_version,
         python_version=platform.python_version(),
         git_sha=sha,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-Key = tuple[int, int]  # (request_id, sample)
+from harness.measure.agreement import Key, prefix_agreement  # noqa: F401 (the report's view of it)
+
 EXACT_DTYPES = ("float32", "float64")  # where the impls must agree token for token
 
 
@@ -34,20 +35,3 @@ def read_tokens(folder: Path, impl: str) -> dict[Key, list[int]] | None:
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
     return out or None
-
-
-def prefix_agreement(reference: dict[Key, list[int]], other: dict[Key, list[int]]) -> float | None:
-    """Tokens equal up to each request's first divergence, over the reference's tokens (requests both have)."""
-    matched = total = 0
-    for key, ref in reference.items():
-        if key not in other:
-            continue
-        out = other[key]
-        same = 0
-        for a, b in zip(ref, out):
-            if a != b:
-                break
-            same += 1
-        matched += same
-        total += len(ref)
-    return matched / total if total else None

@@ -14,7 +14,9 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.report.collect import ok_rows
+from harness.report.tables import md_table, pick
 
+CLOCK_TITLE = "The simulated clock against the wall clock"
 SATURATED = 0.9  # achieved over offered rate below which a run is saturated
 FIGURES = [f"{m}_ms_{p}" for m in ("ttft", "tpot", "e2el") for p in ("p50", "p99")]
 # What makes two rows the same requests on the same setup (the digest covers prompts and arrival times).
@@ -75,3 +77,44 @@ def summary(pairs: pd.DataFrame, rates: pd.DataFrame) -> dict[str, float]:
     if not rates.empty:
         out["max_rate_rps"] = float(rates["max_rate_err"].abs().median())
     return out
+
+
+def _pct(v) -> str:
+    return "–" if v is None or pd.isna(v) else f"{100 * v:+.0f}%"
+
+
+def clock_section(rows: pd.DataFrame) -> list[str]:
+    """Each rate served on both clocks (harness/report/clock_validation.py), and the max rates."""
+    pairs, rates = service_pairs(rows), rate_pairs(rows)
+    if pairs.empty and rates.empty:
+        return []
+    parts = [f"## {CLOCK_TITLE}\n",
+             "The same requests served on the wall clock (`scenario=decode`, `scenario=max_rate`) and simulated "
+             "on a profile of this machine's own steps (`scenario=profile`, whose `clock_source` names the "
+             "profile): error = simulated / wall - 1. A rate whose wall run achieved under 90% of it is "
+             "saturated: its queue, not the clock, sets its latencies.\n"]
+    s = summary(pairs, rates)
+    if s:
+        said = {"tpot_ms_p50": "median TPOT", "e2el_ms_p50": "median E2EL", "ttft_ms_p50": "median TTFT",
+                "max_rate_rps": "max rate within the SLO"}
+        parts.append("Median absolute error below saturation: " +
+                     ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
+    if not pairs.empty:
+        t = pairs.assign(**{f"{f} err": pairs[f"{f}_err"].map(_pct) for f in
+                            ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
+                         saturated=pairs["saturated"].map({True: "yes", False: "no"}))
+        parts.append(md_table(pick(t, {
+            "device_slug": "device", "model": "model", "impl": "impl", "request_rate": "offered req/s",
+            "achieved_rps": "achieved req/s", "saturated": "saturated",
+            "tpot_ms_p50_wall": "TPOT p50 ms wall", "tpot_ms_p50_sim": "simulated", "tpot_ms_p50 err": "error",
+            "e2el_ms_p50_wall": "E2EL p50 ms wall", "e2el_ms_p50_sim": "simulated", "e2el_ms_p50 err": "error ",
+            "ttft_ms_p50_wall": "TTFT p50 ms wall", "ttft_ms_p50_sim": "simulated", "ttft_ms_p50 err": "error  ",
+            "tpot_ms_p99 err": "TPOT p99 error", "e2el_ms_p99 err": "E2EL p99 error", "ttft_ms_p99 err": "TTFT p99 error",
+        })))
+    if not rates.empty:
+        t = rates.assign(error=rates["max_rate_err"].map(_pct))
+        parts += ["Max rate within the SLO on each clock:\n",
+                  md_table(pick(t, {"device_slug": "device", "model": "model", "impl": "impl", "slo": "SLO",
+                                     "max_rate_rps_wall": "wall req/s", "max_rate_rps_sim": "simulated req/s",
+                                     "error": "error", "clock_source": "profile"}))]
+    return parts

@@ -2,44 +2,20 @@
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import pandas as pd
 
-from harness.report.agreement import EXACT_DTYPES, prefix_agreement, read_tokens
-from harness.report.clock_validation import rate_pairs, service_pairs, summary as clock_summary
+from harness.report.attention_share import attention_section
+from harness.report.clock_validation import clock_section
 from harness.report.collect import Collection, burst, contended_rows, ok_rows, unique_points, with_mode
 from harness.report.figures import GB, devices
 from harness.report.hardware import with_peak
 from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
+from harness.report.parity import parity_section
 from harness.report.service_plots import max_rate_table, service_table
 from harness.report.summary import Headline, concurrency_headlines, memory_headlines, rate_headlines
+from harness.report.tables import cell, md_table, pick
 from harness.report.units import readable_durations
 from harness.report.variance import DEFAULT_MAX_SPREAD, footnote, mark_spread
-
-
-def cell(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.0f}" if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(df: pd.DataFrame) -> str:
-    """A GitHub markdown table (pandas' to_markdown needs tabulate, which is not a dependency)."""
-    if df.empty:
-        return "_(none)_\n"
-    head = "| " + " | ".join(cell(c) for c in df.columns) + " |"
-    rule = "| " + " | ".join("---" for _ in df.columns) + " |"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule, *body]) + "\n"
-
-
-def _pick(df: pd.DataFrame, cols: dict[str, str]) -> pd.DataFrame:
-    """The columns present, renamed for display."""
-    return df[[c for c in cols if c in df.columns]].rename(columns=cols)
 
 
 def _marked(df: pd.DataFrame, cols: dict[str, str], max_spread: float) -> tuple[pd.DataFrame, str]:
@@ -55,7 +31,7 @@ def environment_table(rows: pd.DataFrame) -> pd.DataFrame:
     keys = [c for c in cols if c in rows.columns]
     env = rows[keys].astype(object).where(rows[keys].notna(), None)
     env = env.assign(runs=rows["run_dir"]).groupby(keys, dropna=False)["runs"].nunique().reset_index()
-    return _pick(env.sort_values(keys), {**cols, "runs": "run folders"})
+    return pick(env.sort_values(keys), {**cols, "runs": "run folders"})
 
 
 def status_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -101,63 +77,13 @@ def decode_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> 
                    max_spread)
 
 
-def parity_table(rows: pd.DataFrame, folders: dict[str, Path] | None = None) -> pd.DataFrame:
-    """Greedy output parity: per device, model, dtype and workload, the digests each impl produced.
-
-    In fp32 the check is exact (``agree``: one digest). In bf16/fp16, where tied logits may round
-    apart, it is the prefix agreement of each impl's tokens with the reference impl's (contiguous,
-    else the first), read from the run folders in ``folders`` (harness/report/agreement.py)."""
-    if "output_digest" not in rows:
-        return pd.DataFrame()
-    df = with_mode(ok_rows(rows, "decode").dropna(subset=["output_digest"]))
-    # Eager and graphed runs are compared separately: a padded batch may round bf16 differently.
-    keys = ["device_slug", "model", "dtype", "workload", "workload_digest", "batch", "mode"]
-    out = []
-    for key, group in df.groupby(keys, dropna=False, sort=True):
-        by_impl = group.groupby("impl")["output_digest"].agg(lambda d: ",".join(sorted(set(d))))
-        if len(by_impl) < 2:
-            continue
-        rec = {**dict(zip(keys, key)), "impls": " ".join(by_impl.index),
-               "digests": " ".join(sorted(set(by_impl))), "agree": by_impl.nunique() == 1}
-        exact = str(rec["dtype"]) in EXACT_DTYPES
-        rec["check"] = "exact" if exact else "prefix agreement"
-        if exact or rec["agree"]:
-            rec["result"] = "same tokens" if rec["agree"] else "DIFFERENT tokens"
-        else:
-            rec["result"] = _agreement_text(group, folders or {})
-        out.append(rec)
-    return pd.DataFrame(out)
-
-
-def _agreement_text(group: pd.DataFrame, folders: dict[str, Path]) -> str:
-    """Each impl's share of the reference impl's tokens it matched up to the first divergence."""
-    impls = sorted(group["impl"].unique())
-    reference = "contiguous" if "contiguous" in impls else impls[0]
-
-    def tokens(impl: str):
-        for run_dir in sorted(group.loc[group["impl"] == impl, "run_dir"].unique()):
-            if run_dir in folders and (found := read_tokens(folders[run_dir], impl)) is not None:
-                return found
-        return None
-
-    ref = tokens(reference)
-    if ref is None:
-        return "digests differ; no tokens.jsonl to compare"
-    shares = []
-    for impl in (i for i in impls if i != reference):
-        other = tokens(impl)
-        share = prefix_agreement(ref, other) if other is not None else None
-        shares.append(f"{impl} {'–' if share is None else f'{100 * share:.1f}%'}")
-    return f"vs {reference}: " + ", ".join(shares)
-
-
 def kernel_table(rows: pd.DataFrame) -> pd.DataFrame:
     df = ok_rows(rows, "kernel")
     cols = {"device_slug": "device", "impl": "impl", "layout": "layout", "dtype": "dtype", "block_size": "block",
             "kernel_batch": "batch", "context_len": "context", "latency_us_p50": "latency p50 µs",
             "bandwidth_gbps": "GB/s", "frac_peak_bw": "of peak", "frac_copy_bw": "of copy"}
     keys = [c for c in ("device_slug", "impl", "block_size", "kernel_batch", "context_len") if c in df]
-    return _pick(df.sort_values(keys), cols)
+    return pick(df.sort_values(keys), cols)
 
 
 def gpu_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> tuple[pd.DataFrame, str]:
@@ -193,7 +119,7 @@ def max_rate_markdown(rows: pd.DataFrame) -> str:
         t = t.drop(columns="mode")
     return ("The largest offered rate at which each impl passed the SLO (median over runs), and its ratio to "
             "contiguous at the same setting; the paper's headline is 2-4× for paging.\n\n"
-            + md_table(_pick(t, {"device_slug": "device", "model": "model", "workload": "workload",
+            + md_table(pick(t, {"device_slug": "device", "model": "model", "workload": "workload",
                                  "batch": "batch", "arrival": "arrival", "slo": "SLO", "mode": "mode", "impl": "impl",
                                  "gpu": "simulated GPU", "max_rate_rps": "max rate req/s", "ratio": "vs contiguous",
                                  "probes": "probes", "runs": "runs"})))
@@ -245,14 +171,14 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
             parts = ("token states + fragmentation + reservation waste + external fragmentation (free, in holes"
                      " too small for the first waiting request) = memory held or stranded then")
         return (f"At the snapshot with the most token states ({parts}):\n\n"
-                + md_table(_pick(t, {
+                + md_table(pick(t, {
                     "scenario": "scenario", "device_slug": "device", "model": "model", "workload": "workload",
                     "batch": "batch", "impl": "impl", "held": "held GB", "used_pct": "token states %",
                     "frag": "fragmentation %", "waste": "reservation waste %",
                     "external": "external fragmentation %"})))
     if name == "max_concurrency":
         t = concurrency_table(col.rows)
-        return md_table(_pick(t, {"scenario": "source", "device_slug": "device", "model": "model",
+        return md_table(pick(t, {"scenario": "source", "device_slug": "device", "model": "model",
                                   "workload": "workload", "impl": "impl", "batch": "batch limit",
                                   "max_concurrency": "measured", "max_concurrency_analytic": "predicted",
                                   "capped": "hit batch limit"}))
@@ -303,11 +229,12 @@ def contended_section(rows, included: bool) -> list[str]:
              "left out of every figure (`--include-contended` draws them)")
     return ["## Rows measured under contention\n",
             f"{len(flagged)} rows were measured while the process's threads waited for a free core more than 25% of "
-            f"the time, or steal took more than 5% of the machine: their times say more about the machine's other work "
+            f"the time, other work and its threads together asked for more than 1.25x the machine's cores, or steal "
+            f"took more than 5% of the machine: their times say more about the machine's other work "
             f"than about the cache. They stay in the tables (`contended`, `cpu_util`) and are {where}.\n",
-            md_table(_pick(flagged, {"run_dir": "run", "scenario": "scenario", "impl": "impl", "batch": "batch",
+            md_table(pick(flagged, {"run_dir": "run", "scenario": "scenario", "impl": "impl", "batch": "batch",
                                      "cpu_util": "CPU used (cores)", "run_queue_wait_frac": "waited for a core",
-                                     "load_avg_before": "load before",
+                                     "others_cpu": "others' CPU (cores)", "load_avg_before": "load before",
                                      "load_avg_after": "load after"}))]
 
 
@@ -354,50 +281,6 @@ def answer_section(col: Collection, drawn: list[str], has_max_rate: bool) -> lis
             md_table(table)]
 
 
-CLOCK_TITLE = "The simulated clock against the wall clock"
-
-
-def _pct(v) -> str:
-    return "–" if v is None or pd.isna(v) else f"{100 * v:+.0f}%"
-
-
-def clock_section(rows: pd.DataFrame) -> list[str]:
-    """Each rate served on both clocks (harness/report/clock_validation.py), and the max rates."""
-    pairs, rates = service_pairs(rows), rate_pairs(rows)
-    if pairs.empty and rates.empty:
-        return []
-    parts = [f"## {CLOCK_TITLE}\n",
-             "The same requests served on the wall clock (`scenario=decode`, `scenario=max_rate`) and simulated "
-             "on a profile of this machine's own steps (`scenario=profile`, whose `clock_source` names the "
-             "profile): error = simulated / wall - 1. A rate whose wall run achieved under 90% of it is "
-             "saturated: its queue, not the clock, sets its latencies.\n"]
-    s = clock_summary(pairs, rates)
-    if s:
-        said = {"tpot_ms_p50": "median TPOT", "e2el_ms_p50": "median E2EL", "ttft_ms_p50": "median TTFT",
-                "max_rate_rps": "max rate within the SLO"}
-        parts.append("Median absolute error below saturation: " +
-                     ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
-    if not pairs.empty:
-        t = pairs.assign(**{f"{f} err": pairs[f"{f}_err"].map(_pct) for f in
-                            ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
-                         saturated=pairs["saturated"].map({True: "yes", False: "no"}))
-        parts.append(md_table(_pick(t, {
-            "device_slug": "device", "model": "model", "impl": "impl", "request_rate": "offered req/s",
-            "achieved_rps": "achieved req/s", "saturated": "saturated",
-            "tpot_ms_p50_wall": "TPOT p50 ms wall", "tpot_ms_p50_sim": "simulated", "tpot_ms_p50 err": "error",
-            "e2el_ms_p50_wall": "E2EL p50 ms wall", "e2el_ms_p50_sim": "simulated", "e2el_ms_p50 err": "error ",
-            "ttft_ms_p50_wall": "TTFT p50 ms wall", "ttft_ms_p50_sim": "simulated", "ttft_ms_p50 err": "error  ",
-            "tpot_ms_p99 err": "TPOT p99 error", "e2el_ms_p99 err": "E2EL p99 error", "ttft_ms_p99 err": "TTFT p99 error",
-        })))
-    if not rates.empty:
-        t = rates.assign(error=rates["max_rate_err"].map(_pct))
-        parts += ["Max rate within the SLO on each clock:\n",
-                  md_table(_pick(t, {"device_slug": "device", "model": "model", "impl": "impl", "slo": "SLO",
-                                     "max_rate_rps_wall": "wall req/s", "max_rate_rps_sim": "simulated req/s",
-                                     "error": "error", "clock_source": "profile"}))]
-    return parts
-
-
 def stale_section(rows: pd.DataFrame) -> list[str]:
     if "stale" not in rows or not rows["stale"].notna().any():
         return []
@@ -408,7 +291,7 @@ def stale_section(rows: pd.DataFrame) -> list[str]:
             f"{len(flagged)} rows no longer describe this checkout: older code measured them, or they are filed "
             "under another machine's folder. They stay in every table and figure, with the reason in the "
             "`stale` column of `all_runs`; re-run their commands to bring them up to date.\n",
-            md_table(_pick(groups, {"device_slug": "device", "stale": "why", "run folders": "run folders"}))]
+            md_table(pick(groups, {"device_slug": "device", "stale": "why", "run folders": "run folders"}))]
 
 
 def render(col: Collection, drawn: list[str], command: str, notes: dict[str, list[str]],
@@ -432,23 +315,13 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
     failed = rows[rows["status"] != "ok"]
     if len(failed):
         failed = failed.assign(error=failed["error"].map(lambda e: e if not isinstance(e, str) else e[:160]))
-        parts += ["Rows not ok:\n", md_table(_pick(failed, {"run_dir": "run", "scenario": "scenario", "impl": "impl",
+        parts += ["Rows not ok:\n", md_table(pick(failed, {"run_dir": "run", "scenario": "scenario", "impl": "impl",
                                                             "batch": "batch", "device_slug": "device",
                                                             "status": "status", "error": "error"}))]
     parts += unread_section(col)
     parts += stale_section(rows)
     parts += contended_section(rows, include_contended)
-    parity = parity_table(rows, col.folders)
-    if len(parity):
-        parts += ["## Output parity across impls\n",
-                  "In fp32 the same requests must give the same greedy tokens whatever the cache and kernel: "
-                  "the check is exact. In bf16/fp16 two logits can tie after rounding and kernels that sum in "
-                  "another order then pick different tokens, so the check there is the prefix agreement: per "
-                  "request, the tokens equal up to its first divergence, over the reference impl's tokens.\n",
-                  md_table(_pick(parity, {"device_slug": "device", "model": "model", "dtype": "dtype",
-                                          "workload": "workload", "batch": "batch", "mode": "mode",
-                                          "impls": "impls", "check": "check", "result": "result",
-                                          "digests": "output digests"}))]
+    parts += parity_section(rows, col.folders)
     titles = section_titles(drawn)
     for name, title in [s for s in SECTIONS if s[0] in drawn]:
         parts += [f"## {titles[name]}\n", _figure(name, title)]
@@ -465,6 +338,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
     if max_rate:
         parts += [f"## {MAX_RATE_TITLE}\n", max_rate]
     parts += clock_section(rows)
+    parts += attention_section(rows)
     parts.append("## Commands that produced the runs\n")
     if not col.commands:
         parts.append("_No run folder recorded its overrides (.hydra/overrides.yaml)._\n")

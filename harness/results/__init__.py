@@ -14,8 +14,8 @@ from typing import Callable, Iterable
 import pandas as pd
 
 IDENTIFIERS = [
-    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "model", "dtype", "kv_dtype", "kv_scale",
-    "block_size", "batch",
+    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "model", "dtype", "kv_dtype",
+    "kv_scale", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
     "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by
@@ -55,6 +55,8 @@ METRICS = [
     "clock_source",  # a simulated clock's prices: a profile's id (scenario=profile), or roofline
     *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
+    # scenario=profile: the median share of a step spent in the cache's attention (K/V write and kernel)
+    "attention_share_decode", "attention_share_prefill", "attention_share_decode_top",
     # scenario=max_rate
     "max_rate_rps",
     # scenario=max_concurrency
@@ -67,7 +69,8 @@ METRICS = [
     "kv_quant_max_abs_err",  # a quantized cache: the reference over it against the reference over the float K/V
     "sm_clock_mhz", "clock_throttle_reasons",  # NVML, right after a kernel point's timed calls (GPU only)
     # CPU: what the process got while measured (harness/measure/contention.py); contended rows say so in notes
-    "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "contended",
+    "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "others_cpu",
+    "contended",
 ]
 TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
                 "clock_source")  # the metric columns that are not numbers

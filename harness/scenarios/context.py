@@ -6,9 +6,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
-
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from harness.serving.arrivals import arrival_times, ignored_rate_note
 from harness.config import Config, ImplConfig
@@ -17,6 +15,9 @@ from harness.kv.sizes import kv_bytes_per_token, torch_dtype
 from harness.measure.fingerprint import Fingerprint
 from harness.results import run_id
 from harness.serving.workload import Request, Workload, draw_workload, workload_digest
+
+if TYPE_CHECKING:  # a bookkeeping run (scenario=capacity) never needs torch: about a second to import
+    import torch
 
 
 @dataclass
@@ -44,6 +45,8 @@ class JobContext:
 
     @property
     def device(self) -> torch.device:
+        import torch
+
         return torch.device(self.cfg.device.name)
 
     @property
@@ -94,6 +97,8 @@ class JobContext:
 
             from harness.kv.budget import check_host_weights
 
+            import torch
+
             check_host_weights(self.cfg, psutil.virtual_memory().available)
             torch.set_num_threads(self.cpu_threads)
         return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed)
@@ -116,7 +121,9 @@ class JobContext:
         return self.memo["budget"]
 
     def sync(self) -> None:
-        if self.device.type == "cuda":
+        if self.cfg.device.name == "cuda":
+            import torch
+
             torch.cuda.synchronize()
 
     def progress(self, total: int, desc: str) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
@@ -148,6 +155,8 @@ class JobContext:
             "cache": impl.cache if impl else None,
             "kernel": impl.kernel if impl else None,
             "kernel_backend": self.kernel_backend(impl),
+            # the prefix cache's eviction policy, where there is one to evict from
+            "eviction": impl.eviction if impl and impl.cache == "paged" and impl.prefix_caching else None,
             "model": cfg.model.name,
             "dtype": cfg.dtype,
             "kv_dtype": cfg.kv_dtype,
@@ -163,7 +172,7 @@ class JobContext:
             "n": w.n,
             "seed": cfg.seed,
             "repeat": cfg.repeat,
-            "cpu_threads": self.cpu_threads if self.device.type == "cpu" else None,
+            "cpu_threads": self.cpu_threads if self.cfg.device.name == "cpu" else None,
             "cuda_graph": cfg.cuda_graph,
             "workload_digest": workload_digest(self.requests) if workload else None,
             "trace_sha256": self.workload.trace_sha256 if workload else None,

@@ -116,10 +116,12 @@ def _prompts(ctx: JobContext, count: int, length: int, salt: int) -> list[tuple[
 
 def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], output_len: int, batch: int):
     """The engine's records of serving ``prompts`` at once, each for ``output_len`` tokens: (kind, tokens,
-    seconds) per step, timed from the end of the step before (the first from the run's start)."""
+    seconds, attention seconds) per step, timed from the end of the step before (the first from the run's
+    start); the last is the part of the step the cache spent attending (harness/measure/attention_timer.py)."""
     import math
 
     from harness.kv.factory import build_cache
+    from harness.measure.attention_timer import AttentionTimer
     from harness.serving.engine import Engine
     from harness.serving.workload import Request
 
@@ -129,13 +131,18 @@ def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], ou
     slots = len(prompts) * (math.ceil(max(cfg.max_seq_len, longest) / cfg.block_size) + 1) * cfg.block_size
     cache = build_cache(impl, cfg, int(slots * ctx.bytes_per_token * 1.1), ctx.device)  # nothing is preempted
     engine = Engine(ctx.model, cache, batch, cfg.max_num_batched_tokens, sync=ctx.sync)
+    timer = AttentionTimer(ctx.device)
+    timer.wrap(cache)  # after the engine's warm-up of the cache: only the steps' own calls are timed
     result = engine.run([Request(i, p, output_len, 1) for i, p in enumerate(prompts)])
     if result.preemptions or result.rejected:
         raise RuntimeError(f"profile point of {len(prompts)} prompts of {len(prompts[0])} tokens was preempted "
                            "or rejected: the profile's own cache was sized too small")
+    attention = timer.per_forward()  # one forward per recorded step: nothing was preempted
+    if len(attention) != len(result.steps):
+        raise RuntimeError(f"profile point: {len(attention)} timed forwards for {len(result.steps)} steps")
     out, before = [], 0.0
-    for rec in result.steps:
-        out.append((rec.kind, rec.tokens, rec.t_s - before))
+    for rec, attn in zip(result.steps, attention):
+        out.append((rec.kind, rec.tokens, rec.t_s - before, attn))
         before = rec.t_s
     return out
 
@@ -153,24 +160,44 @@ def measure_profile(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     for batch in batches:
         for context in contexts:
             seconds: list[float] = []
+            attention: list[float] = []
             for rep in range(repeats):
                 steps = _serve(ctx, impl, _prompts(ctx, batch, context, rep), sc.decode_steps + 1, batch)
-                seconds += [s for kind, _, s in steps if kind == "decode"]
+                seconds += [s for kind, _, s, _ in steps if kind == "decode"]
+                attention += [a for kind, _, _, a in steps if kind == "decode"]
             # the prefill left each sequence context + 1 tokens, and decode step j reads context + 1 + j of them
             # per sequence, as the simulator counts a step's KV tokens read
             mean_context = context + 1 + (sc.decode_steps - 1) / 2
-            rows.append(point(impl.name, "decode", seconds, batch=batch, context=mean_context))
+            rows.append(point(impl.name, "decode", seconds, batch=batch, context=mean_context, attention=attention))
     longest_prompt = cfg.max_seq_len - 2  # room for the one token a prefill generates
     for tokens in grid_prefill(sc, cfg.max_num_batched_tokens):
         sizes = [longest_prompt] * (tokens // longest_prompt) + ([tokens % longest_prompt] if tokens % longest_prompt else [])
-        seconds = []
+        seconds, attention = [], []
         for rep in range(repeats):
             prompts = [p for i, n in enumerate(sizes) for p in _prompts(ctx, 1, n, 1000 * rep + i)]
-            seconds += [s for kind, computed, s in _serve(ctx, impl, prompts, 1, len(prompts))
-                        if kind == "prefill" and computed == tokens]
+            for kind, computed, s, a in _serve(ctx, impl, prompts, 1, len(prompts)):
+                if kind == "prefill" and computed == tokens:
+                    seconds.append(s)
+                    attention.append(a)
         if seconds:
-            rows.append(point(impl.name, "prefill", seconds, tokens=tokens))
+            rows.append(point(impl.name, "prefill", seconds, tokens=tokens, attention=attention))
     return rows
+
+
+def attention_shares(rows: list[dict]) -> dict:
+    """The row's view of the profile's attention columns: the median share of a step spent in the cache's
+    attention over the decode points and over the prefill points, and the share at the decode point of the
+    largest batch and context (where attention weighs most)."""
+    import statistics
+
+    out: dict = {}
+    for kind in ("decode", "prefill"):
+        shares = [r["attention_share"] for r in rows if r["kind"] == kind and r.get("attention_share") is not None]
+        out[f"attention_share_{kind}"] = statistics.median(shares) if shares else None
+    decode = [r for r in rows if r["kind"] == "decode" and r.get("attention_share") is not None]
+    top = max(decode, key=lambda r: (r["batch"], r["context"]), default=None)
+    out["attention_share_decode_top"] = top["attention_share"] if top else None
+    return out
 
 
 def points_of(rows: list[dict]) -> ProfilePoints:
@@ -213,7 +240,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     append_table(ctx.tables, "profile", profile_frame(rows))
     points = points_of(rows)
     pid = profile_id(points)
-    summary = {"status": "ok", "clock_source": pid, "probes": len(rows),
+    summary = {"status": "ok", "clock_source": pid, "probes": len(rows), **attention_shares(rows),
                "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points; "
                         f"clock_profile={run_id(ctx.run_dir)} prices a simulated run from them"}
     if probe is not None:

@@ -1,14 +1,16 @@
 """Which clock prices a simulated run: a measured profile (``clock_profile=``), else the roofline of
-``gpu=NAME``, else none (bookkeeping alone). Rows name it in ``clock_source``."""
+``gpu=NAME``, else none (bookkeeping alone). Rows name it in ``clock_source``: the profile's id, or
+``roofline-vN`` with the formula's version (harness/serving/cost_model.py), so a row says which
+formula priced it."""
 
 from __future__ import annotations
 
 from harness.config import Config
-from harness.serving.cost_model import CostModel, cost_model_for
+from harness.serving.cost_model import ROOFLINE_VERSION, CostModel, cost_model_for
 from harness.serving.profile_table import load_clock
 from harness.serving.profiled_clock import ProfiledClock
 
-ROOFLINE = "roofline"
+ROOFLINE = f"roofline-v{ROOFLINE_VERSION}"
 
 
 def step_clock(cfg: Config, impl: str) -> tuple[ProfiledClock | CostModel | None, str | None]:

@@ -1,40 +1,53 @@
-"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step).
+"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 2).
 
 Every input is a plain number; conf/gpu/*.yaml gives them per GPU, each with its source.
 Symbols (bytes, seconds, FLOP):
 
     n     GPUs working on one model (tensor parallel: ``count``)
-    bw    memory bandwidth per GPU, bytes/s       eb  its efficiency, in (0, 1]
+    A     achievable streaming bandwidth per GPU, bytes/s: the measured copy bandwidth
+          (``copy_bandwidth_gbps``, read + write bytes / time) where one is known, else
+          ``bandwidth_gbps * bw_efficiency`` (the datasheet figure times an assumed fraction)
+    ea    the fraction of A that decode attention reaches reading the KV cache (``attn_bw_efficiency``)
     F     dense bf16/fp16 peak per GPU, FLOP/s    ef  its efficiency, in (0, 1]
-    o     fixed overhead of a step (host scheduling, launches), s
+    o     fixed cost of a step (host scheduling, input preparation), s
+    lo    fixed cost of each layer of a step (kernel launches and tails, syncs), s
+    mp    a prefill costs at least mp weight reads (``prefill_weight_multiple``, >= 1)
     W     weight bytes    P  parameters    kvb  KV bytes per token (every layer, K and V)
     L     layers          h  hidden size   e    bytes per activation element
     link  interconnect bandwidth per GPU and direction, bytes/s;  lat  latency of one collective, s
 
-Tensor parallelism splits the weights, the KV heads and the FLOPs evenly over the n GPUs:
-each moves W/n + KV/n bytes and does 1/n of the FLOPs, so the model sees n*bw*eb bytes/s
-and n*F*ef FLOP/s. Each layer then all-reduces its attention output and its MLP output
-(Megatron-style): 2*L ring all-reduces of m = tokens*h*e bytes, each lat + 2*(n-1)/n * m / link.
+Tensor parallelism splits the weights, the KV heads and the FLOPs evenly over the n GPUs, so
+the model sees n*A bytes/s and n*F*ef FLOP/s; each GPU still runs every layer, so o and L*lo
+do not shrink. Each layer all-reduces its attention output and its MLP output (Megatron-style):
+2*L ring all-reduces of m = tokens*h*e bytes, each lat + 2*(n-1)/n * m / link.
 
+    fixed(T)       = o + L*lo + comm(T)
     comm(T)        = 0 if n == 1, else 2*L * (lat + 2*(n-1)/n * T*h*e / link)
-    decode_s(B, R) = o + max((W + R*kvb) / (n*bw*eb),  2*P*B / (n*F*ef)) + comm(B)
+    decode_s(B, R) = fixed(B) + max(W / (n*A),  2*P*B / (n*F*ef)) + R*kvb / (n*A*ea)
         B sequences make one token each; R = KV tokens the step's attention reads
-        (every sequence's context, its new token included).
-    prefill_s(T)   = o + max(2*P*T / (n*F*ef),  W / (n*bw*eb)) + comm(T)
-        T prompt tokens computed (prefix-cache hits are not).
+        (every sequence's context, its new token included). The matmuls stream the
+        weights or are compute-bound; attention runs in kernels of its own after them,
+        so its KV read adds to the step instead of hiding under the weights' read.
+    prefill_s(T)   = fixed(T) + max(2*P*T / (n*F*ef),  mp * W / (n*A))
+        T prompt tokens computed (prefix-cache hits are not). Matmuls of a few hundred rows
+        reach neither the streaming rate nor the FLOP rate, so a small prefill costs mp
+        weight reads, not one; large prefills are compute-bound and mp does not touch them.
     decode_s(B, R, k) = sum over j = 0..k-1 of decode_s(B, R + j*B)
         k steps of an unchanged batch, each reading B more KV tokens than the one before:
-        the memory term grows linearly in j, so the first j* steps are compute-bound and
-        the sum has a closed form (``_decode_sum``).
+        only the attention term grows, so the sum is k*decode_s(B, R) + B*kvb/(n*A*ea) * k*(k-1)/2.
 
-Left out on purpose: attention FLOPs (2*P per token counts the matmuls; decode at these
-context lengths is memory-bound), KV writes and activation traffic, sampling, and any
-overlap of communication with compute.
+Version 1 (before 2026-12-02) had no attention term of its own (the KV read shared the weights'
+max with the compute), no per-layer cost, no prefill floor, and the datasheet bandwidth times
+bw_efficiency everywhere. ``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
+(harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
+
+Left out on purpose: prefill attention FLOPs (quadratic in the prompt; small next to 2*P*T at
+these lengths), KV writes and activation traffic, sampling, and any overlap of communication
+with compute.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 
 from harness.config import Config, GpuConfig
@@ -42,26 +55,39 @@ from harness.errors import ConfigError
 from harness.kv.sizes import DTYPE_BYTES, kv_bytes_per_token, parameter_count, weight_bytes
 from harness.model.config import ModelConfig
 
+# Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
+ROOFLINE_VERSION = 2
+
 # Figures that divide or scale the cost: 0 or below has no meaning.
-_POSITIVE = ("memory_gb", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps")
+_POSITIVE = ("memory_gb", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
+             "attn_bw_efficiency")
 # Added times: 0 is a valid idealisation (no overhead, no latency).
-_NON_NEGATIVE = ("step_overhead_us", "interconnect_latency_us")
+_NON_NEGATIVE = ("step_overhead_us", "interconnect_latency_us", "layer_overhead_us")
+_FRACTIONS = ("bw_efficiency", "flops_efficiency", "attn_bw_efficiency")
 
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One GPU model's figures (datasheet, plus modelling assumptions), and how many work together."""
+    """One GPU model's figures (datasheet, measurements, modelling assumptions), and how many work together.
+
+    The figures after ``count`` have neutral defaults (no per-layer cost, a prefill floor of one
+    weight read, attention at the weights' rate, no copy measurement) for hand-built specs;
+    conf/gpu/*.yaml sets every one of them."""
 
     name: str
     memory_gb: float  # per GPU, GB = 1e9 bytes
-    bandwidth_gbps: float  # memory bandwidth per GPU, GB/s (or a measured copy bandwidth)
+    bandwidth_gbps: float  # datasheet memory bandwidth per GPU, GB/s
     tflops: float  # dense bf16/fp16 tensor-core peak per GPU, TFLOP/s
-    bw_efficiency: float  # fraction of bandwidth a decode step reaches
+    bw_efficiency: float  # fraction of bandwidth_gbps a stream reaches, where no copy bandwidth is measured
     flops_efficiency: float  # fraction of peak a prefill's matmuls reach
     step_overhead_us: float  # fixed cost of every step
     interconnect_gbps: float  # GPU-to-GPU bandwidth per GPU and direction, GB/s
     interconnect_latency_us: float  # per collective
     count: int = 1  # tensor-parallel GPUs
+    copy_bandwidth_gbps: float | None = None  # measured device-to-device copy (read + write), GB/s; None: unknown
+    attn_bw_efficiency: float = 1.0  # fraction of the achievable bandwidth decode attention reaches
+    layer_overhead_us: float = 0.0  # fixed cost of each layer of every step
+    prefill_weight_multiple: float = 1.0  # a prefill costs at least this many weight reads
 
     def __post_init__(self) -> None:
         for key in _POSITIVE:
@@ -70,15 +96,27 @@ class GpuSpec:
         for key in _NON_NEGATIVE:
             if not getattr(self, key) >= 0:
                 raise ConfigError(f"gpu.{key}={getattr(self, key)} must be >= 0 (gpu={self.name})")
-        for key in ("bw_efficiency", "flops_efficiency"):
+        for key in _FRACTIONS:
             if getattr(self, key) > 1:
                 raise ConfigError(f"gpu.{key}={getattr(self, key)} must be in (0, 1] (gpu={self.name})")
+        if self.copy_bandwidth_gbps is not None and not self.copy_bandwidth_gbps > 0:
+            raise ConfigError(f"gpu.copy_bandwidth_gbps={self.copy_bandwidth_gbps} must be > 0, or null where "
+                              f"none is measured (gpu={self.name})")
+        if not self.prefill_weight_multiple >= 1:
+            raise ConfigError(f"gpu.prefill_weight_multiple={self.prefill_weight_multiple} must be >= 1 "
+                              f"(a prefill reads the weights at least once) (gpu={self.name})")
         if self.count < 1:
             raise ConfigError(f"gpu.count={self.count} must be >= 1 (gpu={self.name})")
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+    @property
+    def achievable_gbps(self) -> float:  # A, per GPU
+        if self.copy_bandwidth_gbps is not None:
+            return self.copy_bandwidth_gbps
+        return self.bandwidth_gbps * self.bw_efficiency
 
 
 @dataclass(frozen=True)
@@ -101,9 +139,12 @@ class CostModel:
     model: ModelCost
 
     @property
-    def bytes_per_s(self) -> float:  # n*bw*eb
-        g = self.gpu
-        return g.count * g.bandwidth_gbps * 1e9 * g.bw_efficiency
+    def bytes_per_s(self) -> float:  # n*A: the weights' streaming rate
+        return self.gpu.count * self.gpu.achievable_gbps * 1e9
+
+    @property
+    def attn_bytes_per_s(self) -> float:  # n*A*ea: the KV cache's read rate in decode attention
+        return self.bytes_per_s * self.gpu.attn_bw_efficiency
 
     @property
     def flops_per_s(self) -> float:  # n*F*ef
@@ -111,8 +152,8 @@ class CostModel:
         return g.count * g.tflops * 1e12 * g.flops_efficiency
 
     @property
-    def overhead_s(self) -> float:  # o
-        return self.gpu.step_overhead_us * 1e-6
+    def overhead_s(self) -> float:  # o + L*lo
+        return (self.gpu.step_overhead_us + self.model.num_layers * self.gpu.layer_overhead_us) * 1e-6
 
     def comm_s(self, tokens: int) -> float:
         """2*L ring all-reduces of tokens*h*e bytes; none on one GPU."""
@@ -123,39 +164,28 @@ class CostModel:
         ring = 2 * (g.count - 1) / g.count * message / (g.interconnect_gbps * 1e9)
         return 2 * m.num_layers * (g.interconnect_latency_us * 1e-6 + ring)
 
+    def weights_s(self) -> float:
+        """One read of the weights at the streaming rate."""
+        return self.model.weight_bytes / self.bytes_per_s
+
+    def attention_s(self, kv_tokens_read: int) -> float:
+        """Decode attention's read of ``kv_tokens_read`` tokens of KV (all layers, K and V)."""
+        return kv_tokens_read * self.model.kv_bytes_per_token / self.attn_bytes_per_s
+
     def prefill_s(self, tokens: int) -> float:
-        m = self.model
-        compute = 2 * m.params * tokens / self.flops_per_s
-        weights = m.weight_bytes / self.bytes_per_s
-        return self.overhead_s + max(compute, weights) + self.comm_s(tokens)
+        compute = 2 * self.model.params * tokens / self.flops_per_s
+        floor = self.gpu.prefill_weight_multiple * self.weights_s()
+        return self.overhead_s + max(compute, floor) + self.comm_s(tokens)
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """``steps`` decode steps of ``batch`` sequences; the first reads ``kv_tokens_read`` KV tokens,
         each later one ``batch`` more."""
         if steps < 1:
             raise ValueError(f"steps={steps} must be >= 1")
-        m = self.model
-        fixed = self.overhead_s + self.comm_s(batch)
-        first = (m.weight_bytes + kv_tokens_read * m.kv_bytes_per_token) / self.bytes_per_s  # memory term, step 0
-        growth = batch * m.kv_bytes_per_token / self.bytes_per_s  # memory term added per step
-        compute = 2 * m.params * batch / self.flops_per_s
-        return steps * fixed + _decode_sum(first, growth, compute, steps)
-
-
-def _decode_sum(a: float, d: float, c: float, k: int) -> float:
-    """sum over j = 0..k-1 of max(a + j*d, c), with d >= 0.
-
-    The first j* terms, those with a + j*d < c, are c; the rest an arithmetic series:
-    j* = 0 if a >= c, k if d == 0, else min(k, ceil((c - a) / d)).
-    """
-    if a >= c:
-        j = 0
-    elif d == 0:
-        j = k
-    else:
-        j = min(k, math.ceil((c - a) / d))
-    series = (k - j) * a + d * (k * (k - 1) - j * (j - 1)) / 2  # sum of a + i*d for i = j..k-1
-    return j * c + series
+        compute = 2 * self.model.params * batch / self.flops_per_s
+        one = self.overhead_s + self.comm_s(batch) + max(self.weights_s(), compute) + self.attention_s(kv_tokens_read)
+        # Step j reads j*batch more tokens than step 0: sum of j over 0..steps-1 = steps*(steps-1)/2.
+        return steps * one + self.attention_s(batch) * steps * (steps - 1) / 2
 
 
 def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor") -> ModelCost:
@@ -168,7 +198,12 @@ def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale:
 
 def gpu_spec(gpu: GpuConfig) -> GpuSpec:
     """A resolved ``GpuConfig`` (harness/config.py: every figure filled) as a validated spec."""
-    return GpuSpec(**{key: getattr(gpu, key) for key in GpuSpec.field_names()})
+    figures = {key: getattr(gpu, key) for key in GpuSpec.field_names()}
+    unset = [key for key, value in figures.items() if value is None and key != "copy_bandwidth_gbps"]
+    if unset:  # a GPU file of its own that predates a figure: name what it lacks
+        raise ConfigError(f"gpu={gpu.name}: {', '.join(f'gpu.{k}' for k in unset)} not set; conf/gpu/{gpu.name}.yaml "
+                          f"(or the command line) must give each (copy_bandwidth_gbps may be null)")
+    return GpuSpec(**figures)
 
 
 def cost_model_for(cfg: Config) -> CostModel:

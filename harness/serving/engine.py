@@ -34,6 +34,9 @@ from harness.measure.kv_peaks import KVPeaks
 from impls.base import KVCache, PrefillSpan
 from impls.staging import StagingBuffer
 
+# (the sequences of a step, their logits rows) -> the token each one is fed next
+Sampler = Callable[[list[Sequence], torch.Tensor], list[int]]
+
 
 @dataclass
 class EngineResult:
@@ -86,8 +89,12 @@ class Engine:
         sync: Callable[[], None] = lambda: None,
         progress: Callable[[int], None] | None = None,
         pieces: PiecewiseDecode | None = None,
+        sampler: Sampler | None = None,
     ) -> None:
         self.model = model
+        # Picks each step's next tokens from its logits rows; None: greedy (argmax), as every timed run.
+        # A teacher-forced run (harness/serving/forced.py) feeds given tokens and reads the rows instead.
+        self.sampler = sampler
         # Decode steps of at most pieces.max_batch sequences run as pieces (CUDA graphs on a GPU)
         # around the cache's attention; larger ones, and every prefill, run the model eagerly.
         self.pieces = pieces
@@ -129,6 +136,12 @@ class Engine:
         ids_h, positions_h, last_h = staging.add(ids), staging.add(positions), staging.add(last)
         meta = self.cache.prepare_prefill(spans, staging)
         logits = self._forward(staging, ids_h, positions_h, self.cache.forward_prefill, meta, last_h)
+        if self.sampler is not None:
+            if any(adm.forks for adm in admitted):
+                raise ValueError("a sampler feeds one token per request: parallel sampling (n > 1) is not supported")
+            for adm, tok in zip(admitted, self.sampler([adm.seq for adm in admitted], logits)):
+                adm.seq.output_ids.append(tok)
+            return len(ids)
         for adm, row in zip(admitted, logits):
             forks = adm.forks
             ranked = torch.topk(row, 1 + len(forks)).indices.tolist() if forks else [int(row.argmax())]
@@ -195,7 +208,8 @@ class Engine:
         meta = self.cache.prepare_decode([s.seq_id for s in seqs], staging)
         logits = self._decode_forward(staging, ids, positions, meta, len(seqs))
         run.host_s.append(time.perf_counter() - ts)  # enqueued; on a GPU nothing has waited for it yet
-        for s, tok in zip(seqs, logits.argmax(dim=-1).tolist()):
+        chosen = logits.argmax(dim=-1).tolist() if self.sampler is None else self.sampler(seqs, logits)
+        for s, tok in zip(seqs, chosen):
             s.output_ids.append(tok)
         self.sync()
         run.step_s.append(time.perf_counter() - ts)

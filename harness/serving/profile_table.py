@@ -3,7 +3,11 @@
 One row per profiled point of one impl: ``kind`` (decode | prefill), ``batch`` and ``context``
 (decode: sequences, and the mean KV tokens each step's attention read per sequence), ``tokens``
 (prefill: prompt tokens the forward computed), ``seconds`` (the median step), ``seconds_p10``,
-``seconds_p90`` and ``samples``. ``clock_profile=PATH`` (a run folder holding the table, or the
+``seconds_p90`` and ``samples``; ``attention_seconds`` (the median step's time in the cache's
+attention: K/V writes and kernel, harness/measure/attention_timer.py) and ``attention_share`` (the
+median over steps of that time over the step's). The clock reads only ``seconds``; the attention
+columns say how much of a step is the cache's, and may be absent in a table made before them.
+``clock_profile=PATH`` (a run folder holding the table, or the
 table itself) prices a simulated run's steps from it (harness/serving/profiled_clock.py).
 
 A results folder is data: the table is read as numbers, checked, and never run.
@@ -21,7 +25,8 @@ from harness.errors import ConfigError
 from harness.serving.profiled_clock import ProfiledClock, ProfilePoints
 
 PROFILE = "profile"  # the table's name in a run folder
-PROFILE_COLUMNS = ["impl", "kind", "batch", "context", "tokens", "seconds", "seconds_p10", "seconds_p90", "samples"]
+PROFILE_COLUMNS = ["impl", "kind", "batch", "context", "tokens", "seconds", "seconds_p10", "seconds_p90", "samples",
+                   "attention_seconds", "attention_share"]
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -30,11 +35,16 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def point(impl: str, kind: str, seconds: list[float], batch: int | None = None, context: float | None = None,
-          tokens: int | None = None) -> dict:
-    """One profiled point from its samples (seconds of each measured step)."""
+          tokens: int | None = None, attention: list[float] | None = None) -> dict:
+    """One profiled point from its samples (seconds of each measured step, and of its attention if timed)."""
+    if attention is not None and len(attention) != len(seconds):
+        raise ValueError(f"{len(attention)} attention samples for {len(seconds)} steps")
+    timed = attention is not None and len(attention) > 0
     return {"impl": impl, "kind": kind, "batch": batch, "context": context, "tokens": tokens,
             "seconds": statistics.median(seconds), "seconds_p10": _quantile(seconds, 0.1),
-            "seconds_p90": _quantile(seconds, 0.9), "samples": len(seconds)}
+            "seconds_p90": _quantile(seconds, 0.9), "samples": len(seconds),
+            "attention_seconds": statistics.median(attention) if timed else None,
+            "attention_share": statistics.median(a / s for a, s in zip(attention, seconds) if s > 0) if timed else None}
 
 
 def profile_frame(points: list[dict]) -> pd.DataFrame:

@@ -163,14 +163,16 @@ class Scheduler:
         for seq, k in ([(s, num_tokens) for s in running] if candidates is None else candidates):
             if gone and id(seq) in gone:
                 continue
-            while not alloc.can_append(seq.seq_id, k):
+            tokens = self.token_source(seq, k)
+            while (copies := alloc.try_append(seq.seq_id, tokens)) is None:  # it did not fit: nothing appended
                 victim = running.pop()  # the last one after ``seq``, else ``seq`` itself
                 gone.add(id(victim))
                 self._preempt(victim, plan)
                 if victim is seq:
                     break
             else:
-                plan.copies += alloc.append(seq.seq_id, self.token_source(seq, k))
+                if copies:
+                    plan.copies += copies
         plan.decodes = list(running)
 
     def _preempt(self, seq: Sequence, plan: StepPlan) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(eq=False)
+# slots: a 100,000-request simulation keeps every finished sequence (no per-object __dict__)
+@dataclass(eq=False, slots=True)
 class Sequence:
     seq_id: int
     request_id: int

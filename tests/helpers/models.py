@@ -76,3 +76,35 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
 def load_named(name: str) -> ModelConfig:
     merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(REPO_ROOT / "conf" / "model" / f"{name}.yaml"))
     return OmegaConf.to_object(merged)
+
+
+WORDS = [f"w{i}" for i in range(150)]  # a word-level vocabulary that fits make_hf_model's 160 ids
+
+
+def write_hf_checkpoint(folder, case: str = "llama-gqa", seed: int = 0):
+    """A tiny random HF checkpoint (config.json + safetensors) with a word-level ``tokenizer.json``,
+    as a user's ``model.path`` folder; returns the folder."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    make_hf_model(case, seed).save_pretrained(folder)
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def write_text(path, words: int, seed: int = 0):
+    """A text of ``words`` words of the checkpoint's vocabulary, with some repetition (a bigram habit),
+    so a model has something to be right about; returns the path."""
+    import random
+
+    rng = random.Random(seed)
+    out, prev = [], rng.choice(WORDS)
+    for _ in range(words):
+        prev = WORDS[(WORDS.index(prev) + 1) % len(WORDS)] if rng.random() < 0.5 else rng.choice(WORDS)
+        out.append(prev)
+    path.write_text(" ".join(out) + "\n")
+    return path

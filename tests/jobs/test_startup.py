@@ -76,3 +76,13 @@ def test_the_version_file_reads_as_torch_says():
     from kernels.cuda_available import _gpu_backend_built
 
     assert _gpu_backend_built() is (torch.version.cuda is not None or torch.version.hip is not None)
+
+
+def test_a_capacity_run_does_not_import_torch(no_torch, tmp_path):
+    """scenario=capacity is bookkeeping only: the whole run, its row and its fingerprint, without torch
+    (the import is about a second of a few-second run)."""
+    p = harness_without_torch(no_torch, "scenario=capacity", "+impl=paged", "model=tiny-llama", "batch=4",
+                              "workload.num_requests=8", "device.memory_gb=1", f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr
+    row = pd.read_parquet(tmp_path / "rows.parquet").iloc[0]
+    assert row.status == "ok" and row.torch_version == "2.13.0+cpu", row.get("error")

@@ -13,7 +13,7 @@ import pytest
 from harness.report import build_report
 from harness.report.__main__ import main
 from harness.report.hardware import table_peak_tbps
-from harness.report.markdown import md_table
+from harness.report.tables import md_table
 from harness.report.palette import drawn_impls, figure_problems, legend_labels
 from harness.results import write_run
 
@@ -228,7 +228,7 @@ def test_md_table():
 def test_parity_table_flags_disagreeing_impls():
     import pandas as pd
 
-    from harness.report.markdown import parity_table
+    from harness.report.parity import parity_table
 
     base = {"scenario": "decode", "status": "ok", "device_slug": "cpu", "model": "m", "dtype": "float32",
             "workload": "chat", "workload_digest": "w1", "batch": 8}
@@ -261,7 +261,8 @@ def test_eager_and_graphed_decode_rows_stay_apart():
     """cuda_graph=true rows are another measurement of the same impl: the decode table names the
     mode, parity compares within a mode, and the plot draws them as separate lines."""
     from harness.report.collect import with_mode
-    from harness.report.markdown import decode_table, parity_table
+    from harness.report.markdown import decode_table
+    from harness.report.parity import parity_table
     from harness.report.speed_plots import decode_throughput
 
     base = {"scenario": "decode", "status": "ok", "device_slug": "nvidia-h200", "model": "m", "dtype": "bfloat16",

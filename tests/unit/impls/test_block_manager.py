@@ -11,15 +11,16 @@ from hypothesis import strategies as st
 import impls.block_manager
 from impls.allocator import StalePlanError
 from impls.block_manager import BlockManager
+from impls.eviction import POLICIES
 
 
 def _prompt(rng: random.Random, prefix: list[int]) -> list[int]:
     return prefix[: rng.randint(0, len(prefix))] + [rng.randrange(50) for _ in range(rng.randint(1, 40))]
 
 
-def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: int) -> None:
+def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: int, eviction: str = "lru") -> None:
     rng = random.Random(seed)
-    bm = BlockManager(num_blocks, block_size, prefix_caching=caching)
+    bm = BlockManager(num_blocks, block_size, prefix_caching=caching, eviction=eviction)
     prefix = [rng.randrange(50) for _ in range(3 * block_size)]  # shared prompts make prefix hits
     live: list[int] = []
     next_id = 0
@@ -85,9 +86,10 @@ def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: 
     num_blocks=st.integers(1, 24),
     block_size=st.sampled_from([1, 2, 4, 8, 16]),
     caching=st.booleans(),
+    eviction=st.sampled_from(POLICIES),
 )
-def test_random_operations_keep_invariants(seed, num_blocks, block_size, caching):
-    _run_ops(seed, num_blocks, block_size, caching, steps=120)
+def test_random_operations_keep_invariants(seed, num_blocks, block_size, caching, eviction):
+    _run_ops(seed, num_blocks, block_size, caching, steps=120, eviction=eviction)
 
 
 def test_allocates_on_demand():
@@ -138,6 +140,26 @@ def test_cached_free_blocks_are_evicted_lru_when_needed():
     bm.admit(1, bm.plan_admit([9, 9, 9, 9, 9, 9, 9]))  # needs all 4 blocks: evicts both cached ones
     assert not bm.evictable and not bm.hash_to_block.get(hash((0, (1, 2))))
     bm.check_invariants()
+
+
+@pytest.mark.parametrize("eviction, kept", [("lru", False), ("lfu", True), ("2q", True)])
+def test_the_eviction_policy_decides_whether_a_reused_prefix_survives_a_scan(eviction, kept):
+    """A 4-block system prompt served three times, then one-off prompts that force evictions:
+    the frequency-aware and scan-resistant policies keep the prompt cached, lru does not."""
+    bm = BlockManager(12, 4, eviction=eviction)
+    system = list(range(100, 116))  # 4 full blocks
+    sid = 0
+    for _ in range(3):
+        bm.admit(sid, bm.plan_admit(system + [sid]))
+        bm.release(sid)
+        sid += 1
+    for k in range(4):  # one-off prompts: 8 fresh blocks each; with 12 in the pool, evictions follow
+        bm.admit(sid, bm.plan_admit([1000 * (k + 1) + i for i in range(29)]))
+        bm.release(sid)
+        sid += 1
+        bm.check_invariants()
+    assert bm.evicted_blocks > 0
+    assert (bm.plan_admit(system + [7]).cached_tokens == 16) is kept
 
 
 def test_watermark_and_rejects():
@@ -213,13 +235,15 @@ def hash_calls(monkeypatch) -> list[int]:
 
 @pytest.mark.parametrize("caching", [True, False])
 def test_an_admission_hashes_each_full_block_of_the_prompt_once(hash_calls, caching):
-    """Planning hashes up to the first block not cached, admitting the rest: each block once, hits or not."""
+    """Planning hashes up to the first block not cached, admitting the rest: each block once, hits or not.
+    Without prefix caching no hash is ever looked up, so none is made."""
     bm = BlockManager(64, 4, prefix_caching=caching)
     prompt = list(range(18))  # 4 full blocks and 2 tokens
     for sid, toks in enumerate([prompt, prompt, prompt[:8] + [99] * 9, prompt[:16]]):  # miss, hits, partial, exact
         hash_calls.clear()
         bm.admit(sid, bm.plan_admit(toks))
-        assert len(hash_calls) == len(toks) // 4
+        bm.append(sid, [7] * (4 - len(toks) % 4))  # fills a block: hashed as it enters the cache
+        assert len(hash_calls) == (len(toks) // 4 + 1 if caching else 0)
     bm.check_invariants()
 
 
@@ -260,3 +284,38 @@ def test_a_plan_that_does_not_fit_is_refused():
     with pytest.raises(ValueError, match="does not fit"):
         bm.admit(0, plan)
     assert not bm.tables and bm.num_free_blocks == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), block_size=st.sampled_from([1, 2, 4, 16]), caching=st.booleans(),
+       num_blocks=st.sampled_from([6, 24]))
+def test_try_append_equals_can_append_then_append(seed, block_size, caching, num_blocks):
+    """The scheduler's one-call ``try_append`` on a small pool (copy-on-write, evictions, refusals):
+    the same answers, block tables, hits and free lists as ``can_append`` followed by ``append``."""
+    rng = random.Random(seed)
+    fused, stepwise = (BlockManager(num_blocks, block_size, prefix_caching=caching) for _ in range(2))
+    prefix = [rng.randrange(3) for _ in range(3 * block_size)]
+    live: list[int] = []
+    for sid in range(80):
+        op = rng.choice(["admit", "fork", "append", "append", "append", "append", "release"])
+        if op == "admit" or not live:
+            prompt = _prompt(rng, prefix)[: 4 * block_size]
+            plan = fused.plan_admit(prompt)
+            assert plan == stepwise.plan_admit(prompt)
+            if plan.fits:
+                assert fused.admit(sid, plan) == stepwise.admit(sid, stepwise.plan_admit(prompt))
+                live.append(sid)
+        elif op == "fork":
+            parent = rng.choice(live)
+            fused.fork(parent, sid), stepwise.fork(parent, sid)
+            live.append(sid)
+        elif op == "append":
+            seq = rng.choice(live)
+            toks = [rng.randrange(3)] * rng.choice([1, 1, block_size - 1 or 1, rng.randint(1, 3 * block_size)])
+            got = fused.try_append(seq, toks)
+            assert got == (stepwise.append(seq, toks) if stepwise.can_append(seq, len(toks)) else None)
+        else:
+            seq = live.pop(rng.randrange(len(live)))
+            fused.release(seq), stepwise.release(seq)
+        assert _state(fused) == _state(stepwise) and fused.cache_hit_tokens == stepwise.cache_hit_tokens
+        fused.check_invariants()

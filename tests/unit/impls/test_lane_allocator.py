@@ -131,3 +131,11 @@ def test_a_plan_that_does_not_fit_is_refused():
     with pytest.raises(ValueError, match="does not fit"):
         alloc.admit(0, plan)
     assert alloc.usage().num_sequences == 0
+
+
+def test_try_append_appends_what_fits_and_refuses_the_rest():
+    """The allocator interface's default ``try_append``: ``append`` when ``can_append``, else None, nothing changed."""
+    alloc = LaneAllocator(num_lanes=2, max_seq_len=8)
+    alloc.admit(0, alloc.plan_admit([1, 2, 3]))
+    assert alloc.try_append(0, [4] * 5) == [] and alloc.num_tokens(0) == 8
+    assert alloc.try_append(0, [5]) is None and alloc.num_tokens(0) == 8

@@ -147,3 +147,17 @@ def test_growing_the_snapshot_never_rewrites_an_entry(tmp_path):
     new = add_new_keys(path)
     grown = json.loads(path.read_text())
     assert grown["block_size"] == 32 and "batch" not in new and "dtype" in new and grown["dtype"] == "auto"
+
+
+def test_a_roofline_formula_change_changes_the_ids_of_jobs_that_name_a_gpu(compose, monkeypatch):
+    """ROOFLINE_VERSION (harness/serving/cost_model.py) is hashed into every job with gpu=NAME: rows a
+    former formula priced are never resumed as this one's; a job without a GPU spec keeps its id."""
+    import harness.job.identity as identity
+
+    clocked = resolve(compose(["+impl=paged_torch", "scenario=capacity", "model=llama-2-7b", "gpu=a100-40gb"]))
+    bare = resolve(compose(BASE))
+    assert identity_fields(clocked, SLUG)["config"]["roofline_version"] == identity.ROOFLINE_VERSION
+    assert "roofline_version" not in identity_fields(bare, SLUG)["config"]
+    before = job_id(clocked, SLUG), job_id(bare, SLUG)
+    monkeypatch.setattr(identity, "ROOFLINE_VERSION", identity.ROOFLINE_VERSION + 1)
+    assert job_id(clocked, SLUG) != before[0] and job_id(bare, SLUG) == before[1]

@@ -27,6 +27,19 @@ def test_the_run_queue_wait_decides_where_the_kernel_reports_it(wait, flagged):
     assert Contention(0.5, 1.0, 2, 1.0, 1.0, 0.0, wait).contended is flagged
 
 
+@pytest.mark.parametrize("threads, others, flagged", [
+    (1, 0.0, False), (1, 1.0, False), (1, 1.5, False), (1, 1.6, True), (2, 0.4, False), (2, 0.6, True),
+    (1, None, False),
+])
+def test_other_work_beside_the_threads_flags_the_row_even_without_run_queue_waits(threads, others, flagged):
+    """One thread beside two hogs on two cores barely waits for a core, and still runs at half speed."""
+    c = Contention(1.0, float(threads), threads, 2.0, 2.0, 0.0, wait_frac=0.0, others_cpu=others, cores=2)
+    assert c.contended is flagged and c.crowded is flagged
+    note = with_contention({}, c).get("notes") or ""
+    assert ("other work used" in note) is flagged
+    assert with_contention({}, c)["others_cpu"] == others
+
+
 def test_a_process_that_sleeps_used_no_cpu_and_waited_for_none():
     with ContentionProbe(threads=1) as probe:
         time.sleep(0.3)

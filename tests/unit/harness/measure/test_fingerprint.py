@@ -31,3 +31,19 @@ def test_this_machines_slug_names_its_cpu_and_cores():
         pytest.skip("a GPU machine's slug is its GPU's")
     slug = auto_device_slug()
     assert slug.startswith("cpu-") and slug.endswith(f"-{os.cpu_count()}core") and slug != f"cpu-{os.cpu_count()}core"
+
+
+def test_the_fingerprint_read_without_torch_is_the_one_torch_gives(monkeypatch):
+    """A CPU run that has not loaded torch reads its versions from torch/version.py: the same values."""
+    import sys
+
+    import torch
+
+    from harness.measure.fingerprint import collect
+
+    with_torch = collect("cpu")
+    monkeypatch.delitem(sys.modules, "torch")  # as in a process that never imported it
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    without = collect("cpu")
+    assert without == with_torch
+    assert (without.torch_version, without.cuda_version) == (torch.__version__, torch.version.cuda)

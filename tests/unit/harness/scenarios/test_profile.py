@@ -44,6 +44,12 @@ def test_the_profile_table_holds_each_grid_point_measured(profiled):
     summary = rows[0]
     assert summary["scenario"] == "profile" and summary["clock_source"].startswith("profile-")
     assert summary["probes"] == 6 and "cpu_util" in summary  # the CPU it got while it measured
+    # attention (the cache's writes and kernel) is timed apart from the dense work, inside each step
+    assert (table.attention_seconds > 0).all() and (table.attention_seconds < table.seconds_p90).all()
+    assert ((table.attention_share > 0) & (table.attention_share < 1)).all()
+    assert 0 < summary["attention_share_decode"] < 1 and 0 < summary["attention_share_prefill"] < 1
+    top = decode.sort_values(["batch", "context"]).iloc[-1]
+    assert summary["attention_share_decode_top"] == top.attention_share
 
 
 def test_each_rate_is_simulated_on_the_profile_with_the_wall_runs_workload(profiled, compose, tmp_path):

@@ -1,4 +1,7 @@
-"""The simulated clock's formulas (harness/serving/cost_model.py) on steps worked out by hand."""
+"""The simulated clock's formulas (harness/serving/cost_model.py, roofline version 2) on steps worked out by hand.
+
+``clock()`` leaves the version-2 terms at their neutral defaults (no per-layer cost, attention at the
+weights' rate, a prefill floor of one weight read, no copy measurement); each term has a test of its own."""
 
 from __future__ import annotations
 
@@ -43,11 +46,11 @@ def test_tensor_parallel_step_by_hand():
 
 
 def test_a_decode_jump_is_the_sum_of_its_steps():
-    c = clock()
-    # 1000 sequences, 170,000 KV tokens: memory 0.038 s, compute 0.04 s; each step reads 1000 more
-    # tokens (+2e-4 s), so steps 0-9 are compute-bound and 10-24 memory-bound:
-    # 10 * 0.04 + 15 * 0.038 + 2e-4 * (10 + ... + 24) + 25 * 1e-4 = 1.0235 s.
-    assert c.decode_s(1000, 170_000, steps=25) == pytest.approx(1.0235, rel=1e-12)
+    c = clock(attn_bw_efficiency=0.5, layer_overhead_us=10)
+    # 1000 sequences, 170,000 KV tokens: compute 0.04 s beats the weights' 0.004 s; attention reads
+    # 1.7e10 B at 2.5e11 B/s = 0.068 s, and each step 1000 tokens more (+4e-4 s); fixed 1e-4 + 4 * 1e-5 s:
+    # 25 * (0.04 + 0.068 + 1.4e-4) + 4e-4 * (0 + 1 + ... + 24) = 2.7035 + 0.12 = 2.8235 s.
+    assert c.decode_s(1000, 170_000, steps=25) == pytest.approx(2.8235, rel=1e-12)
     for batch, kv, steps in [(1000, 170_000, 25), (3, 0, 1), (3, 5, 40), (5000, 0, 7), (1, 10**7, 3)]:
         one_by_one = sum(c.decode_s(batch, kv + j * batch) for j in range(steps))
         assert c.decode_s(batch, kv, steps) == pytest.approx(one_by_one, rel=1e-12)
@@ -55,10 +58,55 @@ def test_a_decode_jump_is_the_sum_of_its_steps():
         c.decode_s(8, 0, steps=0)
 
 
+def test_attention_is_a_term_of_its_own_at_its_own_efficiency():
+    c = clock(attn_bw_efficiency=0.5)
+    # Memory-bound: weights 2e9 / 5e11 = 4e-3 s, then the KV read 1e9 B at 5e11 * 0.5 = 4e-3 s.
+    assert c.decode_s(8, 10_000) == pytest.approx(1e-4 + 4e-3 + 4e-3, rel=1e-12)
+    # Compute-bound (1000 sequences: 0.04 s of matmuls): version 1 hid the KV read under the compute
+    # (max(0.004 + 0.002, 0.04)); its own kernels add it: 0.04 + 1e9 / 2.5e11.
+    assert c.decode_s(1000, 10_000) == pytest.approx(1e-4 + 4e-2 + 4e-3, rel=1e-12)
+    assert c.attention_s(10_000) == pytest.approx(4e-3, rel=1e-12)
+    # It grows with the tokens read, at any batch; the weights' read does not.
+    assert c.decode_s(8, 20_000) - c.decode_s(8, 10_000) == pytest.approx(4e-3, rel=1e-12)
+
+
+def test_the_per_layer_cost_does_not_vanish_at_small_batch():
+    base, layered = clock(), clock(layer_overhead_us=25)  # 4 layers x 25 us = 1e-4 s per step
+    for batch, kv in [(1, 1), (8, 10_000), (1000, 0)]:
+        assert layered.decode_s(batch, kv) - base.decode_s(batch, kv) == pytest.approx(1e-4, rel=1e-9)
+    assert layered.prefill_s(10) - base.prefill_s(10) == pytest.approx(1e-4, rel=1e-9)
+    # Tensor parallelism splits the bytes and FLOPs but every GPU still runs every layer.
+    assert (clock(count=4, layer_overhead_us=25).decode_s(1, 1) - clock(count=4).decode_s(1, 1)
+            == pytest.approx(1e-4, rel=1e-9))
+
+
+def test_a_small_prefill_costs_at_least_the_stated_multiple_of_a_weight_read():
+    c = clock(prefill_weight_multiple=1.5)
+    # 10 tokens: 4e-4 s of compute; the floor is 1.5 weight reads, 1.5 * 4e-3 s.
+    assert c.prefill_s(10) == pytest.approx(1e-4 + 6e-3, rel=1e-12)
+    # 1000 tokens: compute (4e-2 s) is above the floor, which then changes nothing.
+    assert c.prefill_s(1000) == pytest.approx(clock().prefill_s(1000), rel=1e-12)
+    # Flat up to 150 tokens, where compute (2e9 * T / 5e13) reaches the floor, then compute-bound.
+    assert c.prefill_s(1) == c.prefill_s(150) < c.prefill_s(151)
+
+
+def test_a_measured_copy_bandwidth_replaces_the_datasheet_times_efficiency():
+    assert clock().bytes_per_s == pytest.approx(1000e9 * 0.5)  # no measurement: bandwidth x bw_efficiency
+    measured = clock(copy_bandwidth_gbps=800, attn_bw_efficiency=0.5)
+    assert measured.bytes_per_s == pytest.approx(800e9) and measured.attn_bytes_per_s == pytest.approx(400e9)
+    assert clock(count=2, copy_bandwidth_gbps=800).bytes_per_s == pytest.approx(1600e9)
+    # The weights' read runs at the copy rate whatever bw_efficiency says.
+    assert clock(copy_bandwidth_gbps=800, bw_efficiency=0.1).decode_s(8, 0) == pytest.approx(
+        clock(copy_bandwidth_gbps=800).decode_s(8, 0), rel=1e-12)
+    assert measured.decode_s(1, 0) == pytest.approx(1e-4 + 2e9 / 800e9, rel=1e-12)
+
+
 @pytest.mark.parametrize("key,value", [("bandwidth_gbps", 0), ("tflops", -1), ("memory_gb", 0),
                                        ("bw_efficiency", 0), ("flops_efficiency", 1.5),
                                        ("interconnect_gbps", 0), ("step_overhead_us", -1),
-                                       ("interconnect_latency_us", -0.5)])
+                                       ("interconnect_latency_us", -0.5), ("attn_bw_efficiency", 0),
+                                       ("attn_bw_efficiency", 1.2), ("layer_overhead_us", -1),
+                                       ("prefill_weight_multiple", 0.9), ("copy_bandwidth_gbps", 0)])
 def test_a_figure_out_of_range_names_its_key(key, value):
     with pytest.raises(ConfigError, match=rf"^gpu\.{key}={value}"):
         clock(**{key: value})

@@ -18,6 +18,19 @@ from tests.conftest import REPO_ROOT
 
 GPUS = sorted(p.stem for p in (REPO_ROOT / "conf" / "gpu").glob("*.yaml"))
 SOURCED = ("memory_gb", "bandwidth_gbps", "tflops", "interconnect_gbps", "interconnect_latency_us")
+# The roofline's modelling figures: each says where it comes from, a measurement, a source or "assumption".
+MODELLED = ("copy_bandwidth_gbps", "bw_efficiency", "flops_efficiency", "attn_bw_efficiency", "step_overhead_us",
+            "layer_overhead_us", "prefill_weight_multiple")
+
+
+def _comment_of(text: list[str], i: int) -> str:
+    """Line i's own comment and the comment lines right above it."""
+    above = []
+    j = i - 1
+    while j >= 0 and text[j].startswith("#"):
+        above.append(text[j])
+        j -= 1
+    return " ".join(above + [text[i].partition("#")[2]])
 
 
 def test_the_issue_names_are_all_there():
@@ -35,6 +48,21 @@ def test_spec_loads_validates_and_cites_its_figures(compose, name):
     for key in SOURCED:  # each datasheet figure carries its source: a comment on its line or the one above
         (i,) = [i for i, line in enumerate(text) if line.startswith(f"{key}:")]
         assert "#" in text[i] or text[i - 1].startswith("#"), f"{name}: {key} has no source"
+    for key in MODELLED:  # and each modelling figure is set here, saying what it rests on
+        (i,) = [i for i, line in enumerate(text) if line.startswith(f"{key}:")]
+        comment = _comment_of(text, i).lower()
+        assert key in comment or i > 0 and "#" in text[i], f"{name}: {key} has no comment of its own"
+        assert any(w in comment for w in ("assumption", "measured", "source")), f"{name}: {key}: {comment!r}"
+    assert spec.copy_bandwidth_gbps is None or spec.copy_bandwidth_gbps <= spec.bandwidth_gbps
+
+
+def test_a_gpu_figure_left_unset_is_named(compose):
+    cfg = resolve(compose(["scenario=capacity", "model=llama-2-7b", "gpu=h200"]))
+    cfg.gpu.layer_overhead_us = None  # as a GPU file written before the key would leave it
+    with pytest.raises(ConfigError, match=r"^gpu=h200: gpu\.layer_overhead_us not set"):
+        gpu_spec(cfg.gpu)
+    cfg.gpu.layer_overhead_us, cfg.gpu.copy_bandwidth_gbps = 30, None  # null: no measurement, allowed
+    assert gpu_spec(cfg.gpu).achievable_gbps == pytest.approx(4800 * 0.8)
 
 
 def test_gpu_sets_the_capacity_budget_times_count(compose):

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from harness.report.clock_validation import rate_pairs, service_pairs, summary
-from harness.report.markdown import clock_section
+from harness.report.clock_validation import clock_section
 
 SETUP = {"status": "ok", "device_slug": "cpu-x-2core", "model": "tiny-llama", "dtype": "float32", "impl": "paged_cuda",
          "batch": 32, "max_seq_len": 512, "block_size": 16, "cpu_threads": 1, "workload": "chat",
