@@ -213,6 +213,10 @@ class Config:
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | float16 | bfloat16
     max_seq_len: int = 1024
     block_size: int = 16
+    # The KV cache's storage (kernels/kv_formats.py): auto (the model's dtype) | fp8_e4m3 | fp8_e5m2 | int8,
+    # and a quantized cache's scales: tensor (static, one per layer) | token_head (dynamic, per token and head).
+    kv_dtype: str = "auto"
+    kv_scale: str = "tensor"
     repeat: int = 1  # run the measured job this many times; rows report the median
     # CPU: torch's intra-op threads (None: the cores other work leaves free at the job's start,
     # all of them on an idle machine). Latency runs on a shared machine want fewer: an OpenMP

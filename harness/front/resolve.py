@@ -29,6 +29,7 @@ from harness.scenarios.kernel import KernelScenario
 from harness.scenarios.max_rate import MaxRateScenario
 from harness.serving.cost_model import GpuSpec, gpu_spec
 from kernels.cuda_available import cuda_available
+from kernels.kv_formats import KV_DTYPES, KV_SCALES
 from harness.errors import INT64_MAX, ConfigError
 from harness.kv.sizes import GB, weight_bytes
 from harness.model.hf_config import resolve_model_config
@@ -91,6 +92,10 @@ def resolve(raw: DictConfig | Config) -> Config:
     if cfg.dtype != "auto":
         _one_of("dtype", cfg.dtype, DTYPES)
     _one_of("isolation", cfg.isolation, ISOLATIONS)
+    _one_of("kv_dtype", cfg.kv_dtype, KV_DTYPES)
+    _one_of("kv_scale", cfg.kv_scale, KV_SCALES)
+    if cfg.kv_dtype == "auto":  # a float store has no scales: one job (the default's identity) whatever kv_scale says
+        cfg.kv_scale = "tensor"
     if isinstance(cfg.scenario, MaxRateScenario) and cfg.arrival.rate is None:
         cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
     if cfg.workload.kind == "multi_turn" and cfg.workload.num_requests is None:

@@ -14,7 +14,8 @@ from typing import Callable, Iterable
 import pandas as pd
 
 IDENTIFIERS = [
-    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "model", "dtype", "block_size", "batch",
+    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "model", "dtype", "kv_dtype",
+    "kv_scale", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
     "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by
@@ -35,6 +36,7 @@ REQUIRED = ("scenario", "status")
 METRICS = [
     "wall_s", "tokens_per_s", "tokens_per_s_spread", "output_tokens_per_s", "requests_per_s",
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
+    "prefill_step_ms_p50", "prefill_step_ms_p90", "prefill_steps",  # decode: prefill steps, apart from step_ms_*
     "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
     # prefix-cache reuse (harness/serving/reuse_meter.py, prefix_reuse.py): prompt tokens served from the
@@ -68,6 +70,8 @@ METRICS = [
     "layout", "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim",
     "latency_us_p50", "latency_us_p10", "latency_us_p90", "bytes_moved", "bandwidth_gbps",
     "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
+    "max_rel_err",  # max_abs_err over the reference output's largest magnitude
+    "kv_quant_max_abs_err",  # a quantized cache: the reference over it against the reference over the float K/V
     "sm_clock_mhz", "clock_throttle_reasons",  # NVML, right after a kernel point's timed calls (GPU only)
     # CPU: what the process got while measured (harness/measure/contention.py); contended rows say so in notes
     "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "others_cpu",
@@ -83,7 +87,7 @@ BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph")
 COUNTS = (
     "block_size", "batch", "max_seq_len", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "gpu_count", "cpu_count",
-    "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
+    "decode_steps", "prefill_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
     "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes",
     "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
     "piecewise_steps", "concurrency", "running", "waiting", "tokens",

@@ -55,7 +55,7 @@ class JobContext:
 
     @property
     def bytes_per_token(self) -> int:
-        return kv_bytes_per_token(self.cfg.model, self.cfg.dtype)
+        return kv_bytes_per_token(self.cfg.model, self.cfg.dtype, self.cfg.kv_dtype, self.cfg.kv_scale)
 
     @cached_property
     def workload(self) -> Workload:
@@ -188,6 +188,8 @@ class JobContext:
             "eviction": impl.eviction if impl and impl.cache == "paged" and impl.prefix_caching else None,
             "model": cfg.model.name,
             "dtype": cfg.dtype,
+            "kv_dtype": cfg.kv_dtype,
+            "kv_scale": cfg.kv_scale if cfg.kv_dtype != "auto" else None,  # a float store has no scales
             "block_size": cfg.block_size,
             "batch": cfg.batch,
             "max_seq_len": cfg.max_seq_len,

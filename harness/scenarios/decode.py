@@ -110,6 +110,11 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
         "step_ms_p50": ms(percentile(res.step_s, 50)),
         "step_ms_p90": ms(percentile(res.step_s, 90)),
         "step_ms_p99": ms(percentile(res.step_s, 99)),
+        # Prefill steps apart from the decode steps above: a change (kv_dtype's quantizing writes) may
+        # move them in opposite directions.
+        "prefill_step_ms_p50": ms(percentile(res.prefill_step_s, 50)),
+        "prefill_step_ms_p90": ms(percentile(res.prefill_step_s, 90)),
+        "prefill_steps": len(res.prefill_step_s),
         "host_ms_p50": ms(percentile(res.host_s, 50)),
         "host_ms_p90": ms(percentile(res.host_s, 90)),
         "piecewise_steps": res.piecewise_steps,  # decode steps run as pieces (graph replays when cuda_graph)

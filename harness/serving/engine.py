@@ -58,6 +58,7 @@ class EngineResult:
     cache_hit_tokens: int = 0
     counters: dict[str, int] | None = None  # KVCache.counters() at the end of the run
     piecewise_steps: int = 0  # decode steps run as pieces (CUDA graphs on a GPU)
+    prefill_step_s: list[float] = field(default_factory=list)  # wall time of every prefill step
 
 
 @dataclass
@@ -72,6 +73,7 @@ class _RunState:
     memory_bound_steps: int = 0
     step_s: list[float] = field(default_factory=list)
     host_s: list[float] = field(default_factory=list)
+    prefill_step_s: list[float] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
 
     def clock(self) -> float:
@@ -192,6 +194,7 @@ class Engine:
         run.prefill_tokens += computed
         self.cache.copy_slots([c for adm in admitted for c in adm.fork_copies])
         self.sync()
+        run.prefill_step_s.append(time.perf_counter() - ts)
         now = run.clock()
         touched: list[Sequence] = []
         for adm in admitted:
@@ -262,4 +265,5 @@ class Engine:
             cache_hit_tokens=cache.allocator.cache_hit_tokens,
             counters=cache.counters(),
             piecewise_steps=self.piecewise_steps,
+            prefill_step_s=run.prefill_step_s,
         )
