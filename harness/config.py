@@ -17,7 +17,7 @@ from harness.model.config import ModelConfig
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 PROBES = ("decode", "capacity")
-DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "trace")
+DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "trace", "text")
 ARRIVALS = ("burst", "poisson", "gamma", "constant", "trace")
 RATE_ARRIVALS = ("poisson", "gamma", "constant")  # the processes that need arrival.rate
 TRACE_SAMPLES = ("head", "random")
@@ -71,7 +71,9 @@ class WorkloadConfig:
     shared_prefix_len: int = 0  # tokens common to every prompt (a system prompt)
     n: int = 1  # parallel samples per prompt
     vocab_limit: Optional[int] = None  # draw ids below this (default: model vocab)
-    # distribution=trace: a CSV, JSONL or parquet file, one request per row (harness/serving/trace.py)
+    # distribution=trace: a CSV, JSONL or parquet file, one request per row (harness/serving/trace.py);
+    # distribution=text: a local UTF-8 text, cut into windows of prompt_len + output_len tokens by the
+    # checkpoint's tokenizer (model.path; harness/serving/text_workload.py)
     path: Optional[str] = None
     columns: TraceColumns = field(default_factory=TraceColumns)
     sample: str = "head"  # head (the first rows) | random (seeded, without replacement)

@@ -304,9 +304,18 @@ def validate_trace_keys(cfg: Config) -> None:
     if w.distribution == "trace":
         _check(bool(w.path), "workload.path must name a CSV, JSONL or parquet file for workload=trace "
                              "(workload.distribution=trace)")
+    elif w.distribution == "text":
+        _check(bool(w.path), "workload.path must name a local text file for workload=text (workload.distribution=text)")
+        _check(bool(cfg.model.path), "workload=text tokenizes the file with the checkpoint's own tokenizer: set "
+                                     "model.path=DIR (a Hugging Face checkpoint folder with tokenizer.json)")
+        _check(cfg.scenario.name == "decode", f"workload=text runs in scenario=decode (its perplexity and teacher-"
+                                              f"forced accuracy need a model), not scenario={cfg.scenario.name}")
+        _check(w.kind == "plain" and w.n == 1 and w.shared_prefix_len == 0,
+               "workload=text takes its prompts from the text: leave workload.kind, workload.n and "
+               "workload.shared_prefix_len at their defaults")
     else:
-        _check(w.path is None, f"workload.path={w.path!r} is read only by workload=trace "
-                               f"(workload.distribution=trace), not workload.distribution={w.distribution}")
+        _check(w.path is None, f"workload.path={w.path!r} is read only by workload=trace or workload=text "
+                               f"(workload.distribution=trace|text), not workload.distribution={w.distribution}")
 
 
 CLOSED_LOOP_SCENARIOS = ("decode", "capacity")  # the scenarios whose runs take a request source

@@ -62,6 +62,9 @@ METRICS = [
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
     # scenario=profile: the median share of a step spent in the cache's attention (K/V write and kernel)
     "attention_share_decode", "attention_share_prefill", "attention_share_decode_top",
+    # decode at a quantized kv_dtype (harness/serving/kv_accuracy.py): against the same run at kv_dtype=auto
+    "kv_top1_agreement", "kv_kl_mean", "kv_greedy_agreement", "kv_perplexity", "kv_ref_perplexity",
+    "kv_accuracy_positions", "kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights",
     # scenario=max_rate
     "max_rate_rps",
     # scenario=max_concurrency
@@ -77,7 +80,7 @@ METRICS = [
     "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "others_cpu",
     "contended",
 ]
-TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
+TEXT_METRICS = ("kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights", "budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
                 "clock_source")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 # Columns of true/false (a CSV gives them back as the text "True"/"False").
@@ -88,7 +91,7 @@ COUNTS = (
     "block_size", "batch", "max_seq_len", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "gpu_count", "cpu_count",
     "decode_steps", "prefill_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
-    "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes",
+    "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes", "kv_accuracy_positions",
     "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
     "piecewise_steps", "concurrency", "running", "waiting", "tokens",
     "evicted_blocks", "recomputed_tokens", "prefix_hit_tokens", "admitted_prompt_tokens",

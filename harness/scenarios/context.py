@@ -60,7 +60,8 @@ class JobContext:
     @cached_property
     def workload(self) -> Workload:
         w = self.cfg.workload
-        return draw_workload(w, w.num_requests, self.cfg.model.vocab_size, self.cfg.max_seq_len, self.cfg.seed)
+        return draw_workload(w, w.num_requests, self.cfg.model.vocab_size, self.cfg.max_seq_len, self.cfg.seed,
+                             model_path=self.cfg.model.path)
 
     @cached_property
     def requests(self) -> list[Request]:

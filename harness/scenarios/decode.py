@@ -25,6 +25,9 @@ class DecodeScenario(ScenarioConfig):
 
     name: str = "decode"
     warmup: int = 1  # warm-up passes over a few requests before the measured run
+    # At a quantized kv_dtype (and with workload=text), after the timed runs: the same requests at
+    # kv_dtype=auto, teacher-forced agreement, KL, perplexity and the gate (harness/serving/kv_accuracy.py).
+    accuracy: bool = True
 
 
 SCHEMA = DecodeScenario
@@ -144,7 +147,37 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
-    return measure(ctx, impl, ctx.cfg.scenario.warmup)
+    rows = measure(ctx, impl, ctx.cfg.scenario.warmup)
+    if ctx.cfg.scenario.accuracy:
+        _with_accuracy(ctx, impl, rows[0])
+    return rows
+
+
+def _with_accuracy(ctx: JobContext, impl: ImplConfig, row: dict) -> None:
+    """The accuracy columns, outside every timed region: at a quantized kv_dtype against kv_dtype=auto,
+    and with workload=text the perplexity on the text."""
+    from dataclasses import replace
+
+    from harness.serving.kv_accuracy import DUMMY_NOTE, measure_kv_accuracy, measure_perplexity
+
+    forced = ctx.workload.continuations
+    quantized = ctx.cfg.kv_dtype != "auto"
+    if not quantized and forced is None:
+        return
+    if ctx.cfg.workload.n != 1:
+        row["notes"] = " | ".join(n for n in (row.get("notes"), "no accuracy check: it compares one sequence per "
+                                              "request (workload.n=1)") if n)
+        return
+    requests = [replace(r, arrival_s=0.0) for r in ctx.requests]  # a burst: accuracy does not depend on arrivals
+    if quantized:
+        greedy = {t["request_id"]: t["output_ids"] for t in ctx.tokens if t["impl"] == impl.name}
+        cols = measure_kv_accuracy(ctx.model, ctx.cfg, impl, ctx.device, requests,
+                                   None if forced is not None else greedy, forced, sync=ctx.sync)
+    else:
+        cols = measure_perplexity(ctx.model, ctx.cfg, impl, ctx.device, requests, forced, sync=ctx.sync)
+    row.update(cols)
+    if cols.get("kv_accuracy_weights") == "dummy":
+        row["notes"] = " | ".join(n for n in (row.get("notes"), DUMMY_NOTE) if n)
 
 
 def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:

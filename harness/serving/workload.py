@@ -52,6 +52,8 @@ class Workload:
     # after its predecessor's answer; 0 for first turns): the closed loop (harness/serving/closed_loop.py)
     conversations: tuple[tuple[int, ...], ...] | None = None
     think_s: tuple[float, ...] | None = None
+    # distribution=text: each request's continuation in the text, the tokens a teacher-forced run is fed
+    continuations: dict[int, tuple[int, ...]] | None = None
 
 
 def _clip(p: int, o: int, max_seq_len: int) -> tuple[int, int]:
@@ -84,8 +86,10 @@ def shared_ints(vocab: int):
     return lambda ids: [seen.setdefault(i, i) for i in ids.tolist()]
 
 
-def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_seq_len: int, seed: int) -> Workload:
-    """Draw ``num_requests`` requests; lengths come from ``cfg`` or, for ``distribution=trace``, its file.
+def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_seq_len: int, seed: int,
+                  model_path: str | None = None) -> Workload:
+    """Draw ``num_requests`` requests; lengths come from ``cfg`` or, for ``distribution=trace``, its file
+    (``distribution=text``: windows of a local text, tokenized by the checkpoint at ``model_path``).
 
     Long-tailed lengths are clipped to ``max_seq_len`` and counted in the notes. A fixed
     workload that cannot fit is a config error, not a silent clip.
@@ -94,6 +98,14 @@ def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_s
     if cfg.distribution == "fixed" and total > max_seq_len:
         raise ConfigError(f"workload.prompt_len + workload.output_len = {total:g} exceeds max_seq_len={max_seq_len}")
     vocab = min(vocab_size, cfg.vocab_limit or vocab_size)
+    if cfg.distribution == "text":
+        from harness.serving.text_workload import text_windows  # the tokenizer only when asked for
+
+        if total > max_seq_len:
+            raise ConfigError(f"workload=text: workload.prompt_len + workload.output_len = {total:g} exceeds "
+                              f"max_seq_len={max_seq_len}")
+        text = text_windows(cfg.path, model_path, num_requests, int(cfg.prompt_len), int(cfg.output_len), vocab_size)
+        return Workload(text.requests, text.notes, text.sha256, continuations=text.continuations)
     if cfg.kind == "multi_turn":  # its own modules, imported when asked for (they import this one)
         from harness.serving.conversations import draw_conversations
 
