@@ -237,4 +237,8 @@ class Config:
     # Decode steps of up to `batch` sequences replay CUDA graphs of the model's dense work
     # between attention calls (harness/model/piecewise.py); the caches' attention stays eager.
     cuda_graph: bool = False
+    # CPU decode steps run the model's forward compiled by inductor as one graph, each cache's attention
+    # eager inside it (harness/model/compiled.py). null: on where it repays its compile (compiled.py's
+    # auto_compile: small fp32 models, g++ present, a long enough run); true/false force it.
+    cpu_compile: Optional[bool] = None
 

@@ -108,6 +108,9 @@ def resolve(raw: DictConfig | Config) -> Config:
     _check(cfg.device.name != "cuda" or cuda_available(), "device.name=cuda but no CUDA GPU is visible")
     _check(not cfg.cuda_graph or cfg.device.name == "cuda",
            f"cuda_graph=true needs a CUDA device (CUDA graphs record GPU work); device={cfg.device.name}: leave it false")
+    _check(not cfg.cpu_compile or cfg.device.name == "cpu",
+           f"cpu_compile=true compiles the CPU decode forward; device={cfg.device.name}: leave it null or false "
+           "(cuda_graph=true is the GPU's way)")
     if cfg.dtype == "auto":  # a simulated GPU counts as a GPU
         cfg.dtype = "bfloat16" if cfg.device.name == "cuda" or _simulated_gpu(cfg) else "float32"
     if cfg.isolation == "auto":
@@ -254,6 +257,10 @@ def validate_scenario(cfg: Config) -> None:
            f"cuda_graph=true does nothing in scenario={sc.name}" + (f" with scenario.probe={sc.probe}"
                                                                     if isinstance(sc, SearchScenario) else "")
            + ": it applies to scenario=decode, and max_concurrency/max_rate with scenario.probe=decode; leave it false")
+    _check(not cfg.cpu_compile or _decodes_with_model(sc),
+           f"cpu_compile=true does nothing in scenario={sc.name}" + (f" with scenario.probe={sc.probe}"
+                                                                     if isinstance(sc, SearchScenario) else "")
+           + ": it applies to scenario=decode, and max_concurrency/max_rate with scenario.probe=decode; leave it null")
     if isinstance(sc, KernelScenario):
         _check(sc.context_len >= 1, f"scenario.context_len={sc.context_len} must be >= 1")
         _check(sc.warmup >= 0, f"scenario.warmup={sc.warmup} must be >= 0")

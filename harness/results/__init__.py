@@ -38,6 +38,7 @@ METRICS = [
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
     "prefill_step_ms_p50", "prefill_step_ms_p90", "prefill_steps",  # decode: prefill steps, apart from step_ms_*
     "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
+    "cpu_compile", "compile_s",  # decode on CPU: whether the dense work ran compiled, and its compile (untimed)
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
     # prefix-cache reuse (harness/serving/reuse_meter.py, prefix_reuse.py): prompt tokens served from the
     # cache at first admission over prompt tokens, vLLM's convention (a prompt's last token is always
@@ -84,7 +85,7 @@ TEXT_METRICS = ("kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights", "
                 "clock_source")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 # Columns of true/false (a CSV gives them back as the text "True"/"False").
-BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph")
+BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph", "cpu_compile")
 # Counts (tokens, steps, requests, heads, ...) are whole numbers; with every byte column they are
 # stored as nullable integers, so an empty cell stays empty instead of turning the column into floats.
 COUNTS = (

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from harness.serving.arrivals import arrival_times, ignored_rate_note
 from harness.config import Config, ImplConfig
+from harness.errors import ConfigError
 from harness.kv.budget import MemoryBudget, measured_kv_budget
 from harness.kv.sizes import kv_bytes_per_token, torch_dtype
 from harness.measure.fingerprint import Fingerprint
@@ -41,6 +42,9 @@ class JobContext:
         same = (cfg.batch, cfg.cuda_graph) == (self.cfg.batch, self.cfg.cuda_graph)
         if same and "decode_pieces" in self.__dict__:
             probe.__dict__["decode_pieces"] = self.__dict__["decode_pieces"]
+        # The compiled graph depends on the model alone (its batch dimension is dynamic): every probe keeps it.
+        if "decode_compiled" in self.__dict__:
+            probe.__dict__["decode_compiled"] = self.__dict__["decode_compiled"]
         return probe
 
     @property
@@ -142,6 +146,39 @@ class JobContext:
         from harness.model.piecewise import PiecewiseDecode
 
         return PiecewiseDecode(self.model, self.cfg.batch, capture=self.device.type == "cuda")
+
+    @property
+    def cpu_compile(self) -> bool:
+        """Whether decode steps run the compiled graph: ``cpu_compile``, or (null) auto_compile's choice for
+        this run's decode tokens (every repeat's). Decided once per job, in the memo (as cpu_threads)."""
+        if "cpu_compile" not in self.memo:
+            from harness.model.compiled import auto_compile, cxx_compiler
+
+            chosen = self.cfg.cpu_compile
+            if chosen is None and self.device.type == "cpu":
+                tokens = sum(r.output_len * r.n for r in self.requests) * self.cfg.repeat
+                chosen = auto_compile(self.model, self.device, tokens)[0]
+            if chosen and cxx_compiler() is None:
+                raise ConfigError("cpu_compile=true needs a C++ compiler for inductor (g++ or clang++, or CXX): "
+                                  "none found; install one or leave cpu_compile null")
+            self.memo["cpu_compile"] = bool(chosen)
+        return self.memo["cpu_compile"]
+
+    @cached_property
+    def decode_compiled(self):
+        """The decode forward compiled once per job (harness/model/compiled.py) when ``cpu_compile``; else None."""
+        if not self.cpu_compile:
+            return None
+        from harness.model.compiled import CompiledDecode
+
+        return CompiledDecode(self.model, self.cfg.batch)
+
+    def decode_mode_columns(self) -> dict:
+        """The rows' ``cpu_compile`` (CPU only) and ``compile_s`` (the compile, outside every timed region)."""
+        if self.device.type != "cpu":
+            return {}
+        compiled = self.decode_compiled
+        return {"cpu_compile": compiled is not None, "compile_s": compiled.compile_s if compiled else None}
 
     def kv_budget(self) -> MemoryBudget:
         """The KV budget (harness/kv/budget.py), measured once per run and shared by its impls."""

@@ -61,7 +61,7 @@ def _run_once(ctx: JobContext, impl: ImplConfig, budget: MemoryBudget, requests:
     total = sum(r.output_len * r.n for r in requests)
     update, close = ctx.progress(total, impl.name) if track else (None, lambda: None)
     engine = Engine(ctx.model, cache, ctx.cfg.batch, ctx.cfg.max_num_batched_tokens, sync=ctx.sync, progress=update,
-                    pieces=ctx.decode_pieces)
+                    pieces=ctx.decode_pieces, compiled=ctx.decode_compiled)
     tracker = MemoryTracker(ctx.device.type)
     # A closed loop (workload.kind=multi_turn) decides arrivals as it runs; warm-up runs its few requests open.
     source = ctx.request_source() if track else None
@@ -121,6 +121,7 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
         "host_ms_p50": ms(percentile(res.host_s, 50)),
         "host_ms_p90": ms(percentile(res.host_s, 90)),
         "piecewise_steps": res.piecewise_steps,  # decode steps run as pieces (graph replays when cuda_graph)
+        **ctx.decode_mode_columns(),
         **service_columns(ctx.cfg.arrival, ctx.cfg.slo, reuse.served, res.sequences, res.wall_s, res.idle_s, "wall"),
         "decode_steps": res.decode_steps,
         "output_tokens": output_tokens,

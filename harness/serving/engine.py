@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.model.compiled import CompiledDecode
 from harness.model.llama import LlamaModel
 from harness.model.piecewise import PiecewiseDecode
 from harness.serving.request_source import OpenLoopSource, RequestSource
@@ -91,6 +92,7 @@ class Engine:
         progress: Callable[[int], None] | None = None,
         pieces: PiecewiseDecode | None = None,
         sampler: Sampler | None = None,
+        compiled: CompiledDecode | None = None,
     ) -> None:
         self.model = model
         # Picks each step's next tokens from its logits rows; None: greedy (argmax), as every timed run.
@@ -99,6 +101,9 @@ class Engine:
         # Decode steps of at most pieces.max_batch sequences run as pieces (CUDA graphs on a GPU)
         # around the cache's attention; larger ones, and every prefill, run the model eagerly.
         self.pieces = pieces
+        # cpu_compile: every decode step runs the compiled graph (harness/model/compiled.py), the
+        # cache's attention eager inside it.
+        self.compiled = compiled
         self.piecewise_steps = 0
         self.cache = cache
         self.max_num_seqs = max_num_seqs
@@ -117,6 +122,9 @@ class Engine:
         return self.model(staging[ids], staging[positions], lambda layer, q, k, v: attend(layer, q, k, v, meta), at)
 
     def _decode_forward(self, staging: StagingBuffer, ids: int, positions: int, meta: Any, batch: int):
+        if self.compiled is not None:
+            decode = self.cache.forward_decode
+            return self.compiled(staging[ids], staging[positions], lambda layer, q, k, v: decode(layer, q, k, v, meta))
         if self.pieces is None or batch > self.pieces.max_batch:
             return self._forward(staging, ids, positions, self.cache.forward_decode, meta)
         self.piecewise_steps += 1
