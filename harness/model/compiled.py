@@ -33,10 +33,12 @@ from harness.model.llama import AttentionFn, LlamaModel
 # Models above this many parameters are GEMM-bound: the element-wise work inductor
 # fuses is a small share of their step, and their compile is longer.
 AUTO_MAX_PARAMS = 100_000_000
-# A run shorter than this many decode tokens does not win its compile back (measured on tiny-llama,
-# 1 thread: see auto_compile and the README): ``make sweep``'s CPU decode jobs (2048-4096 tokens)
-# stay eager, and cost no compile.
-AUTO_MIN_DECODE_TOKENS = 50_000
+# A run shorter than this many decode tokens does not win its compile back. Measured on tiny-llama,
+# fp32, 1 thread: the graph saves 0.03-0.05 ms per decode token (batch 32 / 8), and a compile costs
+# ~5 s with a warm inductor cache (~25 s cold, a fresh clone), so a warm compile repays itself at
+# ~100k-170k tokens. make sweep's CPU decode jobs decode 2-4k tokens each (and max_rate's probes as
+# many): they stay eager and pay no compile. cpu_compile=true forces it for a short benchmark.
+AUTO_MIN_DECODE_TOKENS = 200_000
 
 
 class _ActiveAttention:
@@ -134,7 +136,9 @@ class CompiledDecode:
         self.model = model
         self.max_batch = max_batch
         self.steps = 0  # forwards that ran the compiled graph (batches of 1 run eagerly)
-        self._graph = torch.compile(_DecodeGraph(model), backend="inductor", fullgraph=True)
+        # dynamic=False: only the marked batch dimension is dynamic; the model's own sizes stay constants
+        # (a later job's other model recompiles rather than turning hidden sizes symbolic).
+        self._graph = torch.compile(_DecodeGraph(model), backend="inductor", fullgraph=True, dynamic=False)
         t0 = time.perf_counter()
         self._warm(max(2, min(max_batch, 8)))
         self.compile_s = time.perf_counter() - t0
