@@ -76,3 +76,15 @@ def test_rows_say_the_run_was_eager(compose, tmp_path):
     (row,), code = run_job(compose([*SMALL, "scenario.warmup=0"]), tmp_path)
     assert code == 0, row.get("error")
     assert row["cpu_compile"] is False and row["compile_s"] is None
+
+
+@pytest.mark.skipif(compiled_mod.cxx_compiler() is None, reason="inductor's CPU backend needs g++")
+def test_a_compiled_job_gives_the_eager_tokens_and_records_its_compile(compose, tmp_path):
+    # Two layers: the shape tests/unit/harness/model/test_compiled.py compiles (a process compiles it once).
+    common = [*SMALL, "model.num_layers=2", "scenario.warmup=0", "batch=3", "workload.num_requests=4"]
+    (eager,), code = run_job(compose(common), tmp_path / "eager")
+    assert code == 0, eager.get("error")
+    (row,), code = run_job(compose([*common, "cpu_compile=true"]), tmp_path / "compiled")
+    assert code == 0, row.get("error")
+    assert row["cpu_compile"] is True and row["compile_s"] >= 0
+    assert row["output_digest"] == eager["output_digest"]
