@@ -58,7 +58,7 @@ METRICS = [
     "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent lanes
     # service (harness/serving/service_metrics.py): arrivals, per-request latency, SLO and goodput
     "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "gpu", "slo",
-    "clock_source",  # a simulated clock's prices: a profile's id (scenario=profile), or roofline
+    "clock_source",  # a simulated clock's prices: a profile's id (scenario=profile), or roofline-v<N> (cost_model.py)
     *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
     # scenario=profile: the median share of a step spent in the cache's attention (K/V write and kernel)

@@ -37,7 +37,8 @@ SCHEMA = MaxRateScenario
 
 # The probe's columns kept in the rate_probes table (and, for the best passing probe, in the row).
 PROBE_COLUMNS = ("request_rate", "achieved_rps", "normalized_latency_s", "goodput_rps", "slo_attainment",
-                 "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99", "preemptions", "peak_concurrency", "gpu")
+                 "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99", "preemptions", "peak_concurrency", "gpu",
+                 "clock_source")  # simulated probes: what priced their steps (a profile's id, or roofline-v<N>)
 
 
 def search_rate(passes: Callable[[float], bool], start: float, limit: float, tolerance: float) -> tuple[float, int]:

@@ -84,6 +84,7 @@ def test_simulated_max_rate_matches_a_brute_force_grid(compose, tmp_path):
                                     "scenario.search_limit=64"]), tmp_path / "search")
     assert code == 0, row.get("error")
     assert row["clock"] == "simulated" and row["probes"] >= 3
+    assert row["clock_source"].startswith("roofline-v")  # what priced the passing probe
     passing = []
     for rate in [0.5 * k for k in range(1, 25)]:
         (r,), code = run_job(compose(["+impl=paged_torch", *SIM, *slo, f"arrival.rate={rate}"]),
