@@ -106,6 +106,9 @@ class DeviceConfig:
     kv_cache_gb: Optional[float] = None
     # Free blocks kept back when admitting (vLLM's watermark), as a fraction of the pool.
     watermark: float = 0.01
+    # A host-memory tier under the prefix cache, GB (paged with prefix caching; impls/host_tier.py):
+    # evicted blocks go there and a hit copies them back. None or 0: no tier.
+    host_kv_gb: Optional[float] = None
 
 
 @dataclass
@@ -135,6 +138,9 @@ class GpuConfig:
     attn_bw_efficiency: Optional[float] = None
     layer_overhead_us: Optional[float] = None
     prefill_weight_multiple: Optional[float] = None
+    # The host link (a host tier, swap): bandwidth per direction, GB/s, and each transfer's fixed cost.
+    host_link_gbps: Optional[float] = None
+    host_link_latency_us: Optional[float] = None
 
 
 @dataclass

@@ -9,7 +9,9 @@ the same prefix reuses them; freed blocks keep their hash and stay reusable unti
 evicted, by the pool's eviction policy (impls/eviction.py; least recently freed first by
 default), when the pool needs space. An admission hashes
 each of the prompt's full blocks once: ``plan_admit`` up to the first block not
-cached, ``admit`` the rest (its plan carries the hashes already made).
+cached, ``admit`` the rest (its plan carries the hashes already made). With a host tier
+(impls/host_tier.py, ``host_blocks`` > 0) an evicted block's contents go there, and a prefix's
+lookup goes on there after the device's hits end.
 
 Counters (filled slots, logical tokens) are kept incrementally so ``usage`` is
 O(1): the capacity scenario calls it after every event at 70B scale.
@@ -26,6 +28,7 @@ from typing import Sequence
 
 from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 from impls.eviction import eviction_policy
+from impls.host_tier import NO_HOST_COPIES, HostCopies, HostTier, host_prefix
 from impls.sizing import blocks_for_tokens
 
 _ROOT_HASH = 0
@@ -45,6 +48,7 @@ class PagedAdmitPlan(AdmitPlan):
     # block up (it missed); admit registers the block under it instead of hashing it again.
     next_hash: int | None
     new_blocks: int  # blocks the admission takes from the free pool (a hit on a freed block counts)
+    host_hits: tuple[int, ...] = ()  # chain hashes of the host tier's blocks right after ``hits``: each costs a block
 
 
 class BlockManager(KVAllocator):
@@ -56,6 +60,7 @@ class BlockManager(KVAllocator):
         prefix_caching: bool = True,
         watermark_blocks: int = 0,
         eviction: str = "lru",
+        host_blocks: int = 0,
     ) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
@@ -82,6 +87,9 @@ class BlockManager(KVAllocator):
         self._logical = 0
         self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
         self.evicted_blocks = 0  # cached blocks whose contents were dropped to reuse the block, over the run
+        # Evicted blocks' contents go here; only cached blocks are ever evicted.
+        self.host = HostTier(host_blocks) if host_blocks and prefix_caching else None
+        self.host_hit_tokens = 0  # tokens served from the host tier (copied back), over the run
         self.generation = 0
 
     # ---- derived sizes -------------------------------------------------
@@ -124,6 +132,8 @@ class BlockManager(KVAllocator):
             self.evicted_blocks += 1
             block_hash, cached = self.block_hash, self.hash_to_block
             h = block_hash[b]
+            if self.host is not None:
+                self.host.store(b, h, self.block_tokens[b])  # read before anything writes the block
             if cached.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
                 del cached[h]
             block_hash[b] = self.block_tokens[b] = None
@@ -185,11 +195,15 @@ class BlockManager(KVAllocator):
                 next_hash = h
                 break
             hits.append(b)
+        host: tuple[int, ...] = ()
+        if self.host is not None and len(hits) < n_lookup:  # go on in the host tier
+            parent = self.block_hash[hits[-1]] if hits else _ROOT_HASH
+            host, next_hash = host_prefix(self.host, token_ids, len(hits), n_lookup, bs, parent, chain_hash)
         revived = sum(1 for b in hits if self.ref[b] == 0)
         cost = blocks_for_tokens(len(token_ids), bs) - len(hits) + revived
-        return PagedAdmitPlan(token_ids, num_samples, total_len, cached_tokens=len(hits) * bs,
+        return PagedAdmitPlan(token_ids, num_samples, total_len, cached_tokens=(len(hits) + len(host)) * bs,
                               fits=cost + self.watermark_blocks <= self.num_free_blocks, generation=self.generation,
-                              hits=tuple(hits), next_hash=next_hash, new_blocks=cost)
+                              hits=tuple(hits), next_hash=next_hash, new_blocks=cost, host_hits=host)
 
     def admit(self, seq_id: int, plan: PagedAdmitPlan) -> int:
         self._check_plan(plan)
@@ -212,8 +226,10 @@ class BlockManager(KVAllocator):
         # Taking from the never-cached blocks touches no hash, so they may all be taken first; an
         # eviction forgets a hash, so then each block is taken just before it is registered.
         fresh = self._take_blocks(count) if count <= len(self.free) else None
+        if plan.host_hits:
+            h = self._load_host(plan.host_hits, token_ids, table, fresh)
         take, register, next_hash, caching = self._take_block, self._register, plan.next_hash, self.prefix_caching
-        for i, start in enumerate(range(len(hits) * bs, n, bs)):
+        for i, start in enumerate(range(len(table) * bs, n, bs)):
             b = take() if fresh is None else fresh[i]
             if start + bs <= n:
                 filled[b] = bs
@@ -232,8 +248,33 @@ class BlockManager(KVAllocator):
         self._logical += n
         cached = len(hits) * bs
         self.cache_hit_tokens += cached
+        self.host_hit_tokens += len(plan.host_hits) * bs
         self.generation += 1
-        return cached
+        return cached + len(plan.host_hits) * bs
+
+    def _load_host(self, hits: tuple[int, ...], token_ids: Sequence[int], table: list[int], fresh) -> int:
+        """Host hits after ``table``'s device hits: a block each (``fresh``'s first, else taken now),
+        registered, its copy back queued. Returns the last one's hash."""
+        bs, host = self.block_size, self.host
+        for h in hits:  # taking blocks may evict device blocks into the tier: it must keep these
+            host.pin(h)
+        for i, h in enumerate(hits):
+            b = fresh.pop(0) if fresh is not None else self._take_block()
+            self.filled[b] = bs
+            self._register(b, h, tuple(token_ids[len(table) * bs : (len(table) + 1) * bs]))
+            host.load(b, h)
+            table.append(b)
+        return hits[-1]
+
+    def take_host_copies(self) -> HostCopies:
+        """The device <-> host copies queued since the last call (stores first): the step does them."""
+        return NO_HOST_COPIES if self.host is None else self.host.take_copies()
+
+    def host_counters(self) -> dict[str, int]:
+        """The host tier's counts over the run, as row columns (none without a tier)."""
+        h = self.host
+        return {} if h is None else {"host_hit_tokens": self.host_hit_tokens, "host_stored_blocks": h.stored_blocks,
+                                     "host_loaded_blocks": h.loaded_blocks}
 
     # ---- growth -------------------------------------------------------------
     def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
@@ -408,3 +449,5 @@ class BlockManager(KVAllocator):
         assert self._logical == sum(len(t) for t in self.tokens.values())
         for sid, table in self.tables.items():
             assert len(table) == blocks_for_tokens(len(self.tokens[sid]), self.block_size)
+        if self.host is not None:
+            self.host.check_invariants()

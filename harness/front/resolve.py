@@ -187,6 +187,8 @@ def validate(cfg: Config) -> None:
     _check(0 < d.utilization <= 1, f"device.utilization={d.utilization} must be in (0, 1]")
     check_memory_values(cfg)  # their bounds need the device (check_memory_bounds, in resolve)
     _check(0 <= d.watermark < 1, f"device.watermark={d.watermark} must be in [0, 1)")
+    _check(d.host_kv_gb is None or 0 <= d.host_kv_gb < float("inf"),
+           f"device.host_kv_gb={d.host_kv_gb} must be >= 0 and finite (null or 0: no host tier)")
     w = cfg.workload
     _one_of("workload.distribution", w.distribution, DISTRIBUTIONS)
     _check(w.num_requests is None or w.num_requests >= 1,  # None: a trace's every row (describe_trace)

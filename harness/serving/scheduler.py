@@ -19,6 +19,7 @@ from typing import Callable, Sequence as Seq
 from harness.serving.sequence import Sequence
 from harness.serving.workload import Request
 from impls.allocator import AdmitPlan, KVAllocator, SlotCopy
+from impls.host_tier import NO_HOST_COPIES, HostCopies
 
 # (sequence, number of tokens) -> the token ids whose slots are reserved this step
 TokenSource = Callable[[Sequence, int], Seq[int]]
@@ -43,6 +44,9 @@ class StepPlan:
     decodes: list[Sequence] = field(default_factory=list)
     copies: list[SlotCopy] = field(default_factory=list)  # apply before the decode
     preempted: list[Sequence] = field(default_factory=list)
+    # Host tier (device.host_kv_gb): blocks to copy device -> host (``stores``), then host -> device
+    # (``loads``), before anything else of the step; the step waits for them.
+    host_copies: HostCopies = NO_HOST_COPIES
 
     @property
     def is_prefill(self) -> bool:
@@ -97,6 +101,7 @@ class Scheduler:
         self._admit(plan)
         if not plan.admitted:
             self._schedule_decode(plan, num_tokens, candidates)
+        plan.host_copies = self.allocator.take_host_copies()  # the tier's copies this plan made
         # The allocator measures external fragmentation against the request that waits first.
         self.allocator.note_waiting(self.waiting[0][0].total_len if self.waiting else None)
         if not (plan.admitted or plan.decodes or plan.preempted or self.done):

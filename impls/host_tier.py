@@ -1,0 +1,144 @@
+"""A host-memory tier under the device's prefix cache (``device.host_kv_gb``): pure Python, no tensors.
+
+When the block pool evicts a cached block (impls/block_manager.py ``_take_block``), its contents go
+here instead of vanishing: the tier holds ``capacity`` blocks in host memory, keyed by the block's
+chain hash and checked by its token ids, exactly as the device cache checks a hit. A later prompt
+whose prefix runs past the device's hits finds the next blocks here; each such *host hit* takes a
+device block and a copy back (host -> device) instead of a recompute.
+
+Inside the tier the least recently stored or hit entry goes first. An entry stays after a copy back
+(the host copy is still valid): when that device block is evicted again, nothing is copied.
+
+The tier also queues the copies a step must do, as (device block, host slot) pairs: ``stores``
+(device -> host, of evicted blocks) and ``loads`` (host -> device, of host hits). The step does the
+stores first (an evicted device block is about to get new contents; stores read it before anything
+writes it), then the loads. A host slot a queued load reads is *pinned* until the step takes the
+queue (``take_copies``): a store in the same step never overwrites it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class HostCopies:
+    """One step's copies between the device pool and the host tier, in the order they must run."""
+
+    stores: tuple[tuple[int, int], ...] = ()  # (device block, host slot): device -> host, first
+    loads: tuple[tuple[int, int], ...] = ()  # (device block, host slot): host -> device, after the stores
+
+    def __bool__(self) -> bool:
+        return bool(self.stores or self.loads)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.stores) + len(self.loads)
+
+
+NO_HOST_COPIES = HostCopies()
+
+
+class HostTier:
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"a host tier holds at least one block, got capacity={capacity}")
+        self.capacity = capacity
+        # chain hash -> (token ids, host slot), least recently stored or hit first
+        self.entries: OrderedDict[int, tuple[tuple[int, ...], int]] = OrderedDict()
+        self.free_slots = list(range(capacity - 1, -1, -1))  # popped from the end: slot 0 first
+        self._pinned: set[int] = set()  # host slots a queued load reads
+        self._stores: list[tuple[int, int]] = []
+        self._loads: list[tuple[int, int]] = []
+        self.stored_blocks = 0  # blocks copied device -> host, over the run
+        self.loaded_blocks = 0  # blocks copied host -> device, over the run
+        self.dropped_blocks = 0  # entries the tier evicted (or could not take: every slot pinned)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def lookup(self, h: int, toks: tuple[int, ...]) -> int | None:
+        """The host slot holding block (``h``, ``toks``), or None (a hash collision is a miss too)."""
+        entry = self.entries.get(h)
+        return entry[1] if entry is not None and entry[0] == toks else None
+
+    def store(self, device_block: int, h: int, toks: tuple[int, ...]) -> None:
+        """An evicted device block's contents: keep them, queuing the copy unless they are here already."""
+        entry = self.entries.get(h)
+        if entry is not None and entry[0] == toks:
+            self.entries.move_to_end(h)  # the host copy is this block's contents: no copy
+            return
+        if entry is not None:  # a colliding hash: the new contents replace the old
+            self._drop(h)
+        slot = self._free_slot()
+        if slot is None:
+            self.dropped_blocks += 1  # every slot holds a block a queued load still reads
+            return
+        self.entries[h] = (toks, slot)
+        self._stores.append((device_block, slot))
+        self.stored_blocks += 1
+
+    def load(self, device_block: int, h: int) -> None:
+        """A host hit on ``h``: queue its copy into ``device_block``, pinning its slot for the step."""
+        toks, slot = self.entries[h]
+        self.entries.move_to_end(h)
+        self._pinned.add(slot)
+        self._loads.append((device_block, slot))
+        self.loaded_blocks += 1
+
+    def pin(self, h: int) -> None:
+        """Keep ``h``'s slot through this step (an admission about to load it takes blocks first)."""
+        self.entries.move_to_end(h)
+        self._pinned.add(self.entries[h][1])
+
+    def take_copies(self) -> HostCopies:
+        """The copies queued since the last call, stores first; unpins every slot."""
+        if not (self._stores or self._loads):
+            self._pinned.clear()
+            return NO_HOST_COPIES
+        copies = HostCopies(tuple(self._stores), tuple(self._loads))
+        self._stores, self._loads = [], []
+        self._pinned.clear()
+        return copies
+
+    def _free_slot(self) -> int | None:
+        if self.free_slots:
+            return self.free_slots.pop()
+        for h, (_, slot) in self.entries.items():  # least recent first; pinned ones are rare and recent
+            if slot not in self._pinned:
+                self._drop(h)
+                return self.free_slots.pop()
+        return None
+
+    def _drop(self, h: int) -> None:
+        _, slot = self.entries.pop(h)
+        self.free_slots.append(slot)
+        self.dropped_blocks += 1
+
+    def check_invariants(self) -> None:
+        slots = [slot for _, slot in self.entries.values()]
+        assert len(set(slots)) == len(slots), "two host entries share a slot"
+        assert not set(slots) & set(self.free_slots), "a host slot is both held and free"
+        assert len(slots) + len(self.free_slots) == self.capacity, "host slots held + free != capacity"
+        assert all(0 <= s < self.capacity for s in slots + self.free_slots)
+        for _, slot in self._loads:
+            assert slot in self._pinned and slot in slots, "a queued load reads a slot not held and pinned"
+
+
+def host_prefix(tier: HostTier, token_ids, first: int, end: int, block_size: int, parent_hash: int,
+                chain_hash: Callable[[int, tuple[int, ...]], int]) -> tuple[tuple[int, ...], int | None]:
+    """Where the device's prefix hits end (full block ``first``, chained to ``parent_hash``): the chain
+    hashes of the blocks ``first..end-1`` the tier holds in a row, and the hash of the first it lacks
+    (None: it holds them all, or ``first == end``). A plan's host hits, as ``plan_admit`` looks them up;
+    ``chain_hash`` is the device cache's (impls/block_manager.py): one chain over both tiers."""
+    hits: list[int] = []
+    h = parent_hash
+    for i in range(first, end):
+        toks = tuple(token_ids[i * block_size : (i + 1) * block_size])
+        h = chain_hash(h, toks)
+        if tier.lookup(h, toks) is None:
+            return tuple(hits), h
+        hits.append(h)
+    return tuple(hits), None
