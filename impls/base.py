@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from impls.allocator import KVAllocator, SlotCopy
+from impls.host_tier import HostCopies
 from impls.staging import StagingBuffer
 
 @dataclass(frozen=True)
@@ -157,3 +158,8 @@ class KVCache(ABC):
 
     def copy_slots(self, copies: Sequence[SlotCopy]) -> None:
         apply_slot_copies([*self.k, *self.v], copies)
+
+    def copy_host(self, copies: HostCopies) -> None:
+        """A host tier's copies (impls/host_tier.py), stores first; only a paged cache has a tier."""
+        if copies:
+            raise NotImplementedError(f"{type(self).__name__} has no host tier")

@@ -165,6 +165,8 @@ class Engine:
             ts = time.perf_counter()
             preempted_before = sched.num_preemptions
             plan = sched.schedule()
+            if plan.host_copies:  # host tier (device.host_kv_gb): done first, inside the step's time
+                cache.copy_host(plan.host_copies)
             if plan.is_prefill:
                 kind, touched, computed = "prefill", *self._prefill_step(plan.admitted, ts, run)
             elif plan.decodes:

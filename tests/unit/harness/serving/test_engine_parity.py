@@ -103,3 +103,15 @@ def test_every_impl_agrees_on_the_cpu_default_workload(compose, tmp_path):
     by = {r["impl"]: r for r in rows}
     assert by["paged_torch"]["kv_bytes_reserved"] < by["contiguous"]["kv_bytes_reserved"]  # paging reserves less
     assert by["orca_oracle"]["kv_bytes_reserved"] < by["contiguous"]["kv_bytes_reserved"]  # so do exact regions
+
+
+def test_a_host_tier_copies_evicted_blocks_back(compose, tmp_path):
+    """The small pool above with a host tier: a preempted sequence's blocks, evicted to the host while
+    it waits, come back by copy when it is admitted again, and the tokens are contiguous's."""
+    small = ["batch=6", "workload=fixed", "workload.num_requests=6", "workload.prompt_len=30",
+             "workload.output_len=40", "device.kv_cache_gb=0.0012", "device.watermark=0"]
+    ref, rows = assert_same(compose, tmp_path, [*small, "device.host_kv_gb=0.001"], impls=("paged_torch", "paged_cuda"))
+    for row in rows.values():
+        assert row["preemptions"] > 0 and row["host_hit_tokens"] > 0 and row["host_loaded_blocks"] > 0
+    without, _ = run(compose, tmp_path / "no-tier", "paged_torch", small)
+    assert rows["paged_torch"]["prefill_tokens"] < without["prefill_tokens"]  # host hits are not recomputed
