@@ -199,6 +199,9 @@ class Config:
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | float16 | bfloat16
     max_seq_len: int = 1024
     block_size: int = 16
+    # What a preemption does with the victim's KV (paged): recompute (free it, prefill it again later)
+    # | swap (copy its blocks to the host tier, device.host_kv_gb > 0, and back when it resumes).
+    preemption: str = "recompute"
     repeat: int = 1  # run the measured job this many times; rows report the median
     # CPU: torch's intra-op threads (None: the cores other work leaves free at the job's start,
     # all of them on an idle machine). Latency runs on a shared machine want fewer: an OpenMP

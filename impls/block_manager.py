@@ -61,6 +61,7 @@ class BlockManager(KVAllocator):
         watermark_blocks: int = 0,
         eviction: str = "lru",
         host_blocks: int = 0,
+        swap: bool = False,
     ) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
@@ -87,8 +88,13 @@ class BlockManager(KVAllocator):
         self._logical = 0
         self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
         self.evicted_blocks = 0  # cached blocks whose contents were dropped to reuse the block, over the run
-        # Evicted blocks' contents go here; only cached blocks are ever evicted.
-        self.host = HostTier(host_blocks) if host_blocks and prefix_caching else None
+        # Evicted cached blocks' contents go here, and swapped-out sequences' blocks (swap).
+        self.host = HostTier(host_blocks) if host_blocks else None
+        if swap and self.host is None:
+            raise ValueError("swap needs a host tier (host_blocks > 0)")
+        self.swap = swap
+        self._swapped: dict[int, tuple[list[int], list[int]]] = {}  # seq -> (host slots, tokens)
+        self.swapped_out = 0  # sequences preempted by swap, over the run
         self.host_hit_tokens = 0  # tokens served from the host tier (copied back), over the run
         self.generation = 0
 
@@ -196,7 +202,7 @@ class BlockManager(KVAllocator):
                 break
             hits.append(b)
         host: tuple[int, ...] = ()
-        if self.host is not None and len(hits) < n_lookup:  # go on in the host tier
+        if self.host is not None and len(hits) < n_lookup and self.prefix_caching:  # go on in the host tier
             parent = self.block_hash[hits[-1]] if hits else _ROOT_HASH
             host, next_hash = host_prefix(self.host, token_ids, len(hits), n_lookup, bs, parent, chain_hash)
         revived = sum(1 for b in hits if self.ref[b] == 0)
@@ -270,11 +276,38 @@ class BlockManager(KVAllocator):
         """The device <-> host copies queued since the last call (stores first): the step does them."""
         return NO_HOST_COPIES if self.host is None else self.host.take_copies()
 
+    # ---- swap (preemption=swap) ----------------------------------------------------------------
+    def swap_out(self, seq_id: int) -> bool:
+        """Preempt by swap: every block's contents to the host tier, then release the sequence.
+        False, nothing done, unless this pool swaps and its tier has room (then: recompute)."""
+        slots = self.host.swap_out(self.tables[seq_id]) if self.swap else None
+        if slots is None:
+            return False
+        self._swapped[seq_id] = (slots, self.tokens[seq_id])
+        self.release(seq_id)
+        self.swapped_out += 1
+        return True
+
+    def can_swap_in(self, seq_id: int, watermark: bool = True) -> bool:
+        return len(self._swapped[seq_id][0]) + self.watermark_blocks * watermark <= self.num_free_blocks
+
+    def swap_in(self, seq_id: int) -> None:
+        """Its blocks back from the host tier, as they were (uncached: they join no prefix chain)."""
+        slots, toks = self._swapped.pop(seq_id)
+        table = [self._take_block() for _ in slots]
+        for i, b in enumerate(table):
+            self.filled[b] = min(self.block_size, len(toks) - i * self.block_size)
+        self.host.swap_in(table, slots)
+        self.tables[seq_id], self.tokens[seq_id], self._changed[seq_id] = table, toks, 0
+        self._logical += len(toks)
+        self._filled_in_use += len(toks)
+        self.generation += 1
+
     def host_counters(self) -> dict[str, int]:
         """The host tier's counts over the run, as row columns (none without a tier)."""
         h = self.host
         return {} if h is None else {"host_hit_tokens": self.host_hit_tokens, "host_stored_blocks": h.stored_blocks,
-                                     "host_loaded_blocks": h.loaded_blocks}
+                                     "host_loaded_blocks": h.loaded_blocks, "swapped_out": self.swapped_out}
 
     # ---- growth -------------------------------------------------------------
     def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
@@ -451,3 +484,5 @@ class BlockManager(KVAllocator):
             assert len(table) == blocks_for_tokens(len(self.tokens[sid]), self.block_size)
         if self.host is not None:
             self.host.check_invariants()
+            assert sum(len(slots) for slots, _ in self._swapped.values()) == len(self.host.reserved)
+            assert not set(self._swapped) & set(self.tables), "a swapped-out sequence holds device blocks"

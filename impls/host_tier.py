@@ -14,6 +14,10 @@ The tier also queues the copies a step must do, as (device block, host slot) pai
 stores first (an evicted device block is about to get new contents; stores read it before anything
 writes it), then the loads. A host slot a queued load reads is *pinned* until the step takes the
 queue (``take_copies``): a store in the same step never overwrites it.
+
+Swap (``preemption=swap``) uses the same memory: a swapped-out sequence's blocks take slots that
+are *reserved* (outside the cache's entries, so nothing evicts them) until it is swapped back in;
+they are freed once that step's loads are taken.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class HostTier:
         self.entries: OrderedDict[int, tuple[tuple[int, ...], int]] = OrderedDict()
         self.free_slots = list(range(capacity - 1, -1, -1))  # popped from the end: slot 0 first
         self._pinned: set[int] = set()  # host slots a queued load reads
+        self.reserved: set[int] = set()  # slots of swapped-out sequences
+        self._free_after: list[int] = []  # reserved slots whose loads are queued: free once taken
         self._stores: list[tuple[int, int]] = []
         self._loads: list[tuple[int, int]] = []
         self.stored_blocks = 0  # blocks copied device -> host, over the run
@@ -95,13 +101,33 @@ class HostTier:
 
     def take_copies(self) -> HostCopies:
         """The copies queued since the last call, stores first; unpins every slot."""
+        self._pinned.clear()
         if not (self._stores or self._loads):
-            self._pinned.clear()
             return NO_HOST_COPIES
         copies = HostCopies(tuple(self._stores), tuple(self._loads))
         self._stores, self._loads = [], []
-        self._pinned.clear()
+        self.free_slots += self._free_after
+        self._free_after = []
         return copies
+
+    def swap_out(self, device_blocks: list[int]) -> list[int] | None:
+        """Reserve a slot per block and queue their stores; None (nothing done) if the tier lacks room."""
+        unpinned = sum(1 for _, slot in self.entries.values() if slot not in self._pinned)
+        if len(device_blocks) > len(self.free_slots) + unpinned:
+            return None
+        slots = [self._free_slot() for _ in device_blocks]
+        self.reserved.update(slots)
+        self._stores += zip(device_blocks, slots)
+        self.stored_blocks += len(slots)
+        return slots
+
+    def swap_in(self, device_blocks: list[int], slots: list[int]) -> None:
+        """Queue the loads of a swapped-out sequence's slots; they are free again once the step takes them."""
+        self.reserved.difference_update(slots)
+        self._pinned.update(slots)
+        self._free_after += slots
+        self._loads += zip(device_blocks, slots)
+        self.loaded_blocks += len(slots)
 
     def _free_slot(self) -> int | None:
         if self.free_slots:
@@ -120,6 +146,9 @@ class HostTier:
     def check_invariants(self) -> None:
         slots = [slot for _, slot in self.entries.values()]
         assert len(set(slots)) == len(slots), "two host entries share a slot"
+        assert not set(slots) & set(self.free_slots), "a host slot is both held and free"
+        slots += [*self.reserved, *self._free_after]
+        assert len(set(slots)) == len(slots), "a host slot is held twice (cached, swapped, freed after the step)"
         assert not set(slots) & set(self.free_slots), "a host slot is both held and free"
         assert len(slots) + len(self.free_slots) == self.capacity, "host slots held + free != capacity"
         assert all(0 <= s < self.capacity for s in slots + self.free_slots)

@@ -39,7 +39,8 @@ class PoolSpec:
     watermark: float  # paged: fraction of blocks kept back at admission
     prefix_caching: bool
     eviction: str = "lru"  # paged: which cached free block goes first (impls/eviction.py)
-    host_kv_bytes: int = 0  # paged with prefix caching: the host tier under it (impls/host_tier.py); 0: none
+    host_kv_bytes: int = 0  # paged: the host tier (impls/host_tier.py); 0: none
+    preemption: str = "recompute"  # paged: swap copies a victim's blocks to the host tier
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ class PagedKind(CacheKind):
         blocks = self.pool_size(spec)
         return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching,
                             watermark_blocks=int(spec.watermark * blocks), eviction=spec.eviction,
-                            host_blocks=self.host_blocks(spec))
+                            host_blocks=self.host_blocks(spec), swap=spec.preemption == "swap")
 
     def host_blocks(self, spec: PoolSpec) -> int:
         """Blocks the host tier holds (0: none); a tier too small for one block is an error, not none."""

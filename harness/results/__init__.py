@@ -14,7 +14,8 @@ from typing import Callable, Iterable
 import pandas as pd
 
 IDENTIFIERS = [
-    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "model", "dtype", "block_size", "batch",
+    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "host_kv_gb",
+    "preemption", "model", "dtype", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
     "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by
@@ -37,7 +38,7 @@ METRICS = [
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
     "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
-    "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks",  # device.host_kv_gb: the host tier
+    "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks", "swapped_out",  # device.host_kv_gb, preemption=swap
     "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
     "kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",
     "kv_fragmentation_bytes", "kv_reservation_waste_bytes",
@@ -83,7 +84,7 @@ COUNTS = (
     "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes",
     "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
     "piecewise_steps", "concurrency", "running", "waiting", "tokens",
-    "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks",
+    "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks", "swapped_out",
 )
 
 

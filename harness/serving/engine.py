@@ -180,6 +180,8 @@ class Engine:
 
     def _prefill_step(self, admitted: list[Admission], ts: float, run: _RunState) -> tuple[list[Sequence], int]:
         """Every admitted prompt in one forward; the forks' slots copied once their parents are written."""
+        if not admitted:  # preemption=swap: a step of swap-ins alone (their copies are done): no forward
+            return [], 0
         computed = self._prefill(admitted)
         run.prefill_tokens += computed
         self.cache.copy_slots([c for adm in admitted for c in adm.fork_copies])

@@ -205,8 +205,10 @@ class _Run:
         self.peaks.update(usage)
         start = duration = None
         if self.clock is not None:
-            duration = host_s + (self.clock.prefill_s(tokens) if kind == "prefill"
-                                 else self.clock.decode_s(batch, kv_read, steps))
+            if kind == "prefill":  # a step of swap-ins alone computes nothing: only its copies
+                duration = host_s + (self.clock.prefill_s(tokens) if batch else 0.0)
+            else:
+                duration = host_s + self.clock.decode_s(batch, kv_read, steps)
             start, self.now = self.now, self.now + duration
         rec = StepRecord(kind, steps, batch, tokens, batch if kind == "decode" else None, len(self.sched.waiting),
                          usage.used_tokens * self.bpt, usage.reserved_tokens * self.bpt, preemptions,
@@ -220,7 +222,9 @@ class _Run:
         for s in seqs:
             s.output_ids.append(synthetic_token(s, self.vocab))
         finished = [s for s in seqs if s.finished]
-        for s in seqs:
+        # The step's new running sequences, in running order: resumed ones (preemption=swap, swapped back
+        # in with their tokens as they were) ride from here as a sequence just prefilled does.
+        for s in self.sched.running[len(self.sched.running) - len(seqs) - len(plan.resumed):]:
             if not s.finished:
                 self._track(s)
         self.prefill_steps += 1
@@ -235,7 +239,7 @@ class _Run:
                     s.first_token_s = self.now
             for s in finished:
                 s.finish_s = self.now
-            self._stalls.append((rec.duration_s, len(seqs) - len(finished)))
+            self._stalls.append((rec.duration_s, len(seqs) - len(finished) + len(plan.resumed)))
         if self.observer is not None:
             self.observer(rec, plan, finished)
         self.sched.finish(finished)

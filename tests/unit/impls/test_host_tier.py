@@ -63,9 +63,11 @@ def test_an_evicted_prefix_comes_back_from_the_host():
     bm.check_invariants()
 
 
-def _shadow_run(seed: int, num_blocks: int, block_size: int, host_blocks: int, eviction: str) -> None:
+def _shadow_run(seed: int, num_blocks: int, block_size: int, host_blocks: int, eviction: str,
+                swap: bool = False) -> None:
     rng = random.Random(seed)
-    bm = BlockManager(num_blocks, block_size, eviction=eviction, host_blocks=host_blocks)
+    bm = BlockManager(num_blocks, block_size, eviction=eviction, host_blocks=host_blocks, swap=swap)
+    swapped: dict[int, list[int]] = {}
     device = [[None] * block_size for _ in range(num_blocks)]
     host = [[None] * block_size for _ in range(host_blocks)]
     prefixes = [[rng.randrange(6) for _ in range(3 * block_size)] for _ in range(3)]
@@ -80,7 +82,11 @@ def _shadow_run(seed: int, num_blocks: int, block_size: int, host_blocks: int, e
     for _ in range(80):
         writes: list[tuple[int, int, list[int]]] = []
         slot_copies = []
-        if rng.random() < 0.4 or not live:  # a prefill step: up to three admissions
+        if rng.random() < 0.4 or not live:  # a prefill step: swap-ins, then up to three admissions
+            for sid in list(swapped):
+                if bm.can_swap_in(sid):
+                    bm.swap_in(sid)
+                    live[sid] = swapped.pop(sid)
             for _ in range(rng.randint(1, 3)):
                 prefix = rng.choice(prefixes)
                 prompt = prefix[: rng.randint(0, len(prefix))] + [rng.randrange(6) for _ in range(rng.randint(1, 9))]
@@ -90,7 +96,11 @@ def _shadow_run(seed: int, num_blocks: int, block_size: int, host_blocks: int, e
                     live[next_id] = list(prompt)
                     writes.append((next_id, cached, prompt[cached:]))
                     next_id += 1
-        else:  # a decode step: a token for some sequences, as room allows
+        else:  # a decode step: a token for some sequences, as room allows; maybe a swap-out first
+            if swap and rng.random() < 0.3:
+                sid = rng.choice(list(live))
+                if bm.swap_out(sid):
+                    swapped[sid] = live.pop(sid)
             for sid in list(live):
                 tok = [rng.randrange(6)]
                 if rng.random() < 0.7 and bm.can_append(sid, 1):
@@ -122,9 +132,33 @@ def _shadow_run(seed: int, num_blocks: int, block_size: int, host_blocks: int, e
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), num_blocks=st.integers(6, 16), block_size=st.sampled_from([1, 2, 4]),
-       host_blocks=st.integers(1, 24), eviction=st.sampled_from(POLICIES))
-def test_the_copies_keep_every_sequence_reading_its_own_tokens(seed, num_blocks, block_size, host_blocks, eviction):
-    _shadow_run(seed, num_blocks, block_size, host_blocks, eviction)
+       host_blocks=st.integers(1, 24), eviction=st.sampled_from(POLICIES), swap=st.booleans())
+def test_the_copies_keep_every_sequence_reading_its_own_tokens(seed, num_blocks, block_size, host_blocks, eviction,
+                                                               swap):
+    """With swap, a swapped-out sequence's blocks must come back holding its tokens."""
+    _shadow_run(seed, num_blocks, block_size, host_blocks, eviction, swap)
+
+
+def test_swap_out_and_back_in():
+    bm = BlockManager(4, 2, host_blocks=3, swap=True)
+    bm.admit(0, bm.plan_admit([1, 2, 3, 4, 5]))
+    table = bm.block_table(0)
+    assert bm.swap_out(0) and 0 not in bm.tables and bm.num_free_blocks == 4
+    assert bm.take_host_copies().stores == tuple(zip(table, (0, 1, 2)))
+    bm.admit(1, bm.plan_admit([7, 7]))
+    assert not bm.swap_out(1)  # every host slot holds sequence 0's blocks: recompute instead
+    bm.release(1)
+    assert bm.can_swap_in(0)
+    bm.swap_in(0)
+    assert bm.num_tokens(0) == 5 and [slot for _, slot in bm.take_host_copies().loads] == [0, 1, 2]
+    assert len(bm.host.free_slots) == 3  # freed once the step took its loads
+    bm.check_invariants()
+
+
+def test_a_pool_that_does_not_swap_keeps_the_sequence():
+    bm = BlockManager(4, 2, host_blocks=3)  # a tier, but preemption=recompute
+    bm.admit(0, bm.plan_admit([1, 2]))
+    assert not bm.swap_out(0) and 0 in bm.tables
 
 
 def test_host_hits_happen_in_the_shadow_run():

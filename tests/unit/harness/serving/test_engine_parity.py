@@ -115,3 +115,19 @@ def test_a_host_tier_copies_evicted_blocks_back(compose, tmp_path):
         assert row["preemptions"] > 0 and row["host_hit_tokens"] > 0 and row["host_loaded_blocks"] > 0
     without, _ = run(compose, tmp_path / "no-tier", "paged_torch", small)
     assert rows["paged_torch"]["prefill_tokens"] < without["prefill_tokens"]  # host hits are not recomputed
+
+
+def test_preemption_by_swap(compose, tmp_path):
+    """preemption=swap: victims' blocks go to the host tier and come back; the tokens are contiguous's."""
+    small = ["batch=6", "workload=fixed", "workload.num_requests=6", "workload.prompt_len=30",
+             "workload.output_len=40", "device.kv_cache_gb=0.0012", "device.watermark=0", "device.host_kv_gb=0.002"]
+    ref, rows = assert_same(compose, tmp_path, [*small, "preemption=swap"], impls=("paged_torch", "paged_cuda"))
+    for row in rows.values():
+        assert row["preemptions"] > 0 and row["swapped_out"] > 0 and row["host_loaded_blocks"] > 0
+        assert row["preemption"] == "swap"
+    assert rows["paged_torch"]["prefill_tokens"] == 6 * 30  # nothing recomputed
+
+
+def test_swap_needs_a_host_tier(compose, tmp_path):
+    rows, code = run_job(compose(["+impl=paged_torch", *SMALL, "preemption=swap"]), tmp_path)
+    assert code != 0 and "device.host_kv_gb" in rows[0]["error"]
