@@ -9,9 +9,8 @@ the same prefix reuses them; freed blocks keep their hash and stay reusable unti
 evicted, by the pool's eviction policy (impls/eviction.py; least recently freed first by
 default), when the pool needs space. An admission hashes
 each of the prompt's full blocks once: ``plan_admit`` up to the first block not
-cached, ``admit`` the rest (its plan carries the hashes already made). With a host tier
-(impls/host_tier.py, ``host_blocks`` > 0) an evicted block's contents go there, and a prefix's
-lookup goes on there after the device's hits end.
+cached, ``admit`` the rest (its plan carries the hashes already made). A host tier (impls/host_tier.py)
+takes evicted blocks' contents, and a prefix's lookup goes on there after the device's hits end.
 
 Counters (filled slots, logical tokens) are kept incrementally so ``usage`` is
 O(1): the capacity scenario calls it after every event at 70B scale.
@@ -28,7 +27,7 @@ from typing import Sequence
 
 from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 from impls.eviction import eviction_policy
-from impls.host_tier import NO_HOST_COPIES, HostCopies, HostTier, host_prefix
+from impls.host_tier import HostTierPool, host_prefix
 from impls.sizing import blocks_for_tokens
 
 _ROOT_HASH = 0
@@ -51,7 +50,7 @@ class PagedAdmitPlan(AdmitPlan):
     host_hits: tuple[int, ...] = ()  # chain hashes of the host tier's blocks right after ``hits``: each costs a block
 
 
-class BlockManager(KVAllocator):
+class BlockManager(HostTierPool, KVAllocator):
     def __init__(
         self,
         num_blocks: int,
@@ -88,14 +87,7 @@ class BlockManager(KVAllocator):
         self._logical = 0
         self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
         self.evicted_blocks = 0  # cached blocks whose contents were dropped to reuse the block, over the run
-        # Evicted cached blocks' contents go here, and swapped-out sequences' blocks (swap).
-        self.host = HostTier(host_blocks) if host_blocks else None
-        if swap and self.host is None:
-            raise ValueError("swap needs a host tier (host_blocks > 0)")
-        self.swap = swap
-        self._swapped: dict[int, tuple[list[int], list[int]]] = {}  # seq -> (host slots, tokens)
-        self.swapped_out = 0  # sequences preempted by swap, over the run
-        self.host_hit_tokens = 0  # tokens served from the host tier (copied back), over the run
+        self._init_host(host_blocks, swap)  # the host tier and swap (impls/host_tier.py HostTierPool)
         self.generation = 0
 
     # ---- derived sizes -------------------------------------------------
@@ -257,57 +249,6 @@ class BlockManager(KVAllocator):
         self.host_hit_tokens += len(plan.host_hits) * bs
         self.generation += 1
         return cached + len(plan.host_hits) * bs
-
-    def _load_host(self, hits: tuple[int, ...], token_ids: Sequence[int], table: list[int], fresh) -> int:
-        """Host hits after ``table``'s device hits: a block each (``fresh``'s first, else taken now),
-        registered, its copy back queued. Returns the last one's hash."""
-        bs, host = self.block_size, self.host
-        for h in hits:  # taking blocks may evict device blocks into the tier: it must keep these
-            host.pin(h)
-        for i, h in enumerate(hits):
-            b = fresh.pop(0) if fresh is not None else self._take_block()
-            self.filled[b] = bs
-            self._register(b, h, tuple(token_ids[len(table) * bs : (len(table) + 1) * bs]))
-            host.load(b, h)
-            table.append(b)
-        return hits[-1]
-
-    def take_host_copies(self) -> HostCopies:
-        """The device <-> host copies queued since the last call (stores first): the step does them."""
-        return NO_HOST_COPIES if self.host is None else self.host.take_copies()
-
-    # ---- swap (preemption=swap) ----------------------------------------------------------------
-    def swap_out(self, seq_id: int) -> bool:
-        """Preempt by swap: every block's contents to the host tier, then release the sequence.
-        False, nothing done, unless this pool swaps and its tier has room (then: recompute)."""
-        slots = self.host.swap_out(self.tables[seq_id]) if self.swap else None
-        if slots is None:
-            return False
-        self._swapped[seq_id] = (slots, self.tokens[seq_id])
-        self.release(seq_id)
-        self.swapped_out += 1
-        return True
-
-    def can_swap_in(self, seq_id: int, watermark: bool = True) -> bool:
-        return len(self._swapped[seq_id][0]) + self.watermark_blocks * watermark <= self.num_free_blocks
-
-    def swap_in(self, seq_id: int) -> None:
-        """Its blocks back from the host tier, as they were (uncached: they join no prefix chain)."""
-        slots, toks = self._swapped.pop(seq_id)
-        table = [self._take_block() for _ in slots]
-        for i, b in enumerate(table):
-            self.filled[b] = min(self.block_size, len(toks) - i * self.block_size)
-        self.host.swap_in(table, slots)
-        self.tables[seq_id], self.tokens[seq_id], self._changed[seq_id] = table, toks, 0
-        self._logical += len(toks)
-        self._filled_in_use += len(toks)
-        self.generation += 1
-
-    def host_counters(self) -> dict[str, int]:
-        """The host tier's counts over the run, as row columns (none without a tier)."""
-        h = self.host
-        return {} if h is None else {"host_hit_tokens": self.host_hit_tokens, "host_stored_blocks": h.stored_blocks,
-                                     "host_loaded_blocks": h.loaded_blocks, "swapped_out": self.swapped_out}
 
     # ---- growth -------------------------------------------------------------
     def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
@@ -482,7 +423,4 @@ class BlockManager(KVAllocator):
         assert self._logical == sum(len(t) for t in self.tokens.values())
         for sid, table in self.tables.items():
             assert len(table) == blocks_for_tokens(len(self.tokens[sid]), self.block_size)
-        if self.host is not None:
-            self.host.check_invariants()
-            assert sum(len(slots) for slots, _ in self._swapped.values()) == len(self.host.reserved)
-            assert not set(self._swapped) & set(self.tables), "a swapped-out sequence holds device blocks"
+        self._check_host_invariants()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -171,3 +171,76 @@ def host_prefix(tier: HostTier, token_ids, first: int, end: int, block_size: int
             return tuple(hits), h
         hits.append(h)
     return tuple(hits), None
+
+
+class HostTierPool:
+    """The block pool's side of the host tier and of swap: the part of impls/block_manager.py's
+    ``BlockManager`` that only a tier uses, kept here so the pool's hot paths stay one attribute
+    check (``self.host is not None``) away from it. Reads and writes the pool's own fields."""
+
+    def _init_host(self, host_blocks: int, swap: bool) -> None:
+        # Evicted cached blocks' contents go here, and swapped-out sequences' blocks (swap).
+        self.host = HostTier(host_blocks) if host_blocks else None
+        if swap and self.host is None:
+            raise ValueError("swap needs a host tier (host_blocks > 0)")
+        self.swap = swap
+        self._swapped: dict[int, tuple[list[int], list[int]]] = {}  # seq -> (host slots, tokens)
+        self.swapped_out = 0  # sequences preempted by swap, over the run
+        self.host_hit_tokens = 0  # tokens served from the host tier (copied back), over the run
+
+    def _load_host(self, hits: tuple[int, ...], token_ids: Sequence[int], table: list[int], fresh) -> int:
+        """Host hits after ``table``'s device hits: a block each (``fresh``'s first, else taken now),
+        registered, its copy back queued. Returns the last one's hash."""
+        bs, host = self.block_size, self.host
+        for h in hits:  # taking blocks may evict device blocks into the tier: it must keep these
+            host.pin(h)
+        for i, h in enumerate(hits):
+            b = fresh.pop(0) if fresh is not None else self._take_block()
+            self.filled[b] = bs
+            self._register(b, h, tuple(token_ids[len(table) * bs : (len(table) + 1) * bs]))
+            host.load(b, h)
+            table.append(b)
+        return hits[-1]
+
+    def take_host_copies(self) -> HostCopies:
+        """The device <-> host copies queued since the last call (stores first): the step does them."""
+        return NO_HOST_COPIES if self.host is None else self.host.take_copies()
+
+    # ---- swap (preemption=swap) ------------------------------------------------------------
+    def swap_out(self, seq_id: int) -> bool:
+        """Preempt by swap: every block's contents to the host tier, then release the sequence.
+        False, nothing done, unless this pool swaps and its tier has room (then: recompute)."""
+        slots = self.host.swap_out(self.tables[seq_id]) if self.swap else None
+        if slots is None:
+            return False
+        self._swapped[seq_id] = (slots, self.tokens[seq_id])
+        self.release(seq_id)
+        self.swapped_out += 1
+        return True
+
+    def can_swap_in(self, seq_id: int, watermark: bool = True) -> bool:
+        return len(self._swapped[seq_id][0]) + self.watermark_blocks * watermark <= self.num_free_blocks
+
+    def swap_in(self, seq_id: int) -> None:
+        """Its blocks back from the host tier, as they were (uncached: they join no prefix chain)."""
+        slots, toks = self._swapped.pop(seq_id)
+        table = [self._take_block() for _ in slots]
+        for i, b in enumerate(table):
+            self.filled[b] = min(self.block_size, len(toks) - i * self.block_size)
+        self.host.swap_in(table, slots)
+        self.tables[seq_id], self.tokens[seq_id], self._changed[seq_id] = table, toks, 0
+        self._logical += len(toks)
+        self._filled_in_use += len(toks)
+        self.generation += 1
+
+    def host_counters(self) -> dict[str, int]:
+        """The host tier's counts over the run, as row columns (none without a tier)."""
+        h = self.host
+        return {} if h is None else {"host_hit_tokens": self.host_hit_tokens, "host_stored_blocks": h.stored_blocks,
+                                     "host_loaded_blocks": h.loaded_blocks, "swapped_out": self.swapped_out}
+
+    def _check_host_invariants(self) -> None:
+        if self.host is not None:
+            self.host.check_invariants()
+            assert sum(len(slots) for slots, _ in self._swapped.values()) == len(self.host.reserved)
+            assert not set(self._swapped) & set(self.tables), "a swapped-out sequence holds device blocks"
