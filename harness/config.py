@@ -17,10 +17,13 @@ from harness.model.config import ModelConfig
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 PROBES = ("decode", "capacity")
-DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "trace")
+DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "trace", "text")
 ARRIVALS = ("burst", "poisson", "gamma", "constant", "trace")
 RATE_ARRIVALS = ("poisson", "gamma", "constant")  # the processes that need arrival.rate
 TRACE_SAMPLES = ("head", "random")
+WORKLOAD_KINDS = ("plain", "multi_turn", "system_prompt")  # how prompts share tokens (harness/serving/workload.py)
+THINK_DISTRIBUTIONS = ("exponential", "fixed")  # kind=multi_turn: a user's think time between turns
+TRACE_FORMATS = ("plain", "mooncake")  # mooncake: hash_ids of prompt blocks, timestamps in ms (trace.py)
 MAX_BLOCK_SIZE = 128
 ISOLATIONS = ("auto", "none", "process")
 
@@ -49,6 +52,7 @@ class TraceColumns:
     prompt_len: str = "prompt_len"
     output_len: str = "output_len"
     arrival_s: str = "arrival_s"  # optional in the file; needed by arrival=trace
+    hash_ids: str = "hash_ids"  # format=mooncake: each prompt block's hash id (a list per row)
 
 
 @dataclass
@@ -67,10 +71,28 @@ class WorkloadConfig:
     shared_prefix_len: int = 0  # tokens common to every prompt (a system prompt)
     n: int = 1  # parallel samples per prompt
     vocab_limit: Optional[int] = None  # draw ids below this (default: model vocab)
-    # distribution=trace: a CSV, JSONL or parquet file, one request per row (harness/serving/trace.py)
+    # distribution=trace: a CSV, JSONL or parquet file, one request per row (harness/serving/trace.py);
+    # distribution=text: a local UTF-8 text, cut into windows of prompt_len + output_len tokens by the
+    # checkpoint's tokenizer (model.path; harness/serving/text_workload.py)
     path: Optional[str] = None
     columns: TraceColumns = field(default_factory=TraceColumns)
     sample: str = "head"  # head (the first rows) | random (seeded, without replacement)
+    # distribution=trace, format=mooncake: token ids drawn from each row's hash_ids, one id per
+    # hash_block_size tokens, so equal ids give equal tokens (prefix reuse); timestamps in ms.
+    format: str = "plain"  # plain | mooncake
+    hash_block_size: int = 512
+    # How prompts share tokens: plain (independent prompts after shared_prefix_len common tokens) |
+    # multi_turn (users x turns; a turn's prompt is its user's whole history plus a new message of
+    # prompt_len tokens; closed-loop arrivals, harness/serving/conversations.py) | system_prompt
+    # (system_prompts distinct prompts of system_prompt_len tokens, Zipf-popular, before a user part).
+    kind: str = "plain"
+    users: int = 8
+    turns: int = 4
+    think_time_s: float = 1.0  # mean seconds from a user's answer to that user's next turn
+    think_distribution: str = "exponential"  # exponential | fixed
+    system_prompts: int = 8
+    system_prompt_len: int = 256
+    zipf_exponent: float = 1.0  # system prompt i (from 1) is chosen with weight i ** -zipf_exponent
 
 
 @dataclass
@@ -199,6 +221,10 @@ class Config:
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | float16 | bfloat16
     max_seq_len: int = 1024
     block_size: int = 16
+    # The KV cache's storage (kernels/kv_formats.py): auto (the model's dtype) | fp8_e4m3 | fp8_e5m2 | int8,
+    # and a quantized cache's scales: tensor (static, one per layer) | token_head (dynamic, per token and head).
+    kv_dtype: str = "auto"
+    kv_scale: str = "tensor"
     # What a preemption does with the victim's KV (paged): recompute (free it, prefill it again later)
     # | swap (copy its blocks to the host tier, device.host_kv_gb > 0, and back when it resumes).
     preemption: str = "recompute"
@@ -220,4 +246,8 @@ class Config:
     # Decode steps of up to `batch` sequences replay CUDA graphs of the model's dense work
     # between attention calls (harness/model/piecewise.py); the caches' attention stays eager.
     cuda_graph: bool = False
+    # CPU decode steps run the model's forward compiled by inductor as one graph, each cache's attention
+    # eager inside it (harness/model/compiled.py). null: on where it repays its compile (compiled.py's
+    # auto_compile: small fp32 models, g++ present, a long enough run); true/false force it.
+    cpu_compile: Optional[bool] = None
 

@@ -18,6 +18,8 @@ import torch
 from impls.allocator import KVAllocator, SlotCopy
 from impls.host_tier import HostCopies
 from impls.staging import StagingBuffer
+from kernels.kv_formats import is_quantized
+from kernels.quant import KVScales, calibrate, dequantize, storage_dtype, write_quantized_ref
 
 @dataclass(frozen=True)
 class PrefillSpan:
@@ -49,7 +51,8 @@ WHOLE_BLOCK_COPY_MAX = 128
 
 
 def apply_slot_copies(stores: Sequence[torch.Tensor], copies: Sequence[SlotCopy]) -> None:
-    """Do ``copies`` in every store (``[blocks, block_len, kv_heads, head_dim]``).
+    """Do ``copies`` in every store (``[blocks, block_len, kv_heads, head_dim]``, or a quantized
+    store's per-token scales ``[blocks, block_len, kv_heads]``).
 
     A copy-on-write copy fills the start of a fresh block, so it is done by block index: the
     whole block is copied, and its slots past ``num_slots`` (beyond the sequence's length, read
@@ -74,7 +77,7 @@ def apply_slot_copies(stores: Sequence[torch.Tensor], copies: Sequence[SlotCopy]
         src = (torch.repeat_interleave(torch.tensor([c.src for c in by_slot]), lens) + offsets).to(device)
         dst = (torch.repeat_interleave(torch.tensor([c.dst for c in by_slot]), lens) + offsets).to(device)
         for store in stores:
-            flat = store.view(-1, *store.shape[-2:])
+            flat = store.view(-1, *store.shape[2:])
             flat[dst] = flat[src]
 
 
@@ -98,6 +101,8 @@ class KVCache(ABC):
         dtype: torch.dtype,
         device: torch.device,
         bytes_per_token: int,
+        kv_dtype: str = "auto",
+        kv_scale: str = "tensor",
     ) -> None:
         self.allocator = allocator
         self.bytes_per_token = bytes_per_token
@@ -107,9 +112,44 @@ class KVCache(ABC):
         shape = (num_blocks, block_len, kv_heads, head_dim)
         # Zeroed, not empty: attention reads slots past a sequence's length (masked out),
         # and a NaN left in recycled memory would survive the mask (0 * NaN = NaN).
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.dtype = dtype  # the model's: what attention computes in
+        self.kv_dtype = kv_dtype
+        store = storage_dtype(kv_dtype) if is_quantized(kv_dtype) else dtype
+        self.k = [torch.zeros(shape, dtype=store, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=store, device=device) for _ in range(num_layers)]
+        # A quantized store's scales per layer (kernels/quant.py); static ones are set by the layer's
+        # first write (``layer_scales``), a host flag per layer, so no step reads the device.
+        self.scales: list[KVScales] | None = None
+        self._calibrated = [False] * num_layers
+        if is_quantized(kv_dtype):
+            self.scales = [KVScales.allocate(kv_scale, shape, device) for _ in range(num_layers)]
 
+    def layer_scales(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> KVScales | None:
+        """This layer's scales for a write of ``k``/``v`` (None: a float store); a static scale
+        is calibrated from the first write's amax (the first prefill's)."""
+        if self.scales is None:
+            return None
+        scales = self.scales[layer]
+        if not scales.dynamic and not self._calibrated[layer]:
+            calibrate(scales, k, v, self.k[layer].dtype)
+            self._calibrated[layer] = True
+        return scales
+
+    def read(self, layer: int, index, flat: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """This layer's K and V at ``index`` (over the stores' leading axes; ``flat``: over slots),
+        in the model's dtype: a quantized store is dequantized here, inside the timed step."""
+        out = []
+        for store, scale in ((self.k[layer], None if self.scales is None else self.scales[layer].k),
+                             (self.v[layer], None if self.scales is None else self.scales[layer].v)):
+            if flat:
+                store = store.view(-1, *store.shape[2:])
+                scale = scale.view(-1, scale.shape[-1]) if scale is not None and scale.dim() else scale
+            rows = store[index]
+            if scale is None:
+                out.append(rows)
+            else:
+                out.append(dequantize(rows, scale[index] if scale.dim() else scale, self.dtype))
+        return out[0], out[1]
     @abstractmethod
     def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> Any:
         """Metadata for one forward over every span's new tokens, concatenated in span order.
@@ -142,9 +182,14 @@ class KVCache(ABC):
 
     def write_flat(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                    slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new tokens' K/V at their flat slots (a torch scatter); return this layer's
-        stores as views ``[slots, kv_heads, head_dim]`` (the caches that attend with SDPA)."""
+        """Store the new tokens' K/V at their flat slots (a torch scatter; quantized for a quantized
+        store); return this layer's stores as views ``[slots, kv_heads, head_dim]`` (the caches
+        that attend with SDPA; a quantized store's they read through ``read``)."""
         k_flat, v_flat = (store.view(-1, *store.shape[2:]) for store in (self.k[layer], self.v[layer]))
+        scales = self.layer_scales(layer, k, v)
+        if scales is not None:
+            write_quantized_ref(k, v, self.k[layer], self.v[layer], slot_mapping, scales)
+            return k_flat, v_flat
         k_flat[slot_mapping] = k
         v_flat[slot_mapping] = v
         return k_flat, v_flat
@@ -157,7 +202,14 @@ class KVCache(ABC):
         return {}
 
     def copy_slots(self, copies: Sequence[SlotCopy]) -> None:
-        apply_slot_copies([*self.k, *self.v], copies)
+        apply_slot_copies(self.block_stores(), copies)  # scales travel with rows
+
+    def block_stores(self) -> list[torch.Tensor]:
+        """Every per-block store, ``[blocks, block_len, ...]``: K and V of every layer, and a quantized
+        cache's per-token scales (a static scale is one per layer, set once: no block's own). What a
+        copy-on-write and the host tier copy."""
+        dynamic = [t for sc in self.scales or () if sc.dynamic for t in (sc.k, sc.v)]
+        return [*self.k, *self.v, *dynamic]
 
     def copy_host(self, copies: HostCopies) -> None:
         """A host tier's copies (impls/host_tier.py), stores first; only a paged cache has a tier."""

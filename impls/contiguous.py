@@ -79,13 +79,13 @@ class ContiguousCache(FlatSlotPrefill, KVCache):
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:
         self.write_flat(layer, k, v, meta.slot_mapping)
-        k_slab, v_slab = self.k[layer], self.v[layer]
+        # ``read`` gives views of a float slab; a quantized one's prefixes dequantized (timed with the step).
         if meta.dense_start is not None:
             span = slice(meta.dense_start, meta.dense_start + q.shape[0])
-            keys, values = k_slab[span, : meta.max_len], v_slab[span, : meta.max_len]
+            keys, values = self.read(layer, (span, slice(None, meta.max_len)))
             if meta.order is not None:
                 q = q[meta.order]
         else:
-            keys, values = k_slab[meta.lanes, : meta.max_len], v_slab[meta.lanes, : meta.max_len]
+            keys, values = self.read(layer, (meta.lanes, slice(None, meta.max_len)))
         out = decode_sdpa(q, keys, values, self.scale, meta.mask)
         return out[meta.inverse] if meta.inverse is not None else out

@@ -38,21 +38,16 @@ def prepare_flat_prefill(alloc: KVAllocator, first_slot: Callable[[int], int], s
     return FlatPrefill(staging[slot_mapping], seqs)
 
 
-def flat_prefill_attention(q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, meta: FlatPrefill,
-                           scale: float) -> torch.Tensor:
-    """Each prompt's queries over its own slots ``[first_slot, first_slot + end)`` (already written)."""
-    return torch.cat([
-        prefill_attention(q[s.queries], k_flat[s.first_slot : s.first_slot + s.end],
-                          v_flat[s.first_slot : s.first_slot + s.end], scale)
-        for s in meta.seqs
-    ])
-
-
 class FlatSlotPrefill:
     """``forward_prefill`` of a cache whose slots are one flat token array per layer (``write_flat``):
     the contiguous and region caches. Mixed in before ``KVCache``."""
 
     def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         meta: FlatPrefill) -> torch.Tensor:
-        k_flat, v_flat = self.write_flat(layer, k, v, meta.slot_mapping)
-        return flat_prefill_attention(q, k_flat, v_flat, meta, self.scale)
+        self.write_flat(layer, k, v, meta.slot_mapping)
+        # Each prompt's run of slots through ``read``: a view of a float store, dequantized otherwise.
+        return torch.cat([
+            prefill_attention(q[s.queries], *self.read(layer, slice(s.first_slot, s.first_slot + s.end), flat=True),
+                              self.scale)
+            for s in meta.seqs
+        ])

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # config validation reads the kinds without loading torch
     import torch
 
     from impls.base import KVCache
+    from kernels.quant import KVScales
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class TensorSpec:
     head_dim: int
     dtype: torch.dtype
     device: torch.device
+    kv_dtype: str = "auto"  # the store's format (kernels/kv_formats.py); auto: ``dtype``
+    kv_scale: str = "tensor"
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class KernelPool:
     tables: dict[str, torch.Tensor]
     context_lens: torch.Tensor  # [batch] int32
     context_len: int
+    scales: KVScales | None = None  # a quantized pool's (kernels/quant.py)
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,11 @@ class DecodeInputs:
     v_cache: torch.Tensor
     block_tables: torch.Tensor | None
     context_lens: torch.Tensor | None
+    scales: KVScales | None = None
+
+    def scale_kwargs(self) -> dict:
+        """The kernel's ``scales=`` for a quantized pool; nothing for a float one."""
+        return {} if self.scales is None else {"scales": self.scales}
 
 
 class CacheKind(ABC):
@@ -153,7 +162,12 @@ class ContiguousKind(CacheKind):
         batch, kv_shape = table.shape[0], pool.k_cache.shape[2:]
         k, v = (c[: table.numel()].reshape(batch, -1, *kv_shape)[:, : pool.context_len]
                 for c in (pool.k_cache, pool.v_cache))
-        return {"contiguous": DecodeInputs(k, v, None, None)}
+        scales = pool.scales
+        if scales is not None and scales.dynamic:  # per-token scales seen as the same slab, [batch, L, kv_heads]
+            ks, vs = (s[: table.numel()].reshape(batch, -1, kv_shape[0])[:, : pool.context_len]
+                      for s in (scales.k, scales.v))
+            scales = type(scales)(ks, vs, True)
+        return {"contiguous": DecodeInputs(k, v, None, None, scales)}
 
 
 class PagedKind(CacheKind):
@@ -208,7 +222,7 @@ class PagedKind(CacheKind):
     def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:
         # Shuffled blocks, as a pool fills; and the same kernel on in-order blocks, which is what
         # paging costs over a contiguous read.
-        return {layout: DecodeInputs(pool.k_cache, pool.v_cache, table, pool.context_lens)
+        return {layout: DecodeInputs(pool.k_cache, pool.v_cache, table, pool.context_lens, pool.scales)
                 for layout, table in pool.tables.items()}
 
 

@@ -20,6 +20,7 @@ from impls.staging import StagingBuffer
 from kernels.prefill import prefill_attention
 from kernels.reference import gather_kv
 from kernels.registry import PagedKernel
+from kernels.validate import KernelArgumentError
 from impls.sizing import blocks_for_tokens
 
 
@@ -51,6 +52,9 @@ class PagedCache(KVCache):
 
     def __init__(self, kernel: PagedKernel, allocator: BlockManager, **tensor_args) -> None:
         super().__init__(allocator, allocator.num_blocks, allocator.block_size, **tensor_args)
+        refusal = kernel.kv_dtype_error(self.kv_dtype)
+        if refusal is not None:
+            raise KernelArgumentError(refusal)
         self.kernel = kernel
         self.tables = DeviceBlockTables(self.device)
         # The host tier's memory (device.host_kv_gb): one buffer per block store, its blocks the tier's
@@ -62,11 +66,6 @@ class PagedCache(KVCache):
 
     def counters(self) -> dict[str, int]:
         return self.allocator.host_counters()  # the host tier's hits and copies (none without one)
-
-    def block_stores(self) -> list[torch.Tensor]:
-        """Every per-block store of the pool, ``[num_blocks, block_size, ...]``: what a block's contents
-        are (K and V of every layer; a quantized cache adds its scales here), and what the host tier copies."""
-        return [*self.k, *self.v]
 
     def copy_host(self, copies: HostCopies) -> None:
         """The step's host-tier copies, of every block store: stores (device -> host) first, then loads
@@ -103,12 +102,12 @@ class PagedCache(KVCache):
             width = blocks_for_tokens(context, bs)
             tables = torch.zeros(1, width, dtype=torch.int32, device=self.device)
             lens = torch.full((1,), context, dtype=torch.int32, device=self.device)
-            q = torch.zeros(1, heads, head_dim, dtype=k_pool.dtype, device=self.device)
-            self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale, max_context=context)
+            q = torch.zeros(1, heads, head_dim, dtype=self.dtype, device=self.device)
+            self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale, max_context=context, **self._scales(0))
         for tokens in (1, 64):
-            kv = torch.zeros(tokens, kv_heads, head_dim, dtype=k_pool.dtype, device=self.device)
+            kv = torch.zeros(tokens, kv_heads, head_dim, dtype=self.dtype, device=self.device)
             skip = torch.full((tokens,), -1, dtype=torch.long, device=self.device)
-            self.kernel.write(kv, kv, k_pool, v_pool, skip)
+            self.kernel.write(kv, kv, k_pool, v_pool, skip, **self._scales(0))  # writes nothing: calibrates nothing
         torch.cuda.synchronize(self.device)
 
     def prepare_prefill(self, spans: Sequence[PrefillSpan], staging: StagingBuffer | None = None) -> _Prefill:
@@ -133,6 +132,10 @@ class PagedCache(KVCache):
         staging.upload()
         return _Decode(staging[slot_mapping], self.tables.apply(staged, staging), staging[context_lens], max(lens))
 
+    def _scales(self, layer: int) -> dict:
+        """The kernels' ``scales=`` of a quantized store; nothing for a float one (every kernel takes that)."""
+        return {} if self.scales is None else {"scales": self.scales[layer]}
+
     def _write(self, layer: int, k: torch.Tensor, v: torch.Tensor, meta: _Prefill | _Decode) -> bool:
         """Store the new tokens' K/V; return whether the kernels check their arguments this layer.
 
@@ -140,9 +143,10 @@ class PagedCache(KVCache):
         first call of a step checks the kernels' arguments and the others skip it.
         """
         check, meta.checked = not meta.checked, True
+        self.layer_scales(layer, k, v)  # a static scale is calibrated by the layer's first write
         # The cache computed every slot on the host: none is < 0, none to skip.
         self.kernel.write(k.contiguous(), v.contiguous(), self.k[layer], self.v[layer], meta.slot_mapping,
-                          may_skip=False, validate=check)
+                          may_skip=False, validate=check, **self._scales(layer))
         return check
 
     def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -151,9 +155,11 @@ class PagedCache(KVCache):
         # whose prefix hit blocks that another prompt of this batch fills reads them filled.
         self._write(layer, k, v, meta)
         k_pool, v_pool = self.k[layer], self.v[layer]
+        k_scale, v_scale = (None, None) if self.scales is None else (self.scales[layer].k, self.scales[layer].v)
         outs = []
         for s in meta.seqs:
-            k_ctx, v_ctx = gather_kv(k_pool, s.table, s.end), gather_kv(v_pool, s.table, s.end)
+            k_ctx = gather_kv(k_pool, s.table, s.end, k_scale, self.dtype)
+            v_ctx = gather_kv(v_pool, s.table, s.end, v_scale, self.dtype)
             outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale))
         return torch.cat(outs)
 
@@ -161,4 +167,5 @@ class PagedCache(KVCache):
                        meta: _Decode) -> torch.Tensor:
         check = self._write(layer, k, v, meta)
         return self.kernel.decode(q.contiguous(), self.k[layer], self.v[layer], meta.block_tables,
-                                  meta.context_lens, self.scale, max_context=meta.max_context, validate=check)
+                                  meta.context_lens, self.scale, max_context=meta.max_context, validate=check,
+                                  **self._scales(layer))

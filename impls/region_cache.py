@@ -59,5 +59,6 @@ class RegionCache(FlatSlotPrefill, KVCache):
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:
-        k_flat, v_flat = self.write_flat(layer, k, v, meta.slot_mapping)
-        return decode_sdpa(q, k_flat[meta.gather], v_flat[meta.gather], self.scale, meta.mask)  # [B, max_len, KVH, D]
+        self.write_flat(layer, k, v, meta.slot_mapping)
+        keys, values = self.read(layer, meta.gather, flat=True)  # [B, max_len, KVH, D], dequantized if quantized
+        return decode_sdpa(q, keys, values, self.scale, meta.mask)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 
-def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    """K and V of one token across all layers: ``2 * layers * kv_heads * head_dim * dtype bytes``."""
-    return 2 * num_layers * kv_heads * head_dim * dtype_bytes
+def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype_bytes: int,
+                       scale_bytes: int = 0) -> int:
+    """K and V of one token across all layers: ``2 * layers * kv_heads * (head_dim * dtype bytes + scale bytes)``.
+
+    ``scale_bytes``: what a quantized cache stores beside each head's values (kernels/kv_formats.py).
+    """
+    return 2 * num_layers * kv_heads * (head_dim * dtype_bytes + scale_bytes)
 
 
 def blocks_for_tokens(num_tokens: int, block_size: int) -> int:

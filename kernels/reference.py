@@ -6,11 +6,15 @@ Layout shared by every paged impl and kernel:
                      last block are ignored (any value)
   context_lens     : int32 [batch], tokens of K/V each sequence attends over (>= 1)
   slot_mapping     : int64 [tokens]; slot = block * block_size + offset; < 0 skips
+  scales           : a quantized cache's (fp8 / int8 stores) K and V scales (kernels/quant.py);
+                     None for a float cache
 """
 
 from __future__ import annotations
 
 import torch
+
+from kernels.quant import KVScales, dequantize, write_quantized_ref
 
 
 def write_kv_ref(
@@ -20,6 +24,7 @@ def write_kv_ref(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     may_skip: bool = True,
+    scales: KVScales | None = None,
 ) -> None:
     """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots, in place.
 
@@ -31,6 +36,12 @@ def write_kv_ref(
     kept, every row rewrites slot 0 with its own contents.
     """
     if slot_mapping.numel() == 0:
+        return
+    if scales is not None:
+        if may_skip:  # boolean indexing (a sync): the oracle's skip path only, no cache takes it
+            keep = slot_mapping >= 0
+            key, value, slot_mapping = key[keep], value[keep], slot_mapping[keep]
+        write_quantized_ref(key, value, k_cache, v_cache, slot_mapping, scales)
         return
     if not may_skip:
         for rows, cache in ((key, k_cache), (value, v_cache)):
@@ -48,13 +59,22 @@ def write_kv_ref(
 
 
 def gather_kv(
-    cache: torch.Tensor, block_table: torch.Tensor, context_len: int
+    cache: torch.Tensor, block_table: torch.Tensor, context_len: int,
+    scale: torch.Tensor | None = None, dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """The first ``context_len`` rows of one sequence: ``[context_len, kv_heads, head_dim]``."""
+    """The first ``context_len`` rows of one sequence: ``[context_len, kv_heads, head_dim]``.
+
+    A quantized cache's rows come back dequantized to ``dtype`` with their ``scale`` (its K or V
+    scale of a ``KVScales``)."""
     block_size = cache.shape[1]
     num_blocks = (context_len + block_size - 1) // block_size
-    rows = cache.index_select(0, block_table[:num_blocks]).flatten(0, 1)  # whole blocks, one run each
-    return rows[:context_len]
+    blocks = block_table[:num_blocks]
+    rows = cache.index_select(0, blocks).flatten(0, 1)[:context_len]  # whole blocks, one run each
+    if scale is None:
+        return rows
+    if scale.dim():
+        scale = scale.index_select(0, blocks).flatten(0, 1)[:context_len]
+    return dequantize(rows, scale, dtype)
 
 
 def paged_decode_attention_ref(
@@ -65,6 +85,7 @@ def paged_decode_attention_ref(
     context_lens: torch.Tensor,
     scale: float,
     max_context: int | None = None,
+    scales: KVScales | None = None,
 ) -> torch.Tensor:
     """One query token per sequence: ``q [batch, heads, head_dim]`` -> same shape.
 
@@ -74,6 +95,7 @@ def paged_decode_attention_ref(
     Grouped-query attention: query head ``h`` reads KV head ``h // (heads // kv_heads)``.
     ``max_context`` is ``context_lens.max()`` when the caller knows it on the host
     (a KV cache does); without it, reading it is a device-to-host sync.
+    A quantized cache (``scales``) is dequantized to fp32 as it is gathered.
     """
     batch, num_heads, head_dim = q.shape
     num_blocks, block_size, kv_heads, _ = k_cache.shape
@@ -82,15 +104,22 @@ def paged_decode_attention_ref(
     width = (max_len + block_size - 1) // block_size
     blocks = block_tables[:, :width].long().clamp(0, num_blocks - 1).flatten()
 
-    def gather(cache: torch.Tensor) -> torch.Tensor:
+    def gather(cache: torch.Tensor, cache_scale: torch.Tensor | None) -> torch.Tensor:
         # Whole blocks (index_select copies each as one run), then one copy into
         # [B, KVH, width * block_size, D]: both products below are then plain batched
         # matmuls, where an einsum over the gathered [B, L, KVH, D] would copy K and V
         # again to bring the kv heads forward.
         rows = cache.index_select(0, blocks).view(batch, width, block_size, kv_heads, head_dim)
-        return rows.permute(0, 3, 1, 2, 4).reshape(batch, kv_heads, width * block_size, head_dim).float()
+        rows = rows.permute(0, 3, 1, 2, 4).reshape(batch, kv_heads, width * block_size, head_dim)
+        if cache_scale is None:
+            return rows.float()
+        if cache_scale.dim():
+            cache_scale = cache_scale.index_select(0, blocks).view(batch, width, block_size, kv_heads)
+            cache_scale = cache_scale.permute(0, 3, 1, 2).reshape(batch, kv_heads, width * block_size)
+        return dequantize(rows, cache_scale)
 
-    k, v = gather(k_cache), gather(v_cache)
+    k = gather(k_cache, None if scales is None else scales.k)
+    v = gather(v_cache, None if scales is None else scales.v)
     qg = q.float().view(batch, kv_heads, group, head_dim)
     # K @ q^T, not q @ K^T: with the just-gathered K as the transposed right operand,
     # the CPU GEMM path measured ~30% slower in a decode loop (this is paged_torch's

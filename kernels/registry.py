@@ -15,9 +15,23 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:  # config validation reads the names without loading torch
     import torch
 
+from kernels.kv_formats import KV_DTYPES
+
 PAGED_KERNELS = ("torch", "triton", "cuda")  # over a block pool
 SLAB_KERNELS = ("sdpa",)  # over a contiguous slab
 KERNELS = (*SLAB_KERNELS, *PAGED_KERNELS)  # the built-in names; a kernel module's dotted path is allowed too
+# The cache's kv_dtype values each kernel reads (kernels/kv_formats.py); a kernel module by dotted path
+# takes the reference's signature without ``scales``: float caches only. The CUDA op (its .cu, C++ CPU
+# twin and emulator) has no quantized path yet.
+KV_DTYPE_SUPPORT = {"sdpa": KV_DTYPES, "torch": KV_DTYPES, "triton": KV_DTYPES, "cuda": ("auto",)}
+
+
+def kv_dtype_refusal(kernel: str, kv_dtype: str) -> str | None:
+    """Why ``kernel`` cannot read a cache of ``kv_dtype``, in one line naming what it reads; None: it can."""
+    supported = KV_DTYPE_SUPPORT.get(kernel, ("auto",))
+    if kv_dtype in supported:
+        return None
+    return f"kernel {kernel} reads kv_dtype {', '.join(supported)}, not {kv_dtype}"
 
 
 @dataclass(frozen=True)
@@ -33,15 +47,23 @@ class PagedKernel:
     """
 
     name: str
-    # (q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True) -> out
+    # (q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
+    #  scales=None) -> out
     decode: Callable[..., torch.Tensor]
-    # (key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True) -> None, in place
+    # (key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None) -> None, in place
     write: Callable[..., None]
     # decode writes its result into ``out`` itself; False: it makes its own tensor, copied into ``out``
     # when one is given (a caller that times the kernel alone passes none)
     out_variant: bool = True
     # runs in an interpreter (Triton's on CPU, TRITON_INTERPRET=1): orders of magnitude slower than compiled
     interpreted: bool = False
+    # the cache's ``kv_dtype`` values it reads (kernels/kv_formats.py); a quantized one comes with
+    # ``scales=`` (kernels/quant.py KVScales) on decode and write
+    kv_dtypes: tuple[str, ...] = ("auto",)
+
+    def kv_dtype_error(self, kv_dtype: str) -> str | None:
+        """Why this kernel cannot read a cache of ``kv_dtype``, in one line; None: it can."""
+        return None if kv_dtype in self.kv_dtypes else kv_dtype_refusal(self.name, kv_dtype)
 
 
 _SOURCES = {
@@ -83,13 +105,14 @@ def _into(out: torch.Tensor | None, res: torch.Tensor) -> torch.Tensor:
 def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[..., None]) -> PagedKernel:
     # The oracle checks nothing (it takes any shape, e.g. the HF tests' head_dim 32), so
     # ``validate`` has nothing to skip; it has no ``out`` either, so the result is copied.
-    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True):
-        return _into(out, decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale, max_context))
+    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
+               scales=None):
+        return _into(out, decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale, max_context, scales))
 
-    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
-        write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip)
+    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
+        write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
 
-    return PagedKernel("torch", decode, write, out_variant=False)
+    return PagedKernel("torch", decode, write, out_variant=False, kv_dtypes=KV_DTYPE_SUPPORT["torch"])
 
 
 def _sdpa() -> PagedKernel:
@@ -97,10 +120,10 @@ def _sdpa() -> PagedKernel:
     from kernels.reference import write_kv_ref
     from kernels.sdpa import slab_decode
 
-    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
-        write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip)
+    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
+        write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
 
-    return PagedKernel("sdpa", slab_decode, write, out_variant=False)
+    return PagedKernel("sdpa", slab_decode, write, out_variant=False, kv_dtypes=KV_DTYPE_SUPPORT["sdpa"])
 
 
 def _cuda_decode(decode_op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -114,8 +137,11 @@ def _cuda_decode(decode_op: Callable[..., torch.Tensor]) -> Callable[..., torch.
 def _masked_store_write(write_fn: Callable[..., None]) -> Callable[..., None]:
     # Triton and CUDA skip a slot < 0 with a masked store, at no cost: ``may_skip``
     # changes nothing for them.
-    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
-        write_fn(key, value, k_cache, v_cache, slot_mapping, validate=validate)
+    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
+        if scales is None:
+            write_fn(key, value, k_cache, v_cache, slot_mapping, validate=validate)
+        else:
+            write_fn(key, value, k_cache, v_cache, slot_mapping, validate=validate, scales=scales)
 
     return write
 
@@ -162,4 +188,5 @@ def get_paged_kernel(name: str) -> PagedKernel:
         return _reference(decode, write)
     if name == "cuda":
         decode = _cuda_decode(decode)
-    return PagedKernel(name, decode, _masked_store_write(write), interpreted=name == "triton" and _triton_interpreted())
+    return PagedKernel(name, decode, _masked_store_write(write), interpreted=name == "triton" and _triton_interpreted(),
+                       kv_dtypes=KV_DTYPE_SUPPORT[name])

@@ -79,7 +79,7 @@ def decode_sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale
 
 def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, block_tables: torch.Tensor | None,
                 context_lens: torch.Tensor | None, scale: float, out: torch.Tensor | None = None, *,
-                max_context: int | None = None, validate: bool = True) -> torch.Tensor:
+                max_context: int | None = None, validate: bool = True, scales=None) -> torch.Tensor:
     """Decode attention over a contiguous slab with the paged kernels' signature (kernels/registry.py).
 
     A slab ``[lanes, L, kv_heads, head_dim]`` is a block pool whose blocks are one sequence's
@@ -88,13 +88,23 @@ def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, blo
     reads the slab). Keys past ``context_lens[b]`` are masked; ``context_lens`` None means
     every sequence holds ``max_context`` keys (default ``L``), and SDPA runs without a mask.
     ``out`` receives a copy of the result (SDPA writes no caller's buffer); ``validate`` has
-    nothing to check that SDPA does not.
+    nothing to check that SDPA does not. A quantized slab (``scales``, kernels/quant.py: per-token
+    ones ``[lanes, L, kv_heads]``) is dequantized to q's dtype before SDPA: a copy, timed with the call.
     """
     length = k_slab.shape[1] if max_context is None else max_context
     keys, values = k_slab[:, :length], v_slab[:, :length]  # views: sliced before any gather
+    k_scale = v_scale = None
+    if scales is not None:
+        k_scale, v_scale = ((s[:, :length] if s.dim() else s) for s in (scales.k, scales.v))
     if block_tables is not None:  # the gather copies only the `length` tokens read, not whole lanes
         lanes = block_tables[:, 0].long()
         keys, values = keys.index_select(0, lanes), values.index_select(0, lanes)
+        if scales is not None and scales.dynamic:
+            k_scale, v_scale = k_scale.index_select(0, lanes), v_scale.index_select(0, lanes)
+    if scales is not None:
+        from kernels.quant import dequantize
+
+        keys, values = dequantize(keys, k_scale, q.dtype), dequantize(values, v_scale, q.dtype)
     mask = None
     if context_lens is not None:
         visible = torch.arange(length, device=q.device)[None, :] < context_lens.to(q.device)[:, None]

@@ -22,8 +22,10 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.quant import KVScales
+from kernels.triton_quant import dequantize_tile, quant_code, storage_view
 from kernels.triton_write import write_kv_triton
-from kernels.validate import KernelArgumentError, check_decode_args
+from kernels.validate import QUANTIZED_DTYPES, KernelArgumentError, check_decode_args
 
 __all__ = ["paged_decode_attention_triton", "write_kv_triton", "choose_num_splits"]
 
@@ -54,12 +56,14 @@ _RUNTIME_INTS = ["stride_qb", "stride_qh", "stride_ob", "stride_oh", "stride_bt"
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
     m_ptr, l_ptr, acc_ptr,  # split scratch; unused when not SPLIT
+    k_scale_ptr, v_scale_ptr,  # a quantized cache's fp32 scales; unused when not QUANT
     scale_log2,  # softmax scale * log2(e): scores live in base 2 so exp2 is used
     stride_qb, stride_qh, stride_ob, stride_oh, stride_bt, num_splits,
     KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    QUANT: tl.constexpr, DYNAMIC: tl.constexpr,  # kernels/triton_quant.py codes; DYNAMIC: per token and head
 ):
     # Index math in int64: no overflow on big caches, and the interpreter skips its
     # per-op int32 overflow checks (several numpy ops each).
@@ -92,6 +96,9 @@ def _decode_kernel(
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.full([GROUP_PAD], 0.0, tl.float32)
     acc = tl.full([GROUP_PAD, HEAD_PAD], 0.0, tl.float32)
+    if QUANT != 0 and not DYNAMIC:  # static per-tensor scales: two loads per program
+        k_s = tl.load(k_scale_ptr)
+        v_s = tl.load(v_scale_ptr)
     table = block_tables_ptr + seq * stride_bt
     k_base = k_cache_ptr + kvh * HEAD_DIM + offs_d[None, :]
     v_base = v_cache_ptr + kvh * HEAD_DIM + offs_d[None, :]
@@ -104,8 +111,21 @@ def _decode_kernel(
             kv_mask = valid[:, None]
         else:
             kv_mask = valid[:, None] & (offs_d < HEAD_DIM)[None, :]
-        k = tl.load(k_base + row, mask=kv_mask, other=0.0)
-        v = tl.load(v_base + row, mask=kv_mask, other=0.0)
+        if QUANT == 0:
+            k = tl.load(k_base + row, mask=kv_mask, other=0.0)
+            v = tl.load(v_base + row, mask=kv_mask, other=0.0)
+        else:  # one byte per element from memory, dequantized in registers to q's dtype
+            k = dequantize_tile(tl.load(k_base + row, mask=kv_mask, other=0), QUANT)
+            v = dequantize_tile(tl.load(v_base + row, mask=kv_mask, other=0), QUANT)
+            if DYNAMIC:
+                srow = (block * BLOCK_SIZE + offs_n % BLOCK_SIZE) * KV_HEADS + kvh
+                k = k * tl.load(k_scale_ptr + srow, mask=valid, other=0.0)[:, None]
+                v = v * tl.load(v_scale_ptr + srow, mask=valid, other=0.0)[:, None]
+            else:
+                k = k * k_s
+                v = v * v_s
+            k = k.to(q_ptr.dtype.element_ty)
+            v = v.to(q_ptr.dtype.element_ty)
         if UPCAST_DOT:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [G, N]
@@ -115,7 +135,7 @@ def _decode_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.reduce(p, 1, _sum_combine)
-        p = p.to(v_cache_ptr.dtype.element_ty)  # P@V at cache precision, as on GPU
+        p = p.to(q_ptr.dtype.element_ty)  # P@V at q's precision (a float cache's), as on GPU
         if UPCAST_DOT:
             p = p.to(tl.float32)
             v = v.to(tl.float32)
@@ -215,8 +235,12 @@ def paged_decode_attention_triton(
     *,
     max_context: int | None = None,
     validate: bool = True,
+    scales: KVScales | None = None,
 ) -> torch.Tensor:
     """Decode attention, ``q [batch, heads, head_dim]`` -> ``out`` (same shape, q.dtype).
+
+    A quantized cache (fp8 / int8 stores, kernels/quant.py) comes with its ``scales``; its
+    bytes are read as they are and dequantized in registers.
 
     ``num_splits=None`` picks by ``choose_num_splits`` with the block-table width as
     the context bound (no device sync); an int forces that many splits.
@@ -228,7 +252,8 @@ def paged_decode_attention_triton(
     """
     interpreting = _interpreting()
     if validate:
-        check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
+        check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out,
+                          scales=scales, quantized=QUANTIZED_DTYPES)
         if num_splits is not None and not (isinstance(num_splits, int) and num_splits >= 1):
             raise KernelArgumentError(f"num_splits must be a positive int or None, got {num_splits!r}")
         if not interpreting and q.device.type != "cuda":
@@ -255,7 +280,7 @@ def paged_decode_attention_triton(
 
     # Interpreter only: its tl.dot multiplies bf16 as raw uint16 bits, and numpy's fp16
     # matmul has no BLAS; fp32 operands (P still rounded to the cache dtype) fix both.
-    upcast = interpreting and q.dtype != torch.float32
+    upcast = interpreting and (q.dtype != torch.float32 or quant_code(k_cache.dtype) != 0)
     if num_splits == 1:
         m = l = acc = out  # placeholders: the kernel never touches them
     else:
@@ -263,8 +288,11 @@ def paged_decode_attention_triton(
         l = torch.empty_like(m)
         acc = torch.empty(batch, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
 
+    quant = quant_code(k_cache.dtype)
+    k_scale, v_scale = (scales.k, scales.v) if scales is not None else (out, out)  # placeholders when float
     _decode_kernel[(batch, kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, context_lens, out, m, l, acc,
+        q, storage_view(k_cache), storage_view(v_cache), block_tables, context_lens, out, m, l, acc,
+        k_scale, v_scale,
         scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0), num_splits,
         KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
@@ -273,6 +301,7 @@ def paged_decode_attention_triton(
         # fp32 caches get exact fp32 products (tl.dot defaults to tf32 on GPU).
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32",
         UPCAST_DOT=upcast,
+        QUANT=quant, DYNAMIC=scales is not None and scales.dynamic,
         # sm_90 compile (triton 3.9, bf16, head_dim 128, BLOCK_N 64): K/V tiles stream
         # through cp.async 3 deep, 126 registers, 39 KB smem -> 4 programs per SM, so
         # batch 64 x 8 kv heads is one resident wave. Untuned: sweep BLOCK_N 32-128,

@@ -41,6 +41,7 @@ def compose():
 
     def make(overrides: list[str]):
         with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
-            return hydra_compose("config", overrides=["progress=false", *overrides])
+            # cpu_compile=false: the suite pays no inductor compile; tests/unit/harness/model/test_compiled.py checks it.
+            return hydra_compose("config", overrides=["progress=false", "cpu_compile=false", *overrides])
 
     return make

@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.kv.budget import check_host_workload, check_memory_bounds, check_memory_values
 from harness.config import (
-    ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, TRACE_SAMPLES, Config,
+    ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, THINK_DISTRIBUTIONS,
+    TRACE_FORMATS, TRACE_SAMPLES, WORKLOAD_KINDS, Config,
     GpuConfig, ImplConfig, SearchScenario,
 )
 from harness.scenarios import schemas
@@ -28,6 +29,7 @@ from harness.scenarios.kernel import KernelScenario
 from harness.scenarios.max_rate import MaxRateScenario
 from harness.serving.cost_model import GpuSpec, gpu_spec
 from kernels.cuda_available import cuda_available
+from kernels.kv_formats import KV_DTYPES, KV_SCALES
 from harness.errors import INT64_MAX, ConfigError
 from harness.kv.sizes import GB, weight_bytes
 from harness.model.hf_config import resolve_model_config
@@ -90,8 +92,14 @@ def resolve(raw: DictConfig | Config) -> Config:
     if cfg.dtype != "auto":
         _one_of("dtype", cfg.dtype, DTYPES)
     _one_of("isolation", cfg.isolation, ISOLATIONS)
+    _one_of("kv_dtype", cfg.kv_dtype, KV_DTYPES)
+    _one_of("kv_scale", cfg.kv_scale, KV_SCALES)
+    if cfg.kv_dtype == "auto":  # a float store has no scales: one job (the default's identity) whatever kv_scale says
+        cfg.kv_scale = "tensor"
     if isinstance(cfg.scenario, MaxRateScenario) and cfg.arrival.rate is None:
         cfg.arrival.rate = cfg.scenario.start_rps  # the search sets it per probe; the row's digest is the first's
+    if cfg.workload.kind == "multi_turn" and cfg.workload.num_requests is None:
+        cfg.workload.num_requests = cfg.workload.users * cfg.workload.turns  # checked in validate_reuse_keys
     if cfg.workload.num_requests is None and cfg.workload.distribution != "trace":
         cfg.workload.num_requests = cfg.batch  # a trace's default is its file's row count (describe_trace)
     validate(cfg)  # the keys that do not depend on the device, before the device is looked for
@@ -100,6 +108,9 @@ def resolve(raw: DictConfig | Config) -> Config:
     _check(cfg.device.name != "cuda" or cuda_available(), "device.name=cuda but no CUDA GPU is visible")
     _check(not cfg.cuda_graph or cfg.device.name == "cuda",
            f"cuda_graph=true needs a CUDA device (CUDA graphs record GPU work); device={cfg.device.name}: leave it false")
+    _check(not cfg.cpu_compile or cfg.device.name == "cpu",
+           f"cpu_compile=true compiles the CPU decode forward; device={cfg.device.name}: leave it null or false "
+           "(cuda_graph=true is the GPU's way)")
     if cfg.dtype == "auto":  # a simulated GPU counts as a GPU
         cfg.dtype = "bfloat16" if cfg.device.name == "cuda" or _simulated_gpu(cfg) else "float32"
     if cfg.isolation == "auto":
@@ -195,6 +206,7 @@ def validate(cfg: Config) -> None:
            f"(device.host_kv_gb={d.host_kv_gb})")
     w = cfg.workload
     _one_of("workload.distribution", w.distribution, DISTRIBUTIONS)
+    validate_reuse_keys(cfg)  # first: a multi_turn run's num_requests comes from its users and turns
     _check(w.num_requests is None or w.num_requests >= 1,  # None: a trace's every row (describe_trace)
            f"workload.num_requests={w.num_requests} must be >= 1")
     _check(w.prompt_len >= 1, f"workload.prompt_len={w.prompt_len} must be >= 1")
@@ -251,6 +263,10 @@ def validate_scenario(cfg: Config) -> None:
            f"cuda_graph=true does nothing in scenario={sc.name}" + (f" with scenario.probe={sc.probe}"
                                                                     if isinstance(sc, SearchScenario) else "")
            + ": it applies to scenario=decode, and max_concurrency/max_rate with scenario.probe=decode; leave it false")
+    _check(not cfg.cpu_compile or _decodes_with_model(sc),
+           f"cpu_compile=true does nothing in scenario={sc.name}" + (f" with scenario.probe={sc.probe}"
+                                                                     if isinstance(sc, SearchScenario) else "")
+           + ": it applies to scenario=decode, and max_concurrency/max_rate with scenario.probe=decode; leave it null")
     if isinstance(sc, KernelScenario):
         _check(sc.context_len >= 1, f"scenario.context_len={sc.context_len} must be >= 1")
         _check(sc.warmup >= 0, f"scenario.warmup={sc.warmup} must be >= 0")
@@ -301,9 +317,64 @@ def validate_trace_keys(cfg: Config) -> None:
     if w.distribution == "trace":
         _check(bool(w.path), "workload.path must name a CSV, JSONL or parquet file for workload=trace "
                              "(workload.distribution=trace)")
+    elif w.distribution == "text":
+        _check(bool(w.path), "workload.path must name a local text file for workload=text (workload.distribution=text)")
+        _check(bool(cfg.model.path), "workload=text tokenizes the file with the checkpoint's own tokenizer: set "
+                                     "model.path=DIR (a Hugging Face checkpoint folder with tokenizer.json)")
+        _check(cfg.scenario.name == "decode", f"workload=text runs in scenario=decode (its perplexity and teacher-"
+                                              f"forced accuracy need a model), not scenario={cfg.scenario.name}")
+        _check(w.kind == "plain" and w.n == 1 and w.shared_prefix_len == 0,
+               "workload=text takes its prompts from the text: leave workload.kind, workload.n and "
+               "workload.shared_prefix_len at their defaults")
     else:
-        _check(w.path is None, f"workload.path={w.path!r} is read only by workload=trace "
-                               f"(workload.distribution=trace), not workload.distribution={w.distribution}")
+        _check(w.path is None, f"workload.path={w.path!r} is read only by workload=trace or workload=text "
+                               f"(workload.distribution=trace|text), not workload.distribution={w.distribution}")
+
+
+CLOSED_LOOP_SCENARIOS = ("decode", "capacity")  # the scenarios whose runs take a request source
+
+
+def validate_reuse_keys(cfg: Config) -> None:
+    """workload.kind and its keys (harness/serving/conversations.py, system_prompts.py), and
+    workload.format (harness/serving/trace.py)."""
+    w = cfg.workload
+    _one_of("workload.kind", w.kind, WORKLOAD_KINDS)
+    _one_of("workload.format", w.format, TRACE_FORMATS)
+    _one_of("workload.think_distribution", w.think_distribution, THINK_DISTRIBUTIONS)
+    _check(w.users >= 1, f"workload.users={w.users} must be >= 1")
+    _check(w.turns >= 1, f"workload.turns={w.turns} must be >= 1")
+    _check(math.isfinite(w.think_time_s) and w.think_time_s >= 0,
+           f"workload.think_time_s={w.think_time_s} must be >= 0 seconds")
+    _check(w.system_prompts >= 1, f"workload.system_prompts={w.system_prompts} must be >= 1")
+    _check(math.isfinite(w.zipf_exponent) and w.zipf_exponent >= 0,
+           f"workload.zipf_exponent={w.zipf_exponent} must be >= 0 (0: every system prompt equally popular)")
+    _check(w.hash_block_size >= 1, f"workload.hash_block_size={w.hash_block_size} must be >= 1 token")
+    if w.format == "mooncake":
+        _check(w.distribution == "trace", f"workload.format=mooncake is a trace file's format: it needs "
+                                          f"workload.distribution=trace (workload=mooncake), not {w.distribution}")
+        _check(w.shared_prefix_len == 0, f"workload.shared_prefix_len={w.shared_prefix_len}: workload.format=mooncake "
+                                         "takes every prompt token from the trace's hash_ids")
+    if w.kind == "plain":
+        return
+    _check(w.distribution != "trace", f"workload.kind={w.kind} draws its own prompts; "
+                                      "workload.distribution=trace is for workload.kind=plain")
+    _check(w.shared_prefix_len == 0, f"workload.shared_prefix_len={w.shared_prefix_len} is for workload.kind=plain; "
+                                     f"workload.kind={w.kind} shares its own prefixes")
+    if w.kind == "system_prompt":
+        _check(1 <= w.system_prompt_len <= cfg.max_seq_len - 2,
+               f"workload.system_prompt_len={w.system_prompt_len} must be in [1, max_seq_len - 2 = "
+               f"{cfg.max_seq_len - 2}] (a user token and an output token must fit after it)")
+        return
+    # multi_turn: a closed loop, which the decode and capacity scenarios run (both clocks)
+    _check(w.n == 1, f"workload.n={w.n}: workload.kind=multi_turn has one answer per turn (n=1)")
+    _check(w.num_requests == w.users * w.turns,
+           f"workload.num_requests={w.num_requests} must equal workload.users x workload.turns = "
+           f"{w.users * w.turns} for workload.kind=multi_turn (leave it unset)")
+    _check(cfg.scenario.name in CLOSED_LOOP_SCENARIOS,
+           f"workload.kind=multi_turn (closed-loop arrivals) runs in scenario={'|'.join(CLOSED_LOOP_SCENARIOS)}, "
+           f"not scenario={cfg.scenario.name}")
+    _check(cfg.arrival.name != "trace", "arrival=trace needs a trace file; workload.kind=multi_turn times its "
+                                        "first turns by burst, poisson, gamma or constant arrivals")
 
 
 def validate_arrival(cfg: Config) -> None:

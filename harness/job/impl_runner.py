@@ -11,6 +11,7 @@ from harness.config import ImplConfig
 from harness.scenarios.context import JobContext
 from harness.errors import ConfigError
 from harness.scenarios import module as scenario_module
+from kernels.registry import kv_dtype_refusal
 
 log = logging.getLogger("kvbench")
 
@@ -35,6 +36,9 @@ def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
         return ImplResult([{**ctx.identifiers(impl, workload=False), "status": "error", "error": f"ConfigError: {e}"}], 2)
     except Exception as e:  # noqa: BLE001
         return ImplResult([{**ctx.identifiers(impl, workload=False), **failure_row(e)}], 1)
+    refusal = kv_dtype_refusal(impl.kernel, ctx.cfg.kv_dtype)
+    if refusal is not None and not ctx.cfg.scenario.bookkeeping:  # bookkeeping runs no kernel: any kv_dtype
+        return ImplResult([{**base, "status": "skipped", "error": refusal}], 0)
     # Process-wide: a sweep's later job must not inherit an earlier one's. A bookkeeping run
     # (scenario=capacity) computes nothing with tensors, so it leaves torch unimported (a second saved).
     if ctx.cfg.device.name == "cpu" and not ctx.cfg.scenario.bookkeeping:

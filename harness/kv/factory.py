@@ -25,7 +25,7 @@ def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
     """The budget and the config's shape as a kind reads them; ``impl`` None: no prefix caching."""
     return PoolSpec(
         kv_bytes=kv_bytes,
-        bytes_per_token=kv_bytes_per_token(cfg.model, cfg.dtype),
+        bytes_per_token=kv_bytes_per_token(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale),
         max_seq_len=cfg.max_seq_len,
         block_size=cfg.block_size,
         max_num_seqs=cfg.batch * cfg.workload.n,
@@ -63,5 +63,6 @@ def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.devi
         check_host_pool(kv_bytes, psutil.virtual_memory().available)
     m = cfg.model
     tensors = TensorSpec(num_layers=m.num_layers, num_heads=m.num_heads, kv_heads=m.num_kv_heads,
-                         head_dim=m.head_dim, dtype=torch_dtype(cfg.dtype), device=torch.device(device))
+                         head_dim=m.head_dim, dtype=torch_dtype(cfg.dtype), device=torch.device(device),
+                         kv_dtype=cfg.kv_dtype, kv_scale=cfg.kv_scale)
     return _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.cache(spec, tensors, impl.kernel))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from harness.model.config import ModelConfig
 from impls import sizing
+from kernels.kv_formats import VALUE_BYTES, is_quantized, scale_bytes_per_head
 
 if TYPE_CHECKING:
     import torch
@@ -24,9 +25,16 @@ def torch_dtype(dtype: str) -> torch.dtype:
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
 
 
-def kv_bytes_per_token(model: ModelConfig, dtype: str) -> int:
-    """K and V for one token across all layers (impls.sizing's formula on the model's shape)."""
-    return sizing.kv_bytes_per_token(model.num_layers, model.num_kv_heads, model.head_dim, DTYPE_BYTES[dtype])
+def kv_bytes_per_token(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor") -> int:
+    """K and V for one token across all layers (impls.sizing's formula on the model's shape).
+
+    ``kv_dtype`` auto stores the model's ``dtype``; a quantized one stores a byte per element plus,
+    at ``kv_scale=token_head``, an fp32 scale per token and kv head (kernels/kv_formats.py). The
+    per-tensor scales (8 bytes a layer) are not per token and not counted here.
+    """
+    value_bytes = VALUE_BYTES if is_quantized(kv_dtype) else DTYPE_BYTES[dtype]
+    return sizing.kv_bytes_per_token(model.num_layers, model.num_kv_heads, model.head_dim, value_bytes,
+                                     scale_bytes_per_head(kv_dtype, kv_scale))
 
 
 def parameter_count(model: ModelConfig) -> int:

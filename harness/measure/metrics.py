@@ -44,9 +44,14 @@ def median_and_spread(values: Sequence[float]) -> tuple[float | None, float | No
     return med, ((max(vals) - min(vals)) / med if med else None)
 
 
-def attention_bytes(batch: int, context: int, num_heads: int, kv_heads: int, head_dim: int, elem_bytes: int) -> int:
-    """Bytes a decode-attention call must move: K and V of every context token, Q and the output."""
-    kv = 2 * batch * context * kv_heads * head_dim * elem_bytes
+def attention_bytes(batch: int, context: int, num_heads: int, kv_heads: int, head_dim: int, elem_bytes: int,
+                    kv_elem_bytes: int | None = None, kv_scale_bytes: int = 0) -> int:
+    """Bytes a decode-attention call must move: K and V of every context token, Q and the output.
+
+    A quantized cache's K and V are ``kv_elem_bytes`` an element plus ``kv_scale_bytes`` per token,
+    head, K and V (per-token scales; a per-tensor scale is a few bytes a call, not counted)."""
+    kv_elem = elem_bytes if kv_elem_bytes is None else kv_elem_bytes
+    kv = 2 * batch * context * kv_heads * (head_dim * kv_elem + kv_scale_bytes)
     q_out = 2 * batch * num_heads * head_dim * elem_bytes
     return kv + q_out
 

@@ -293,15 +293,21 @@ def contended_rows(df: pd.DataFrame) -> pd.Series:
     return df["contended"].fillna(False).astype(bool)
 
 
-MODES = ["eager", "CUDA graphs"]  # the style order: eager lines solid, graphed ones dashed
+MODES = ["eager", "CUDA graphs", "compiled"]  # the style order: eager lines solid, the others dashed
 
 
 def with_mode(df: pd.DataFrame) -> pd.DataFrame:
-    """Each decode row's ``mode``: ``CUDA graphs`` (cuda_graph=true: the dense work replayed) or
-    ``eager`` (also rows from before the switch existed). The two are different measurements of
-    one impl, so figures and tables keep them apart instead of averaging them."""
-    graphs = df["cuda_graph"] if "cuda_graph" in df else pd.Series(False, index=df.index)
-    return df.assign(mode=graphs.map(lambda v: "CUDA graphs" if as_bool(v) is True else "eager"))
+    """Each decode row's ``mode``: ``CUDA graphs`` (cuda_graph=true: the dense work replayed),
+    ``compiled`` (cpu_compile: the dense work compiled by inductor on a CPU) or ``eager`` (also rows
+    from before the switches existed). They are different measurements of one impl, so figures and
+    tables keep them apart instead of averaging them."""
+    def flag(name: str) -> pd.Series:
+        values = df[name] if name in df else pd.Series(False, index=df.index)
+        return values.map(lambda v: as_bool(v) is True).astype(bool)
+
+    graphs, compiled = flag("cuda_graph"), flag("cpu_compile")
+    mode = pd.Series("eager", index=df.index).where(~graphs, "CUDA graphs").where(~compiled, "compiled")
+    return df.assign(mode=mode)
 
 
 def burst(df: pd.DataFrame) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from harness.report.clock_validation import clock_section
 from harness.report.collect import Collection, burst, contended_rows, ok_rows, unique_points, with_mode
 from harness.report.figures import GB, devices
 from harness.report.hardware import with_peak
+from harness.report.kv_dtype import kv_dtype_section
 from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
 from harness.report.parity import parity_section
 from harness.report.service_plots import max_rate_table, service_table
@@ -337,6 +338,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
         parts.append(_section_table(name, col, max_spread))
     if max_rate:
         parts += [f"## {MAX_RATE_TITLE}\n", max_rate]
+    parts += kv_dtype_section(rows)
     parts += clock_section(rows)
     parts += attention_section(rows)
     parts.append("## Commands that produced the runs\n")

@@ -15,7 +15,7 @@ import pandas as pd
 
 IDENTIFIERS = [
     "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "host_kv_gb",
-    "preemption", "model", "dtype", "block_size", "batch",
+    "preemption", "model", "dtype", "kv_dtype", "kv_scale", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
     "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by
@@ -36,8 +36,15 @@ REQUIRED = ("scenario", "status")
 METRICS = [
     "wall_s", "tokens_per_s", "tokens_per_s_spread", "output_tokens_per_s", "requests_per_s",
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
+    "prefill_step_ms_p50", "prefill_step_ms_p90", "prefill_steps",  # decode: prefill steps, apart from step_ms_*
     "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
+    "cpu_compile", "compile_s",  # decode on CPU: whether the dense work ran compiled, and its compile (untimed)
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
+    # prefix-cache reuse (harness/serving/reuse_meter.py, prefix_reuse.py): prompt tokens served from the
+    # cache at first admission over prompt tokens, vLLM's convention (a prompt's last token is always
+    # computed); the same with an unbounded cache, from the workload alone; cached blocks evicted;
+    # tokens computed again when a preempted sequence was re-admitted
+    "prefix_hit_rate", "prefix_hit_rate_ideal", "evicted_blocks", "recomputed_tokens",
     "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks", "swapped_out",  # device.host_kv_gb, preemption=swap
     "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
     "kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",
@@ -57,6 +64,9 @@ METRICS = [
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
     # scenario=profile: the median share of a step spent in the cache's attention (K/V write and kernel)
     "attention_share_decode", "attention_share_prefill", "attention_share_decode_top",
+    # decode at a quantized kv_dtype (harness/serving/kv_accuracy.py): against the same run at kv_dtype=auto
+    "kv_top1_agreement", "kv_kl_mean", "kv_greedy_agreement", "kv_perplexity", "kv_ref_perplexity",
+    "kv_accuracy_positions", "kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights",
     # scenario=max_rate
     "max_rate_rps",
     # scenario=max_concurrency
@@ -65,25 +75,28 @@ METRICS = [
     "layout", "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim",
     "latency_us_p50", "latency_us_p10", "latency_us_p90", "bytes_moved", "bandwidth_gbps",
     "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
+    "max_rel_err",  # max_abs_err over the reference output's largest magnitude
+    "kv_quant_max_abs_err",  # a quantized cache: the reference over it against the reference over the float K/V
     "sm_clock_mhz", "clock_throttle_reasons",  # NVML, right after a kernel point's timed calls (GPU only)
     # CPU: what the process got while measured (harness/measure/contention.py); contended rows say so in notes
     "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "others_cpu",
     "contended",
 ]
-TEXT_METRICS = ("budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
+TEXT_METRICS = ("kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights", "budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
                 "clock_source")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 # Columns of true/false (a CSV gives them back as the text "True"/"False").
-BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph")
+BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph", "cpu_compile")
 # Counts (tokens, steps, requests, heads, ...) are whole numbers; with every byte column they are
 # stored as nullable integers, so an empty cell stays empty instead of turning the column into floats.
 COUNTS = (
     "block_size", "batch", "max_seq_len", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "gpu_count", "cpu_count",
-    "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
-    "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes",
+    "decode_steps", "prefill_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
+    "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes", "kv_accuracy_positions",
     "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
     "piecewise_steps", "concurrency", "running", "waiting", "tokens",
+    "evicted_blocks", "recomputed_tokens", "prefix_hit_tokens", "admitted_prompt_tokens",
     "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks", "swapped_out",
 )
 

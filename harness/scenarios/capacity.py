@@ -95,6 +95,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     from harness.kv.factory import analytic_max_concurrency, build_allocator
     from harness.measure.metrics import per_second
     from harness.serving.clocks import outside_note, step_clock
+    from harness.serving.reuse_meter import ReuseMeter
     from harness.serving.service_metrics import service_columns
     from harness.serving.simulator import simulate
     from harness.serving.timeline import append_table, requests_table, steps_table
@@ -107,17 +108,24 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     if clock is None:
         clock, source = step_clock(cfg, impl.name)
     arrivals = [r.arrival_s for r in requests] if clock is not None else None
+    loop = ctx.request_source()  # a closed loop (workload.kind=multi_turn) decides arrivals as it runs
+    meter = ReuseMeter(allocator)
     t0 = time.perf_counter()
-    sim = simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
-                   ctx.bytes_per_token, clock=clock, arrival_s=arrivals)
+    if loop is None:
+        sim = simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
+                       ctx.bytes_per_token, clock=clock, arrival_s=arrivals, observer=meter)
+    else:
+        sim = simulate(allocator, [], cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
+                       ctx.bytes_per_token, clock=clock, observer=meter, source=loop)
     wall = time.perf_counter() - t0
+    served = loop.released if loop is not None else requests  # with the arrival times they had
     if points and "points" not in ctx.tables:
         ctx.tables["points"] = concurrency_points(ctx, budget.kv_bytes)
     output_tokens = sum(r.output_len * r.n for r in requests) if not sim.rejected else None
     prompt_tokens = sum(len(r.prompt_ids) for r in requests)
     service = {}
     if clock is not None:
-        service = service_columns(cfg.arrival, cfg.slo, requests, sim.sequences, sim.elapsed_s, sim.idle_s,
+        service = service_columns(cfg.arrival, cfg.slo, served, sim.sequences, sim.elapsed_s, sim.idle_s,
                                   "simulated", itl=sim.itl)
         # As the decode rows define them, over the run's duration (here the simulated clock's).
         if output_tokens is not None:
@@ -126,7 +134,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
         if cfg.timeline_tables:
             rid = run_id(ctx.run_dir)
             append_table(ctx.tables, "requests", requests_table(sim.sequences, impl.name, rid))
-            append_table(ctx.tables, "steps", steps_table(sim.records, impl.name, rid))
+            append_table(ctx.tables, "steps", meter.add_step_columns(steps_table(sim.records, impl.name, rid)))
     mean_len = round(statistics.mean(r.total_len for r in requests))
     rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
     outside = outside_note(clock)
@@ -144,6 +152,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         "cache_hit_tokens": allocator.cache_hit_tokens,
+        **meter.columns(ctx.ideal_hit_rate(), prompt_tokens),
         **getattr(allocator, "host_counters", dict)(),  # a paged pool's host tier: its hits and copies
         **sim.peaks.as_row(),
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},

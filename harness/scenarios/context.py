@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from harness.serving.arrivals import arrival_times, ignored_rate_note
 from harness.config import Config, ImplConfig
+from harness.errors import ConfigError
 from harness.kv.budget import MemoryBudget, measured_kv_budget
 from harness.kv.sizes import kv_bytes_per_token, torch_dtype
 from harness.measure.fingerprint import Fingerprint
@@ -41,6 +42,9 @@ class JobContext:
         same = (cfg.batch, cfg.cuda_graph) == (self.cfg.batch, self.cfg.cuda_graph)
         if same and "decode_pieces" in self.__dict__:
             probe.__dict__["decode_pieces"] = self.__dict__["decode_pieces"]
+        # The compiled graph depends on the model alone (its batch dimension is dynamic): every probe keeps it.
+        if "decode_compiled" in self.__dict__:
+            probe.__dict__["decode_compiled"] = self.__dict__["decode_compiled"]
         return probe
 
     @property
@@ -55,19 +59,49 @@ class JobContext:
 
     @property
     def bytes_per_token(self) -> int:
-        return kv_bytes_per_token(self.cfg.model, self.cfg.dtype)
+        return kv_bytes_per_token(self.cfg.model, self.cfg.dtype, self.cfg.kv_dtype, self.cfg.kv_scale)
 
     @cached_property
     def workload(self) -> Workload:
         w = self.cfg.workload
-        return draw_workload(w, w.num_requests, self.cfg.model.vocab_size, self.cfg.max_seq_len, self.cfg.seed)
+        return draw_workload(w, w.num_requests, self.cfg.model.vocab_size, self.cfg.max_seq_len, self.cfg.seed,
+                             model_path=self.cfg.model.path)
 
     @cached_property
     def requests(self) -> list[Request]:
-        """The workload's requests, each with its arrival time (``cfg.arrival``)."""
+        """The workload's requests, each with its arrival time (``cfg.arrival``). A closed loop
+        (workload.kind=multi_turn): the arrival process times each user's first turn; a later turn's
+        arrival is decided by the run (``request_source``), so it stays 0 here."""
         wl = self.workload
+        if wl.conversations is not None:
+            times = arrival_times(self.cfg.arrival, len(wl.conversations), self.cfg.seed)
+            first = {ids[0]: t for ids, t in zip(wl.conversations, times)}
+            return [replace(r, arrival_s=first.get(r.request_id, 0.0)) for r in wl.requests]
         times = arrival_times(self.cfg.arrival, len(wl.requests), self.cfg.seed, wl.trace_arrivals)
         return [replace(r, arrival_s=t) for r, t in zip(wl.requests, times)]
+
+    def request_source(self):
+        """A fresh closed-loop source for one run of the requests (harness/serving/closed_loop.py), or
+        None where every arrival is known in advance (the run takes ``requests`` as they are)."""
+        wl = self.workload
+        if wl.conversations is None:
+            return None
+        from harness.serving.closed_loop import ClosedLoopSource
+
+        reqs = self.requests
+        return ClosedLoopSource(reqs, wl.conversations, wl.think_s, [reqs[ids[0]].arrival_s for ids in wl.conversations])
+
+    def ideal_hit_rate(self) -> float | None:
+        """The workload's prefix-cache hit rate with an unbounded cache (harness/serving/prefix_reuse.py),
+        over the requests in arrival order (a closed loop's request order is one it can take); once per run."""
+        if "ideal_hit_rate" not in self.memo:
+            from harness.serving.prefix_reuse import ideal_prefix_reuse
+
+            order = sorted(self.requests, key=lambda r: (r.arrival_s, r.request_id))
+            if self.workload.conversations is not None:
+                order = self.requests  # turn by turn: every user's turns in order
+            self.memo["ideal_hit_rate"] = ideal_prefix_reuse((r.prompt_ids for r in order), self.cfg.block_size).hit_rate
+        return self.memo["ideal_hit_rate"]
 
     @property
     def workload_notes(self) -> list[str]:
@@ -112,6 +146,39 @@ class JobContext:
         from harness.model.piecewise import PiecewiseDecode
 
         return PiecewiseDecode(self.model, self.cfg.batch, capture=self.device.type == "cuda")
+
+    @property
+    def cpu_compile(self) -> bool:
+        """Whether decode steps run the compiled graph: ``cpu_compile``, or (null) auto_compile's choice for
+        this run's decode tokens (every repeat's). Decided once per job, in the memo (as cpu_threads)."""
+        if "cpu_compile" not in self.memo:
+            from harness.model.compiled import auto_compile, cxx_compiler
+
+            chosen = self.cfg.cpu_compile
+            if chosen is None and self.device.type == "cpu":
+                tokens = sum(r.output_len * r.n for r in self.requests) * self.cfg.repeat
+                chosen = auto_compile(self.model, self.device, tokens)[0]
+            if chosen and cxx_compiler() is None:
+                raise ConfigError("cpu_compile=true needs a C++ compiler for inductor (g++ or clang++, or CXX): "
+                                  "none found; install one or leave cpu_compile null")
+            self.memo["cpu_compile"] = bool(chosen)
+        return self.memo["cpu_compile"]
+
+    @cached_property
+    def decode_compiled(self):
+        """The decode forward compiled once per job (harness/model/compiled.py) when ``cpu_compile``; else None."""
+        if not self.cpu_compile:
+            return None
+        from harness.model.compiled import CompiledDecode
+
+        return CompiledDecode(self.model, self.cfg.batch)
+
+    def decode_mode_columns(self) -> dict:
+        """The rows' ``cpu_compile`` (CPU only) and ``compile_s`` (the compile, outside every timed region)."""
+        if self.device.type != "cpu":
+            return {}
+        compiled = self.decode_compiled
+        return {"cpu_compile": compiled is not None, "compile_s": compiled.compile_s if compiled else None}
 
     def kv_budget(self) -> MemoryBudget:
         """The KV budget (harness/kv/budget.py), measured once per run and shared by its impls."""
@@ -162,6 +229,8 @@ class JobContext:
             "preemption": cfg.preemption if impl and impl.cache == "paged" else None,
             "model": cfg.model.name,
             "dtype": cfg.dtype,
+            "kv_dtype": cfg.kv_dtype,
+            "kv_scale": cfg.kv_scale if cfg.kv_dtype != "auto" else None,  # a float store has no scales
             "block_size": cfg.block_size,
             "batch": cfg.batch,
             "max_seq_len": cfg.max_seq_len,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # reading a config imports this module; running it loads torc
     from harness.kv.budget import MemoryBudget
     from harness.scenarios.context import JobContext
     from harness.serving.engine import EngineResult
+    from harness.serving.reuse_meter import ReuseMeter
     from harness.serving.workload import Request
 
 
@@ -24,9 +25,21 @@ class DecodeScenario(ScenarioConfig):
 
     name: str = "decode"
     warmup: int = 1  # warm-up passes over a few requests before the measured run
+    # At a quantized kv_dtype (and with workload=text), after the timed runs: the same requests at
+    # kv_dtype=auto, teacher-forced agreement, KL, perplexity and the gate (harness/serving/kv_accuracy.py).
+    accuracy: bool = True
 
 
 SCHEMA = DecodeScenario
+
+
+@dataclass(frozen=True)
+class RunReuse:
+    """One repeat's requests as served (a closed loop's with the arrival times the run gave them) and
+    its prefix-cache reuse (harness/serving/reuse_meter.py)."""
+
+    served: list[Request]
+    meter: ReuseMeter
 
 
 def warmup_requests(requests: list[Request]) -> list[Request]:
@@ -42,27 +55,34 @@ def _run_once(ctx: JobContext, impl: ImplConfig, budget: MemoryBudget, requests:
     from harness.kv.factory import analytic_max_concurrency, build_cache
     from harness.measure.memory import MemoryTracker
     from harness.serving.engine import Engine
+    from harness.serving.reuse_meter import ReuseMeter
 
     cache = build_cache(impl, ctx.cfg, budget.kv_bytes, ctx.device)
     total = sum(r.output_len * r.n for r in requests)
     update, close = ctx.progress(total, impl.name) if track else (None, lambda: None)
     engine = Engine(ctx.model, cache, ctx.cfg.batch, ctx.cfg.max_num_batched_tokens, sync=ctx.sync, progress=update,
-                    pieces=ctx.decode_pieces)
+                    pieces=ctx.decode_pieces, compiled=ctx.decode_compiled)
     tracker = MemoryTracker(ctx.device.type)
+    # A closed loop (workload.kind=multi_turn) decides arrivals as it runs; warm-up runs its few requests open.
+    source = ctx.request_source() if track else None
+    meter = ReuseMeter(cache.allocator)
     try:
         with tracker:
-            result = engine.run(requests)
+            result = engine.run([] if source is not None else requests, source=source, observer=meter)
     finally:
         close()
+    # What the repeat served, with the arrival times it had, and how much it reused.
+    reuse = RunReuse(source.released if source is not None else requests, meter)
     max_conc = analytic_max_concurrency(impl, ctx.cfg, budget.kv_bytes, round(statistics.mean(r.total_len for r in requests)))
     del engine, cache
     gc.collect()
     if ctx.device.type == "cuda":
         torch.cuda.empty_cache()
-    return result, tracker.report, max_conc
+    return result, tracker.report, max_conc, reuse
 
 
-def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budget: MemoryBudget) -> dict:
+def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budget: MemoryBudget,
+         reuse: RunReuse) -> dict:
     from harness.kv.budget import budget_limit_note
     from harness.measure.metrics import median_and_spread, ms, output_digest, per_second, percentile
     from harness.serving.service_metrics import service_columns
@@ -93,15 +113,22 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
         "step_ms_p50": ms(percentile(res.step_s, 50)),
         "step_ms_p90": ms(percentile(res.step_s, 90)),
         "step_ms_p99": ms(percentile(res.step_s, 99)),
+        # Prefill steps apart from the decode steps above: a change (kv_dtype's quantizing writes) may
+        # move them in opposite directions.
+        "prefill_step_ms_p50": ms(percentile(res.prefill_step_s, 50)),
+        "prefill_step_ms_p90": ms(percentile(res.prefill_step_s, 90)),
+        "prefill_steps": len(res.prefill_step_s),
         "host_ms_p50": ms(percentile(res.host_s, 50)),
         "host_ms_p90": ms(percentile(res.host_s, 90)),
         "piecewise_steps": res.piecewise_steps,  # decode steps run as pieces (graph replays when cuda_graph)
-        **service_columns(ctx.cfg.arrival, ctx.cfg.slo, requests, res.sequences, res.wall_s, res.idle_s, "wall"),
+        **ctx.decode_mode_columns(),
+        **service_columns(ctx.cfg.arrival, ctx.cfg.slo, reuse.served, res.sequences, res.wall_s, res.idle_s, "wall"),
         "decode_steps": res.decode_steps,
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         "prefill_tokens": res.prefill_tokens,
         "cache_hit_tokens": res.cache_hit_tokens,
+        **reuse.meter.columns(ctx.ideal_hit_rate(), prompt_tokens),
         "peak_concurrency": res.peak_running,
         "max_concurrency": res.max_concurrency,
         "max_concurrency_analytic": max_conc,
@@ -121,7 +148,37 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
-    return measure(ctx, impl, ctx.cfg.scenario.warmup)
+    rows = measure(ctx, impl, ctx.cfg.scenario.warmup)
+    if ctx.cfg.scenario.accuracy:
+        _with_accuracy(ctx, impl, rows[0])
+    return rows
+
+
+def _with_accuracy(ctx: JobContext, impl: ImplConfig, row: dict) -> None:
+    """The accuracy columns, outside every timed region: at a quantized kv_dtype against kv_dtype=auto,
+    and with workload=text the perplexity on the text."""
+    from dataclasses import replace
+
+    from harness.serving.kv_accuracy import DUMMY_NOTE, measure_kv_accuracy, measure_perplexity
+
+    forced = ctx.workload.continuations
+    quantized = ctx.cfg.kv_dtype != "auto"
+    if not quantized and forced is None:
+        return
+    if ctx.cfg.workload.n != 1:
+        row["notes"] = " | ".join(n for n in (row.get("notes"), "no accuracy check: it compares one sequence per "
+                                              "request (workload.n=1)") if n)
+        return
+    requests = [replace(r, arrival_s=0.0) for r in ctx.requests]  # a burst: accuracy does not depend on arrivals
+    if quantized:
+        greedy = {t["request_id"]: t["output_ids"] for t in ctx.tokens if t["impl"] == impl.name}
+        cols = measure_kv_accuracy(ctx.model, ctx.cfg, impl, ctx.device, requests,
+                                   None if forced is not None else greedy, forced, sync=ctx.sync)
+    else:
+        cols = measure_perplexity(ctx.model, ctx.cfg, impl, ctx.device, requests, forced, sync=ctx.sync)
+    row.update(cols)
+    if cols.get("kv_accuracy_weights") == "dummy":
+        row["notes"] = " | ".join(n for n in (row.get("notes"), DUMMY_NOTE) if n)
 
 
 def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
@@ -132,23 +189,24 @@ def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
     budget = ctx.kv_budget()
     for _ in range(warmup):
         _run_once(ctx, impl, budget, warmup_requests(ctx.requests), track=False)
-    results, mem, max_conc = [], None, 0
+    results, reuses, mem, max_conc = [], [], None, 0
     probe = probe_for(ctx.device.type)
     with probe or contextlib.nullcontext():
         for _ in range(ctx.cfg.repeat):
-            res, mem, max_conc = _run_once(ctx, impl, budget, ctx.requests, track=True)
+            res, mem, max_conc, reuse = _run_once(ctx, impl, budget, ctx.requests, track=True)
             results.append(res)
-    final = results[len(results) // 2]
+            reuses.append(reuse)
+    final, final_reuse = results[len(results) // 2], reuses[len(results) // 2]
     if ctx.cfg.timeline_tables:
         rid = run_id(ctx.run_dir)
         append_table(ctx.tables, "requests", requests_table(final.sequences, impl.name, rid))
-        append_table(ctx.tables, "steps", steps_table(final.steps, impl.name, rid))
+        append_table(ctx.tables, "steps", final_reuse.meter.add_step_columns(steps_table(final.steps, impl.name, rid)))
     ctx.tokens += [
         {"impl": impl.name, "request_id": s.request_id, "sample": s.sample,
          "prompt_ids": s.prompt_ids, "output_ids": s.output_ids}
         for s in final.sequences
     ]
-    row = _row(ctx, results, mem, max_conc, budget)
+    row = _row(ctx, results, mem, max_conc, budget, final_reuse)
     if probe is not None:
         with_contention(row, probe.result(idle_s=sum(r.idle_s for r in results)))
     return [row]

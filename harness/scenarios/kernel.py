@@ -10,6 +10,11 @@ the in-order blocks as a slab), and the kernel comes from kernels/registry.py. R
 median latency and effective bandwidth (bytes of K, V, Q and output / time) as a
 fraction of the peak and of a device-to-device copy measured in the same job, and each
 point's largest difference from the torch reference.
+
+At a quantized ``kv_dtype`` the pool holds the random K/V quantized (``kv_scale``'s scales:
+per tensor from the pool's amax, or per token and head), the bytes moved are the stored
+bytes plus the per-token scales, the reference reads the same quantized pool, and
+``kv_quant_max_abs_err`` is how far that reference lies from the one over the float K/V.
 """
 
 from __future__ import annotations
@@ -62,6 +67,19 @@ def _skip(reason: str) -> dict:
     return {"status": "skipped", "error": reason}
 
 
+def _quantized(pool: KernelPool, kv_dtype: str, kv_scale: str) -> KernelPool:
+    """``pool`` with its K/V quantized to ``kv_dtype`` and its scales (kernels/quant.py)."""
+    from dataclasses import replace
+
+    from kernels.quant import KVScales, kv_format, quantize, row_scales, storage_dtype, tensor_scale
+
+    dtype = storage_dtype(kv_dtype)
+    fmt, dynamic = kv_format(dtype), kv_scale == "token_head"
+    scales = [row_scales(c, fmt) if dynamic else tensor_scale(c, fmt) for c in (pool.k_cache, pool.v_cache)]
+    k, v = (quantize(c, s, dtype) for c, s in zip((pool.k_cache, pool.v_cache), scales))
+    return replace(pool, k_cache=k, v_cache=v, scales=KVScales(scales[0], scales[1], dynamic))
+
+
 def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, int], dtype, device,
             gen: torch.Generator) -> tuple[torch.Tensor, KernelPool]:
     """Random queries, and random K/V for ``batch`` sequences of ``context`` tokens with their tables in both layouts."""
@@ -95,6 +113,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     from impls.kinds import cache_kind
     from kernels.reference import paged_decode_attention_ref
     from harness.measure.contention import probe_for, with_contention
+    from kernels.kv_formats import VALUE_BYTES, is_quantized, scale_bytes_per_head
     from kernels.registry import get_paged_kernel
 
     kind = cache_kind(impl.cache, impl.reservation)
@@ -109,9 +128,15 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         ctx.memo["copy_bw_gbps"] = copy_bandwidth_gbps(device, 1 << 30 if device.type == "cuda" else 1 << 27)
     copy_bw, peak_bw = ctx.memo["copy_bw_gbps"], peak_bandwidth_gbps(device)
     kernel = get_paged_kernel(impl.kernel)
+    # A kernel that cannot read cfg.kv_dtype was refused before (harness/job/impl_runner.py).
+    quantized = is_quantized(cfg.kv_dtype)
+    kv_elem = VALUE_BYTES if quantized else elem
     too_slow = kernel.interpreted and batch * shape[1] * context > INTERPRETER_MAX_WORK
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     q, pool = _inputs(batch, context, cfg.block_size, shape, ctx.dtype, device, gen)
+    float_pool = pool
+    if quantized:
+        pool = _quantized(pool, cfg.kv_dtype, cfg.kv_scale)
     rows = []
     for layout, inputs in kind.kernel_layouts(pool).items():
         base = {"layout": layout, "kernel_batch": batch, "context_len": context,
@@ -132,21 +157,30 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         out = torch.full_like(q, float("nan")) if kernel.out_variant else None
         fn = lambda: kernel.decode(  # noqa: E731
             q, inputs.k_cache, inputs.v_cache, inputs.block_tables, inputs.context_lens, scale, out,
-            max_context=context)
+            max_context=context, **inputs.scale_kwargs())
         result = fn()
-        ref = paged_decode_attention_ref(q, pool.k_cache, pool.v_cache, pool.tables[layout], pool.context_lens, scale)
+        ref = paged_decode_attention_ref(q, pool.k_cache, pool.v_cache, pool.tables[layout], pool.context_lens, scale,
+                                         scales=pool.scales)
         err = (result.float() - ref.float()).abs().max().item()
+        quant_err = None
+        if quantized:
+            exact = paged_decode_attention_ref(q, float_pool.k_cache, float_pool.v_cache, pool.tables[layout],
+                                               pool.context_lens, scale)
+            quant_err = (ref.float() - exact.float()).abs().max().item()
         probe = probe_for(device.type)
         with probe or contextlib.nullcontext():
             t = time_call(fn, device, sc.warmup, sc.iters)
         sm_mhz, throttle = _clocks(device)  # right after the timed calls: the clock they ran at
-        moved = attention_bytes(batch, context, *shape, elem)
+        moved = attention_bytes(batch, context, *shape, elem, kv_elem,
+                                scale_bytes_per_head(cfg.kv_dtype, cfg.kv_scale))
         bw = bandwidth_gbps(moved, t.median_s)
         rows.append({**base, "status": "ok", "notes": t.method,
                      "latency_us_p50": t.median_s * 1e6, "latency_us_p10": t.p10_s * 1e6,
                      "latency_us_p90": t.p90_s * 1e6, "bytes_moved": moved,
                      "bandwidth_gbps": bw, "frac_copy_bw": bw / copy_bw,
                      "frac_peak_bw": bw / peak_bw if peak_bw else None, "max_abs_err": err,
+                     "max_rel_err": err / max(ref.float().abs().max().item(), 1e-30),
+                     "kv_quant_max_abs_err": quant_err,
                      "sm_clock_mhz": sm_mhz, "clock_throttle_reasons": throttle})
         if probe is not None:
             with_contention(rows[-1], probe.result())

@@ -95,6 +95,8 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
 
     cfg = ctx.cfg
     limit = int(cfg.scenario.search_limit)
+    # cpu_compile: decided and compiled once, for this run's workload, before the first probe (which keeps it).
+    mode = ctx.decode_mode_columns() if cfg.scenario.probe == "decode" else {}
     found, probes = search(ctx, impl, limit)
     budget = kv_budget(cfg) if cfg.scenario.probe == "capacity" or ctx.device.type == "cpu" else ctx.kv_budget()
     tokens = round(statistics.mean(r.total_len for r in ctx.requests))
@@ -106,6 +108,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, tokens),
         "probes": probes,
         "budget_kv_bytes": budget.kv_bytes,
+        **mode,
     }]
 
 

@@ -90,10 +90,12 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
 
     sc = ctx.cfg.scenario
     listed: list[dict] = []
+    mode: dict = {}
     if sc.probe == "decode":
         # cuda_graph=true: built (captured on a GPU) by reading them, once, here; every probe keeps the
         # batch, so JobContext.derive hands them on instead of each probe capturing its own.
         ctx.decode_pieces
+        mode = ctx.decode_mode_columns()  # cpu_compile: compiled once here, likewise kept by every probe
 
     def passes(rate: float) -> bool:
         row = _probe(ctx, impl, rate, first=not listed)
@@ -120,4 +122,5 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         "probes": probes,
         **{k: best.get(k) for k in PROBE_COLUMNS if k != "request_rate"},
         "request_rate": found or None,
+        **mode,
     }]

@@ -218,10 +218,11 @@ class CostModel:
         return steps * one + self.attention_s(batch) * steps * (steps - 1) / 2
 
 
-def model_cost(model: ModelConfig, dtype: str) -> ModelCost:
-    """A model config's figures for ``dtype``."""
+def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor") -> ModelCost:
+    """A model config's figures for ``dtype``, its KV cache stored as ``kv_dtype`` (harness/kv/sizes.py)."""
     return ModelCost(params=parameter_count(model), weight_bytes=weight_bytes(model, dtype),
-                     kv_bytes_per_token=kv_bytes_per_token(model, dtype), num_layers=model.num_layers,
+                     kv_bytes_per_token=kv_bytes_per_token(model, dtype, kv_dtype, kv_scale),
+                     num_layers=model.num_layers,
                      hidden_size=model.hidden_size, elem_bytes=DTYPE_BYTES[dtype])
 
 
@@ -242,4 +243,4 @@ def cost_model_for(cfg: Config) -> CostModel:
     """The clock of a resolved ``Config`` whose ``gpu`` is set."""
     if cfg.gpu is None:
         raise ConfigError("the simulated clock needs a GPU: gpu=NAME (conf/gpu/)")
-    return CostModel(gpu_spec(cfg.gpu), model_cost(cfg.model, cfg.dtype))
+    return CostModel(gpu_spec(cfg.gpu), model_cost(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale))

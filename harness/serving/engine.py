@@ -18,15 +18,17 @@ cache's ``prepare_*`` adds its own and uploads it.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
+from harness.model.compiled import CompiledDecode
 from harness.model.llama import LlamaModel
 from harness.model.piecewise import PiecewiseDecode
+from harness.serving.request_source import OpenLoopSource, RequestSource
 from harness.serving.scheduler import Admission, Scheduler, StepPlan
+from harness.serving.simulator import StepObserver
 from harness.serving.sequence import Sequence
 from harness.serving.timeline import StepRecord
 from harness.serving.workload import Request
@@ -57,6 +59,7 @@ class EngineResult:
     cache_hit_tokens: int = 0
     counters: dict[str, int] | None = None  # KVCache.counters() at the end of the run
     piecewise_steps: int = 0  # decode steps run as pieces (CUDA graphs on a GPU)
+    prefill_step_s: list[float] = field(default_factory=list)  # wall time of every prefill step
 
 
 @dataclass
@@ -71,6 +74,7 @@ class _RunState:
     memory_bound_steps: int = 0
     step_s: list[float] = field(default_factory=list)
     host_s: list[float] = field(default_factory=list)
+    prefill_step_s: list[float] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
 
     def clock(self) -> float:
@@ -88,6 +92,7 @@ class Engine:
         progress: Callable[[int], None] | None = None,
         pieces: PiecewiseDecode | None = None,
         sampler: Sampler | None = None,
+        compiled: CompiledDecode | None = None,
     ) -> None:
         self.model = model
         # Picks each step's next tokens from its logits rows; None: greedy (argmax), as every timed run.
@@ -96,6 +101,9 @@ class Engine:
         # Decode steps of at most pieces.max_batch sequences run as pieces (CUDA graphs on a GPU)
         # around the cache's attention; larger ones, and every prefill, run the model eagerly.
         self.pieces = pieces
+        # cpu_compile: every decode step runs the compiled graph (harness/model/compiled.py), the
+        # cache's attention eager inside it.
+        self.compiled = compiled
         self.piecewise_steps = 0
         self.cache = cache
         self.max_num_seqs = max_num_seqs
@@ -114,6 +122,9 @@ class Engine:
         return self.model(staging[ids], staging[positions], lambda layer, q, k, v: attend(layer, q, k, v, meta), at)
 
     def _decode_forward(self, staging: StagingBuffer, ids: int, positions: int, meta: Any, batch: int):
+        if self.compiled is not None:
+            decode = self.cache.forward_decode
+            return self.compiled(staging[ids], staging[positions], lambda layer, q, k, v: decode(layer, q, k, v, meta))
         if self.pieces is None or batch > self.pieces.max_batch:
             return self._forward(staging, ids, positions, self.cache.forward_decode, meta)
         self.piecewise_steps += 1
@@ -148,18 +159,22 @@ class Engine:
         return len(ids)
 
     @torch.inference_mode()
-    def run(self, requests: list[Request]) -> EngineResult:
-        """Serve ``requests`` on the wall clock: each is admitted only once it has arrived."""
+    def run(self, requests: list[Request], source: RequestSource | None = None,
+            observer: StepObserver | None = None) -> EngineResult:
+        """Serve ``requests`` on the wall clock: each is admitted only once it has arrived. ``source``:
+        the requests come from it instead (e.g. a closed loop); ``observer`` sees every step's record
+        with its plan and the sequences that finished in it (as the simulator's does)."""
         sched, cache = self.scheduler, self.cache
-        pending = deque(sorted(requests, key=lambda r: r.arrival_s))  # stable: burst keeps request order
+        if source is None:
+            source = OpenLoopSource(requests)  # stable: a burst keeps request order
         run = _RunState(time.perf_counter(), KVPeaks(cache.bytes_per_token))
         self.piecewise_steps = 0
-        while pending or not sched.done:
+        while source.next_arrival() is not None or not sched.done:
             now = run.clock()
-            while pending and pending[0].arrival_s <= now:
-                sched.add_request(pending.popleft())
+            for req in source.due(now):
+                sched.add_request(req)
             if sched.done:  # nothing has arrived and nothing runs: wait for the next arrival
-                time.sleep(max(0.0, pending[0].arrival_s - now))
+                time.sleep(max(0.0, source.next_arrival() - now))
                 run.idle_s += run.clock() - now
                 continue
             ts = time.perf_counter()
@@ -174,6 +189,11 @@ class Engine:
             else:  # every running sequence was preempted: nothing to compute this step
                 continue
             self._record(run, kind, touched, computed, sched.num_preemptions - preempted_before)
+            finished = [s for s in touched if s.finished]
+            if finished:
+                source.finished(finished)
+            if observer is not None:
+                observer(run.steps[-1], plan, finished)
             sched.finish(touched)
         self.sync()
         return self._result(run, time.perf_counter() - run.t0)
@@ -186,6 +206,7 @@ class Engine:
         run.prefill_tokens += computed
         self.cache.copy_slots([c for adm in admitted for c in adm.fork_copies])
         self.sync()
+        run.prefill_step_s.append(time.perf_counter() - ts)
         now = run.clock()
         touched: list[Sequence] = []
         for adm in admitted:
@@ -256,4 +277,5 @@ class Engine:
             cache_hit_tokens=cache.allocator.cache_hit_tokens,
             counters=cache.counters(),
             piecewise_steps=self.piecewise_steps,
+            prefill_step_s=run.prefill_step_s,
         )

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol, Sequence as Seq
 
 from harness.measure.kv_peaks import KVPeaks
+from harness.serving.request_source import OpenLoopSource, RequestSource
 from harness.serving.scheduler import Scheduler, StepPlan
 from harness.serving.sequence import Sequence
 from harness.serving.timeline import StepRecord
@@ -351,36 +352,48 @@ def simulate(
     clock: Optional[StepClock] = None,
     arrival_s: Optional[Seq[float]] = None,
     observer: Optional[StepObserver] = None,
+    source: Optional[RequestSource] = None,
 ) -> Simulation:
     """Run ``requests`` to completion. With ``clock`` every record is priced and ``arrival_s``
     (seconds, one per request) holds each request back until then; ``observer`` sees every
-    record with the scheduler's plan and the sequences that finished in it."""
+    record with the scheduler's plan and the sequences that finished in it. ``source``: the
+    requests come from it instead (harness/serving/request_source.py; e.g. a closed loop)."""
     if arrival_s is not None and clock is None:
         raise ValueError("arrival times need a clock to compare them with")
+    if source is not None and (requests or arrival_s is not None):
+        raise ValueError("requests come from the source or from the list, not both")
     # The run allocates millions of small objects and makes no reference cycles: the cyclic
     # collector would only rescan every live request again and again.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token,
-                         clock, arrival_s, observer)
+        if source is None:  # a burst: all at once, in list order
+            source = OpenLoopSource(requests, arrival_s if arrival_s is not None else [0.0] * len(requests))
+        return _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token,
+                         clock, observer)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _simulate(allocator, requests, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, arrival_s,
+def _told(source: RequestSource, observer: Optional[StepObserver]) -> StepObserver:
+    """An observer that tells ``source`` of each record's finished sequences, then calls ``observer``."""
+    def observe(rec: StepRecord, plan: StepPlan, finished: list[Sequence]) -> None:
+        if finished:
+            source.finished(finished)
+        if observer is not None:
+            observer(rec, plan, finished)
+    return observe
+
+
+def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock,
               observer) -> Simulation:
-    run = _Run(allocator, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, observer)
+    run = _Run(allocator, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, _told(source, observer))
     sched = run.sched
-    times = arrival_s if arrival_s is not None else [0.0] * len(requests)  # a burst: all at once
-    order = sorted(range(len(requests)), key=times.__getitem__)  # stable: a burst keeps the list order
-    arrived = 0
     while True:
-        while arrived < len(order) and times[order[arrived]] <= run.now:
-            sched.add_request(requests[order[arrived]])
-            arrived += 1
-        next_arrival = times[order[arrived]] if arrived < len(order) else None
+        for req in source.due(run.now):
+            sched.add_request(req)
+        next_arrival = source.next_arrival()
         if sched.done:
             if next_arrival is None:
                 break

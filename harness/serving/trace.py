@@ -2,6 +2,9 @@
 
 One request per row. Only the lengths and arrival times come from the file; token ids
 stay seeded-random (harness/serving/workload.py), so a trace needs no tokenizer and leaks no text.
+``workload.format=mooncake`` (the Mooncake FAST'25 traces; conf/workload/mooncake.yaml) also reads
+each row's ``hash_ids``, the ids of its prompt's blocks, from which the token ids are drawn
+(harness/serving/hash_blocks.py), and its timestamps in milliseconds (turned into seconds here).
 The selected rows are put in arrival order (stable, so ties keep file order): request
 ids then follow arrivals, whichever arrival process the run uses.
 """
@@ -39,6 +42,27 @@ class Trace:
     output_lens: np.ndarray  # int64, >= 1
     arrival_s: np.ndarray | None  # float64 as in the file (unshifted, unscaled); None without the column
     sha256: str  # of the file's bytes, recorded in every row
+    hash_ids: list[list[int]] | None = None  # format=mooncake: each selected row's prompt block ids
+
+
+MS_PER_S = 1000.0  # format=mooncake: the timestamp column is in milliseconds
+
+
+def _hash_ids(df: pd.DataFrame, column: str, path: Path) -> list[list[int]]:
+    """The column's lists of whole, non-negative block ids (as JSONL or parquet hold lists)."""
+    if column not in df.columns:
+        raise ConfigError(f"workload.columns.hash_ids={column!r} is not a column of workload.path={str(path)!r}; "
+                          f"columns: {', '.join(map(str, df.columns))}")
+    out = []
+    for row, ids in enumerate(df[column]):
+        values = list(ids) if isinstance(ids, (list, tuple, np.ndarray)) else None
+        if values is None or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+                                     for v in values):
+            raise ConfigError(f"workload.columns.hash_ids={column!r} must hold lists of whole ids >= 0 "
+                              f"(workload.format=mooncake); row {row + 1} of workload.path={str(path)!r} "
+                              f"holds {ids!r}")
+        out.append([int(v) for v in values])
+    return out
 
 
 def file_sha256(path: Path) -> str:
@@ -111,6 +135,10 @@ def read_trace(cfg: WorkloadConfig, count: int | None, seed: int) -> Trace:
     prompt = _lengths(df, "prompt_len", cols.prompt_len, path)
     output = _lengths(df, "output_len", cols.output_len, path)
     arrival = _arrivals(df, cols.arrival_s, path) if cols.arrival_s in df.columns else None
+    mooncake = cfg.format == "mooncake"
+    if mooncake and arrival is not None:
+        arrival = arrival / MS_PER_S
+    hash_ids = _hash_ids(df, cols.hash_ids, path) if mooncake else None
     if len(df) == 0:
         raise ConfigError(f"workload.path={str(path)!r} has no rows: a trace needs at least one request")
     if count is None:
@@ -122,4 +150,5 @@ def read_trace(cfg: WorkloadConfig, count: int | None, seed: int) -> Trace:
     rows = _select(len(df), count, cfg.sample, seed)
     if arrival is not None:
         rows = rows[np.argsort(arrival[rows], kind="stable")]
-    return Trace(prompt[rows], output[rows], None if arrival is None else arrival[rows], file_sha256(path))
+    return Trace(prompt[rows], output[rows], None if arrival is None else arrival[rows], file_sha256(path),
+                 [hash_ids[r] for r in rows] if hash_ids is not None else None)

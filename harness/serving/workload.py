@@ -25,7 +25,7 @@ class Request:
         return len(self.prompt_ids) + self.output_len
 
 
-def _lengths(cfg: WorkloadConfig, mean: float, count: int, rng: np.random.Generator) -> np.ndarray:
+def draw_lengths(cfg: WorkloadConfig, mean: float, count: int, rng: np.random.Generator) -> np.ndarray:
     if cfg.distribution == "fixed":
         return np.full(count, mean, dtype=np.int64)
     if cfg.distribution == "uniform":
@@ -37,6 +37,9 @@ def _lengths(cfg: WorkloadConfig, mean: float, count: int, rng: np.random.Genera
     return np.maximum(1, np.rint(rng.lognormal(mu, cfg.sigma, size=count))).astype(np.int64)
 
 
+_lengths = draw_lengths  # the name tests and older callers import
+
+
 @dataclass(frozen=True)
 class Workload:
     """One run's requests (every ``arrival_s`` still 0) and what drawing them had to change."""
@@ -45,6 +48,12 @@ class Workload:
     notes: tuple[str, ...] = ()  # e.g. how many requests were clipped to max_seq_len
     trace_sha256: str | None = None  # workload=trace: the file's hash
     trace_arrivals: tuple[float, ...] | None = None  # workload=trace: the file's arrival times, per request
+    # kind=multi_turn: each user's request ids in turn order, and each request's think time (seconds
+    # after its predecessor's answer; 0 for first turns): the closed loop (harness/serving/closed_loop.py)
+    conversations: tuple[tuple[int, ...], ...] | None = None
+    think_s: tuple[float, ...] | None = None
+    # distribution=text: each request's continuation in the text, the tokens a teacher-forced run is fed
+    continuations: dict[int, tuple[int, ...]] | None = None
 
 
 def _clip(p: int, o: int, max_seq_len: int) -> tuple[int, int]:
@@ -53,7 +62,7 @@ def _clip(p: int, o: int, max_seq_len: int) -> tuple[int, int]:
     return p, max(1, min(o, max_seq_len - p))
 
 
-def _clip_note(clipped: int, prompts_cut: int, total: int, max_seq_len: int) -> tuple[str, ...]:
+def clip_note(clipped: int, prompts_cut: int, total: int, max_seq_len: int) -> tuple[str, ...]:
     if not clipped:
         return ()
     note = f"{clipped} of {total} requests clipped to max_seq_len={max_seq_len}"
@@ -67,7 +76,7 @@ def _clip_note(clipped: int, prompts_cut: int, total: int, max_seq_len: int) -> 
 TOKEN_TABLE_MAX = 2**20
 
 
-def _shared_ints(vocab: int):
+def shared_ints(vocab: int):
     """A function from drawn ids (a numpy array) to a list of ints in which each id is one shared object:
     100,000 chat prompts would otherwise hold ~50M separate ints (~1.8 GB)."""
     if vocab <= TOKEN_TABLE_MAX:
@@ -77,8 +86,10 @@ def _shared_ints(vocab: int):
     return lambda ids: [seen.setdefault(i, i) for i in ids.tolist()]
 
 
-def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_seq_len: int, seed: int) -> Workload:
-    """Draw ``num_requests`` requests; lengths come from ``cfg`` or, for ``distribution=trace``, its file.
+def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_seq_len: int, seed: int,
+                  model_path: str | None = None) -> Workload:
+    """Draw ``num_requests`` requests; lengths come from ``cfg`` or, for ``distribution=trace``, its file
+    (``distribution=text``: windows of a local text, tokenized by the checkpoint at ``model_path``).
 
     Long-tailed lengths are clipped to ``max_seq_len`` and counted in the notes. A fixed
     workload that cannot fit is a config error, not a silent clip.
@@ -87,6 +98,22 @@ def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_s
     if cfg.distribution == "fixed" and total > max_seq_len:
         raise ConfigError(f"workload.prompt_len + workload.output_len = {total:g} exceeds max_seq_len={max_seq_len}")
     vocab = min(vocab_size, cfg.vocab_limit or vocab_size)
+    if cfg.distribution == "text":
+        from harness.serving.text_workload import text_windows  # the tokenizer only when asked for
+
+        if total > max_seq_len:
+            raise ConfigError(f"workload=text: workload.prompt_len + workload.output_len = {total:g} exceeds "
+                              f"max_seq_len={max_seq_len}")
+        text = text_windows(cfg.path, model_path, num_requests, int(cfg.prompt_len), int(cfg.output_len), vocab_size)
+        return Workload(text.requests, text.notes, text.sha256, continuations=text.continuations)
+    if cfg.kind == "multi_turn":  # its own modules, imported when asked for (they import this one)
+        from harness.serving.conversations import draw_conversations
+
+        return draw_conversations(cfg, vocab, max_seq_len, seed)
+    if cfg.kind == "system_prompt":
+        from harness.serving.system_prompts import draw_system_prompt_workload
+
+        return draw_system_prompt_workload(cfg, num_requests, vocab, max_seq_len, seed)
     rng = np.random.Generator(np.random.PCG64(seed))
     trace = None
     if cfg.distribution == "trace":
@@ -95,21 +122,28 @@ def draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_s
         trace = read_trace(cfg, num_requests, seed)
         prompt_lens, output_lens = trace.prompt_lens, trace.output_lens
     else:
-        prompt_lens = _lengths(cfg, cfg.prompt_len, num_requests, rng)
-        output_lens = _lengths(cfg, cfg.output_len, num_requests, rng)
+        prompt_lens = draw_lengths(cfg, cfg.prompt_len, num_requests, rng)
+        output_lens = draw_lengths(cfg, cfg.output_len, num_requests, rng)
     prefix = rng.integers(0, vocab, size=cfg.shared_prefix_len).tolist()
-    token_ids = _shared_ints(vocab)
+    token_ids = shared_ints(vocab)
+    if trace is not None and trace.hash_ids is not None:
+        from harness.serving.hash_blocks import HashBlockTokens
+
+        blocks = HashBlockTokens(cfg.hash_block_size, vocab, seed, token_ids)
     requests, clipped, prompts_cut = [], 0, 0
     for rid in range(num_requests):
         want = int(max(prompt_lens[rid], cfg.shared_prefix_len + 1)), int(output_lens[rid])
         p, o = _clip(*want, max_seq_len)
         clipped += (p, o) != want
         prompts_cut += p < want[0]
-        unique = token_ids(rng.integers(0, vocab, size=p - len(prefix)))
+        if trace is not None and trace.hash_ids is not None:  # format=mooncake: tokens from the block ids
+            unique = blocks.prompt(trace.hash_ids[rid], p, rng)
+        else:
+            unique = token_ids(rng.integers(0, vocab, size=p - len(prefix)))
         requests.append(Request(rid, tuple(prefix + unique), o, cfg.n))
     return Workload(
         requests,
-        _clip_note(clipped, prompts_cut, num_requests, max_seq_len),
+        clip_note(clipped, prompts_cut, num_requests, max_seq_len),
         trace.sha256 if trace else None,
         tuple(trace.arrival_s.tolist()) if trace is not None and trace.arrival_s is not None else None,
     )

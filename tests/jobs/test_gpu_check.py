@@ -46,6 +46,8 @@ def test_dry_run_installs_composes_and_packs_within_the_return_limits(tmp_path, 
         assert f"{sweep.name}: " in log and "jobs compose" in log
     # KERNEL_OVERRIDES' default: 3 impls x batch 1,64 x context 1024,4096 x block 16,128; DECODE_BATCHES 64,1.
     assert "gpu_kernel.yaml: 24 jobs compose" in log and "gpu_decode.yaml: 12 jobs compose" in log
+    # the target point over an fp8 KV cache: 3 impls x 2 scale granularities, planned after the kernel benchmark
+    assert "gpu_kernel_fp8.yaml: 6 jobs compose" in log and ", the fp8 kernel at the target point" in log
     kernel = [ln.split(": ", 1)[1].split() for ln in log.splitlines() if ln.startswith("gpu_kernel.yaml job ")]
     decode = [ln.split(": ", 1)[1].split() for ln in log.splitlines() if ln.startswith("gpu_decode.yaml job ")]
     target = {"batch=64", "scenario.context_len=4096"}

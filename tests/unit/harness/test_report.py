@@ -288,6 +288,27 @@ def test_eager_and_graphed_decode_rows_stay_apart():
     assert set(tops) == {6400, 19200}  # eager and graphed lines; averaged together they would top at 12800
 
 
+def test_compiled_cpu_decode_rows_are_their_own_mode():
+    """cpu_compile=true rows (the dense work compiled by inductor) are another measurement of the impl:
+    labelled ``compiled``, kept apart in the table and the plot; a CSV's "True"/"False" text reads the same."""
+    from harness.report.collect import with_mode
+    from harness.report.markdown import decode_table
+    from harness.report.speed_plots import decode_throughput
+
+    base = {"scenario": "decode", "status": "ok", "device_slug": "cpu-x", "model": "m", "dtype": "float32",
+            "workload": "fixed", "workload_digest": "w1", "impl": "paged_cuda", "run_dir": "r", "cuda_graph": False,
+            "kv_used_fraction": 0.5}
+    rows = pd.DataFrame([{**base, "batch": b, "cpu_compile": flag, "output_tokens_per_s": (1.2 if flag == "True" else 1.0) * b}
+                         for flag in ("False", "True", None) for b in (8, 32)])
+    assert list(with_mode(rows)["mode"]) == ["eager", "eager", "compiled", "compiled", "eager", "eager"]
+    table, _ = decode_table(rows.iloc[:4])
+    assert sorted(table["mode"]) == ["compiled", "compiled", "eager", "eager"]
+    (ax,) = [a for a in decode_throughput(rows.iloc[:4], {"paged_cuda": "C1"}).axes if a.lines]
+    styles = {round(max(line.get_ydata())): line.get_linestyle() for line in ax.lines
+              if line.get_linestyle() != "None" and len(line.get_ydata()) == 2}
+    assert styles[32] == "-" and styles[38] != "-"  # eager solid, compiled dashed
+
+
 def test_eager_lines_stay_solid_whichever_rows_come_first():
     from harness.report.speed_plots import decode_throughput
 

@@ -52,3 +52,22 @@ def test_the_gather_copies_only_the_tokens_read():
     with IndexSelectShapes() as seen:
         slab_decode(q, k, v, table, torch.tensor([3, 7, MAX_CONTEXT]), 0.3, max_context=MAX_CONTEXT)
     assert seen.shapes == [(LANES, MAX_CONTEXT, KV_HEADS, HEAD_DIM)] * 2  # K and V, not the lanes' L tokens
+
+
+def test_quantized_slab_matches_reference_over_the_same_lanes():
+    """A quantized slab (per-token scales, gathered with their lanes) is dequantized before SDPA:
+    the paged reference over the same lanes, as one block per sequence, gives the same output."""
+    from kernels.reference import paged_decode_attention_ref
+    from tests.helpers.kv_quant_cases import KV_CASES, quantized_copy
+
+    gen = torch.Generator().manual_seed(3)
+    k = torch.randn(LANES, 32, KV_HEADS, HEAD_DIM, generator=gen)
+    v = torch.randn(LANES, 32, KV_HEADS, HEAD_DIM, generator=gen)
+    q = torch.randn(len(TABLE), HEADS, HEAD_DIM, generator=gen)
+    table = torch.tensor(TABLE, dtype=torch.int32)[:, None]
+    lens = torch.tensor([29, 1, 17], dtype=torch.int32)
+    for kv_dtype, kv_scale in KV_CASES:
+        kq, vq, scales = quantized_copy(k, v, kv_dtype, kv_scale)
+        got = slab_decode(q, kq, vq, table, lens, 0.3, max_context=MAX_CONTEXT, scales=scales)
+        want = paged_decode_attention_ref(q, kq, vq, table, lens, 0.3, scales=scales)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"{kv_dtype} {kv_scale}")

@@ -99,3 +99,22 @@ def test_activation_budget_covers_the_largest_forward(compose):
     small = resolve(compose(["scenario=capacity", "model=llama-2-7b", "max_seq_len=2048", "batch=64",
                              "device.memory_gb=80", "max_num_batched_tokens=2048"]))
     assert kv_budget(cfg).activation_bytes > kv_budget(small).activation_bytes
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "llama-3.1-70b"])
+def test_fp8_kv_doubles_what_the_same_budget_holds(compose, tmp_path, model):
+    """The same budget at kv_dtype=fp8_e4m3 holds twice bf16's tokens (per-tensor scales), and
+    256/132 of them with a scale per token and head."""
+    base = ["scenario=capacity", f"model={model}", "dtype=bfloat16", "max_seq_len=4096", "batch=16",
+            "workload=fixed", "workload.prompt_len=1000", "workload.output_len=1000", "device.memory_gb=282",
+            "scenario.concurrency_points=[1,16]"]
+    rows = {kv: capacity(compose, tmp_path / "_".join(kv), "paged_torch", [*base, f"kv_dtype={kv[0]}",
+                                                                           f"kv_scale={kv[1]}"])[0]
+            for kv in (("auto", "tensor"), ("fp8_e4m3", "tensor"), ("fp8_e4m3", "token_head"))}
+    bf16, fp8, heads = rows["auto", "tensor"], rows["fp8_e4m3", "tensor"], rows["fp8_e4m3", "token_head"]
+    assert bf16["kv_bytes_per_token"] == 2 * fp8["kv_bytes_per_token"]
+    assert bf16["kv_bytes_per_token"] / heads["kv_bytes_per_token"] == pytest.approx(256 / 132)
+    assert fp8["max_concurrency_analytic"] / bf16["max_concurrency_analytic"] == pytest.approx(2, rel=0.01)
+    assert heads["max_concurrency_analytic"] / bf16["max_concurrency_analytic"] == pytest.approx(256 / 132, rel=0.01)
+    assert fp8["kv_bytes_reserved"] * 2 == bf16["kv_bytes_reserved"]  # the same 16 requests, half the bytes
+    assert (fp8["kv_dtype"], heads["kv_scale"], bf16["kv_scale"]) == ("fp8_e4m3", "token_head", None)

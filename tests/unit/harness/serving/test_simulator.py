@@ -223,3 +223,120 @@ def test_capacity_counts_the_decode_engines_steps(compose, tmp_path):
     for key in ("decode_steps", "preemptions", "peak_concurrency", "max_concurrency", "kv_bytes_reserved",
                 "kv_bytes_used", "cache_hit_tokens"):
         assert capacity[key] == decode[key], key
+
+
+# ---- the reuse workloads (harness/serving/conversations.py, system_prompts.py, hash_blocks.py) ----------
+
+def _reuse_workload(kind: str, seed: int):
+    from harness.config import WorkloadConfig
+    from harness.serving.workload import draw_workload
+
+    w = WorkloadConfig(name=kind, kind=kind, distribution="uniform", prompt_len=20, output_len=9, spread=0.6,
+                       users=4, turns=3, think_time_s=0.02, system_prompts=3, system_prompt_len=24)
+    return draw_workload(w, 12, 32000, 96, seed)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("blocks", [14, 40, 400])  # few blocks: evictions and preemptions; many: none
+def test_system_prompt_workload_equals_step_by_step(seed, blocks):
+    requests = _reuse_workload("system_prompt", seed).requests
+    assert_same(lambda: BlockManager(blocks, 4), requests, 5, 64, 32000)
+    rng = random.Random(seed)
+    arrivals = [rng.uniform(0, 0.05) for _ in requests]
+    assert_same(lambda: BlockManager(blocks, 4), requests, 5, 64, 32000, tiny_clock(1), arrivals)
+
+
+def test_hash_block_prompts_equal_step_by_step():
+    """Mooncake-style prompts: token ids drawn from hash ids of 8-token blocks, prefixes shared by id."""
+    import numpy as np
+
+    from harness.serving.hash_blocks import HashBlockTokens
+
+    blocks = HashBlockTokens(8, 32000, 0, lambda ids: ids.tolist())
+    rng, draw = random.Random(1), np.random.Generator(np.random.PCG64(1))
+    requests = []
+    for rid in range(14):
+        ids = [0, 1, 2][:rng.randint(0, 3)] + [100 + rid * 10 + k for k in range(rng.randint(1, 3))]
+        length = rng.randint(max(1, 8 * (len(ids) - 1) + 1), 8 * len(ids))
+        requests.append(Request(rid, tuple(blocks.prompt(ids, length, draw)), rng.randint(1, 20)))
+    for n_blocks in (12, 30, 300):
+        sim = assert_same(lambda: BlockManager(n_blocks, 4), requests, 4, 64, 32000)
+        assert sim.finished + len(sim.rejected) == len(requests)
+
+
+def step_by_step_closed_loop(alloc, source, max_num_seqs, max_tokens, vocab, clock):
+    """The reference for a closed loop: one scheduler step at a time, finishes stamped at the step's
+    end and told to the source."""
+    sched = Scheduler(alloc, max_num_seqs, max_tokens, max_seq_tokens=alloc.usage().pool_tokens)
+    now, steps = 0.0, 0
+    while True:
+        for req in source.due(now):
+            sched.add_request(req)
+        if sched.done:
+            nxt = source.next_arrival()
+            if nxt is None:
+                break
+            now = nxt
+            continue
+        plan = sched.schedule()
+        if plan.is_prefill:
+            tokens = sum(a.seq.num_tokens - a.seq.num_cached for a in plan.admitted)
+            touched = [s for a in plan.admitted for s in (a.seq, *a.forks)]
+            duration = clock.prefill_s(tokens)
+        elif plan.decodes:
+            touched = plan.decodes
+            duration = clock.decode_s(len(touched), alloc.usage().logical_tokens)
+        else:
+            continue
+        for s in touched:
+            s.output_ids.append(synthetic_token(s, vocab))
+        now += duration
+        steps += 1
+        done = [s for s in touched if s.finished]
+        for s in done:
+            s.finish_s = now
+        source.finished(done)
+        sched.finish(touched)
+    return sched, now
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("blocks", [18, 60, 500])
+def test_a_closed_loop_equals_step_by_step(seed, blocks):
+    """multi_turn on the simulated clock: the same turns arrive at the same times, finish at the same
+    times and hit the same cached blocks as in the step-by-step loop; no turn arrives before its
+    predecessor finished plus its think time."""
+    from harness.serving.closed_loop import ClosedLoopSource
+
+    wl = _reuse_workload("multi_turn", seed)
+    firsts = [0.01 * u for u in range(len(wl.conversations))]
+
+    def source():
+        return ClosedLoopSource(wl.requests, wl.conversations, wl.think_s, firsts)
+
+    ref_alloc, alloc = BlockManager(blocks, 4), BlockManager(blocks, 4)
+    ref_src, src = source(), source()
+    sched, ref_end = step_by_step_closed_loop(ref_alloc, ref_src, 5, 64, 32000, tiny_clock(1))
+    sim = simulate(alloc, [], 5, 64, 32000, BPT, tiny_clock(1), source=src)
+    assert sim.elapsed_s == pytest.approx(ref_end, rel=1e-9)
+    assert [r.request_id for r in src.released] == [r.request_id for r in ref_src.released]
+    assert [r.arrival_s for r in src.released] == pytest.approx([r.arrival_s for r in ref_src.released], rel=1e-9)
+    ref_fin = {s.request_id: s.finish_s for s in sched.finished}
+    fin = {s.request_id: s.finish_s for s in sim.sequences}
+    assert fin.keys() == ref_fin.keys() and [fin[k] for k in fin] == pytest.approx([ref_fin[k] for k in fin], rel=1e-9)
+    assert alloc.cache_hit_tokens == ref_alloc.cache_hit_tokens and sim.preemptions == sched.num_preemptions
+    arrived = {r.request_id: r.arrival_s for r in src.released}
+    for ids in wl.conversations:
+        for prev, cur in zip(ids, ids[1:]):
+            if cur in arrived:
+                assert arrived[cur] >= fin[prev] + wl.think_s[cur] - 1e-12
+    rejected = {s.request_id for s, _ in sim.rejected}
+    assert len(fin) + len(rejected) == len(src.released)
+    alloc.check_invariants()
+
+
+def test_a_source_excludes_a_request_list():
+    from harness.serving.request_source import OpenLoopSource
+
+    with pytest.raises(ValueError, match="not both"):
+        simulate(LaneAllocator(1, 8), [Request(0, (1,), 1)], 1, 8, 10, 1, source=OpenLoopSource([]))

@@ -235,3 +235,73 @@ def test_cli_bad_trace_exits_2_with_an_error_row(tmp_path):
     assert "workload.columns.arrival_s" in p.stderr
     row = pd.read_csv(tmp_path / "run" / "rows.csv").iloc[0]
     assert row.status == "error" and "workload.columns.arrival_s" in row.error
+
+
+# ---- format=mooncake: hash_ids of 512-token blocks (here smaller), timestamps in ms ----------------------
+
+MOONCAKE = [
+    {"timestamp": 2000, "input_length": 20, "output_length": 3, "hash_ids": [0, 1, 2]},
+    {"timestamp": 0, "input_length": 17, "output_length": 2, "hash_ids": [0, 1, 5]},
+    {"timestamp": 500, "input_length": 6, "output_length": 4, "hash_ids": [7]},
+]
+
+
+def mooncake_cfg(path: Path, **kw) -> WorkloadConfig:
+    cols = TraceColumns(prompt_len="input_length", output_len="output_length", arrival_s="timestamp")
+    return WorkloadConfig(name="mooncake", distribution="trace", format="mooncake", path=str(path),
+                          hash_block_size=8, columns=cols, **kw)
+
+
+def write_jsonl(records, path: Path) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_mooncake_equal_hash_ids_give_equal_tokens_and_ms_become_seconds(tmp_path):
+    path = write_jsonl(MOONCAKE, tmp_path / "m.jsonl")
+    wl = draw_workload(mooncake_cfg(path), 3, 32000, 1024, seed=0)
+    a, b, c = wl.requests  # arrival order: rows 2, 3, 1
+    assert wl.trace_arrivals == (0.0, 0.5, 2.0)
+    assert [len(r.prompt_ids) for r in wl.requests] == [17, 6, 20]
+    assert a.prompt_ids[:16] == c.prompt_ids[:16]  # hash ids 0, 1 shared
+    assert a.prompt_ids[16] != c.prompt_ids[16]  # 5 against 2
+    assert b.prompt_ids != c.prompt_ids[:6]
+    # the same file read again, or with another cache block size, draws the same tokens; another seed others
+    assert workload_digest(draw_workload(mooncake_cfg(path), 3, 32000, 1024, 0).requests) == workload_digest(wl.requests)
+    assert workload_digest(draw_workload(mooncake_cfg(path), 3, 32000, 1024, 1).requests) != workload_digest(wl.requests)
+
+
+def test_mooncake_parquet_and_a_renamed_hash_column(tmp_path):
+    df = pd.DataFrame(MOONCAKE).rename(columns={"hash_ids": "blocks"})
+    path = write(df, tmp_path / "m.parquet")
+    cfg = mooncake_cfg(path)
+    cfg.columns.hash_ids = "blocks"
+    wl = draw_workload(cfg, 3, 32000, 1024, seed=0)
+    jsonl = draw_workload(mooncake_cfg(write_jsonl(MOONCAKE, tmp_path / "m.jsonl")), 3, 32000, 1024, seed=0)
+    assert workload_digest(wl.requests) == workload_digest(jsonl.requests)
+
+
+@pytest.mark.parametrize("records, column, expected", [
+    (MOONCAKE, "blocks", "workload.columns.hash_ids='blocks' is not a column"),
+    ([{**MOONCAKE[0], "hash_ids": [1, -2]}], "hash_ids", "lists of whole ids >= 0"),
+    ([{**MOONCAKE[0], "hash_ids": "1,2"}], "hash_ids", "row 1 of workload.path="),
+])
+def test_bad_mooncake_hash_ids_are_config_errors(tmp_path, records, column, expected):
+    cfg = mooncake_cfg(write_jsonl(records, tmp_path / "m.jsonl"))
+    cfg.columns.hash_ids = column
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        draw_workload(cfg, len(records), 32000, 1024, seed=0)
+
+
+def test_the_shared_mooncake_trace_reads(compose, tmp_path):
+    """The release's synthetic trace (../shared/data), first rows: prompts as long as the file says,
+    sharing the blocks its hash ids share."""
+    shared = REPO_ROOT.parent / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
+    if not shared.is_file():
+        pytest.skip(f"{shared} is not on this machine")
+    cfg = resolve(compose(["model=tiny-llama", "device=cpu", "workload=mooncake", f"workload.path={shared}",
+                           "workload.num_requests=20", "max_seq_len=131072", "arrival=trace"]))
+    lines = [json.loads(line) for line in shared.read_text().splitlines()[:20]]
+    ctx = JobContext(cfg, tmp_path, fingerprint=None)
+    assert sorted(len(r.prompt_ids) for r in ctx.requests) == sorted(r["input_length"] for r in lines)
+    assert cfg.workload.format == "mooncake" and cfg.workload.hash_block_size == 512

@@ -1,0 +1,90 @@
+"""JobContext's cpu_compile: the key, or the auto rule over the run's decode tokens, decided once per job."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.front.job import run_job
+from harness.front.resolve import resolve
+from harness.model import compiled as compiled_mod
+from harness.scenarios.context import JobContext
+
+SMALL = ["+impl=contiguous", "model=tiny-llama", "dtype=float32", "device=cpu", "max_seq_len=64", "batch=2",
+         "workload=fixed", "workload.num_requests=3", "workload.prompt_len=8", "workload.output_len=5"]
+
+
+def _ctx(compose, tmp_path, *overrides: str) -> JobContext:
+    return JobContext(resolve(compose([*SMALL, *overrides])), tmp_path, None)
+
+
+def test_null_is_the_auto_rule_over_every_repeats_decode_tokens(compose, tmp_path, monkeypatch):
+    seen = []
+
+    def rule(model, device, tokens):
+        seen.append(tokens)
+        return False, "test"
+
+    monkeypatch.setattr(compiled_mod, "auto_compile", rule)
+    ctx = _ctx(compose, tmp_path, "cpu_compile=null", "repeat=3")
+    assert ctx.cpu_compile is False and ctx.decode_compiled is None
+    assert seen == [3 * 5 * 3]  # 3 requests x 5 output tokens x 3 repeats, asked once
+    assert ctx.cpu_compile is False and len(seen) == 1
+    assert ctx.decode_mode_columns() == {"cpu_compile": False, "compile_s": None}
+
+
+def test_the_default_sweeps_short_runs_stay_eager(compose, tmp_path):
+    """The real rule: a run of a few thousand decode tokens does not repay a compile."""
+    assert _ctx(compose, tmp_path, "cpu_compile=null").cpu_compile is False
+
+
+def test_true_without_a_cxx_compiler_is_a_config_error(compose, tmp_path, monkeypatch):
+    monkeypatch.setattr(compiled_mod, "cxx_compiler", lambda: None)
+    with pytest.raises(ConfigError, match="cpu_compile=true needs a C\\+\\+ compiler"):
+        _ctx(compose, tmp_path, "cpu_compile=true").cpu_compile
+
+
+def test_a_probe_keeps_the_parents_compiled_forward(compose, tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.model.compiled.CompiledDecode", lambda model, batch: ("compiled", batch))
+    ctx = _ctx(compose, tmp_path, "cpu_compile=true")
+    assert "decode_compiled" not in ctx.derive(copy.deepcopy(ctx.cfg)).__dict__  # nothing built yet
+    parent = ctx.decode_compiled
+    grown = copy.deepcopy(ctx.cfg)
+    grown.batch = 8
+    assert ctx.derive(grown).decode_compiled is parent  # the batch dimension is dynamic: any batch shares it
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["device=cpu", "scenario=kernel"], "cpu_compile=true does nothing in scenario=kernel"),
+    (["device=cpu", "scenario=max_concurrency", "scenario.probe=capacity"],
+     "does nothing in scenario=max_concurrency with scenario.probe=capacity"),
+])
+def test_true_where_no_model_decodes_is_a_config_error(compose, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve(compose(["+impl=paged_torch", "model=tiny-llama", *overrides, "cpu_compile=true"]))
+
+
+def test_true_on_a_gpu_is_a_config_error(compose, monkeypatch):
+    monkeypatch.setattr("harness.front.resolve.cuda_available", lambda: True)
+    with pytest.raises(ConfigError, match="cpu_compile=true compiles the CPU decode forward; device=cuda"):
+        resolve(compose(["+impl=paged_torch", "model=tiny-llama", "device=cuda", "cpu_compile=true"]))
+
+
+def test_rows_say_the_run_was_eager(compose, tmp_path):
+    (row,), code = run_job(compose([*SMALL, "scenario.warmup=0"]), tmp_path)
+    assert code == 0, row.get("error")
+    assert row["cpu_compile"] is False and row["compile_s"] is None
+
+
+@pytest.mark.skipif(compiled_mod.cxx_compiler() is None, reason="inductor's CPU backend needs g++")
+def test_a_compiled_job_gives_the_eager_tokens_and_records_its_compile(compose, tmp_path):
+    # Two layers: the shape tests/unit/harness/model/test_compiled.py compiles (a process compiles it once).
+    common = [*SMALL, "model.num_layers=2", "scenario.warmup=0", "batch=3", "workload.num_requests=4"]
+    (eager,), code = run_job(compose(common), tmp_path / "eager")
+    assert code == 0, eager.get("error")
+    (row,), code = run_job(compose([*common, "cpu_compile=true"]), tmp_path / "compiled")
+    assert code == 0, row.get("error")
+    assert row["cpu_compile"] is True and row["compile_s"] >= 0
+    assert row["output_digest"] == eager["output_digest"]
