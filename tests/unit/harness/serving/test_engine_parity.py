@@ -164,3 +164,14 @@ def test_preemption_by_swap(compose, tmp_path):
 def test_swap_needs_a_host_tier(compose, tmp_path):
     rows, code = run_job(compose(["+impl=paged_torch", *SMALL, "preemption=swap"]), tmp_path)
     assert code != 0 and "device.host_kv_gb" in rows[0]["error"]
+
+
+def test_a_host_tier_and_swap_copy_a_quantized_cache_with_its_scales(compose, tmp_path):
+    """kv_dtype=int8 with per-token scales: the tier copies the scales with the rows (block_stores)."""
+    small = ["batch=6", "workload=fixed", "workload.num_requests=6", "workload.prompt_len=30",
+             "workload.output_len=40", "device.watermark=0", "kv_dtype=int8", "kv_scale=token_head",
+             # 1088 bytes a token (int8 rows and their fp32 scales): the pool above's 18 blocks of 16
+             "device.kv_cache_gb=0.00032", "device.host_kv_gb=0.00056"]
+    for preemption in ("recompute", "swap"):
+        ref, rows = assert_same(compose, tmp_path / preemption, [*small, f"preemption={preemption}"])
+        assert rows["paged_torch"]["preemptions"] > 0 and rows["paged_torch"]["host_loaded_blocks"] > 0
