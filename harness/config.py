@@ -128,6 +128,9 @@ class DeviceConfig:
     kv_cache_gb: Optional[float] = None
     # Free blocks kept back when admitting (vLLM's watermark), as a fraction of the pool.
     watermark: float = 0.01
+    # A host-memory tier under the prefix cache, GB (paged with prefix caching; impls/host_tier.py):
+    # evicted blocks go there and a hit copies them back. None or 0: no tier.
+    host_kv_gb: Optional[float] = None
 
 
 @dataclass
@@ -157,6 +160,9 @@ class GpuConfig:
     attn_bw_efficiency: Optional[float] = None
     layer_overhead_us: Optional[float] = None
     prefill_weight_multiple: Optional[float] = None
+    # The host link (a host tier, swap): bandwidth per direction, GB/s, and each transfer's fixed cost.
+    host_link_gbps: Optional[float] = None
+    host_link_latency_us: Optional[float] = None
 
 
 @dataclass
@@ -219,6 +225,9 @@ class Config:
     # and a quantized cache's scales: tensor (static, one per layer) | token_head (dynamic, per token and head).
     kv_dtype: str = "auto"
     kv_scale: str = "tensor"
+    # What a preemption does with the victim's KV (paged): recompute (free it, prefill it again later)
+    # | swap (copy its blocks to the host tier, device.host_kv_gb > 0, and back when it resumes).
+    preemption: str = "recompute"
     repeat: int = 1  # run the measured job this many times; rows report the median
     # CPU: torch's intra-op threads (None: the cores other work leaves free at the job's start,
     # all of them on an idle machine). Latency runs on a shared machine want fewer: an OpenMP

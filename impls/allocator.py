@@ -15,6 +15,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from impls.host_tier import NO_HOST_COPIES, HostCopies
+
 @dataclass(frozen=True)
 class SlotCopy:
     """Copy ``num_slots`` slots starting at flat slot ``src`` to flat slot ``dst`` (every layer, K and V)."""
@@ -127,6 +129,23 @@ class KVAllocator(ABC):
         if not self.can_append(seq_id, len(token_ids)):
             return None
         return self.append(seq_id, token_ids)
+
+    def swap_out(self, seq_id: int) -> bool:
+        """Preempt by swap (``preemption=swap``): the sequence's KV to the host tier, then released.
+        False, nothing done, where the allocator does not swap or its tier lacks room: recompute it."""
+        return False
+
+    def can_swap_in(self, seq_id: int, watermark: bool = True) -> bool:
+        raise NotImplementedError(f"{type(self).__name__} swaps nothing out")
+
+    def swap_in(self, seq_id: int) -> None:
+        """A swapped-out sequence's KV back, as it was; its copies come with the step's host copies."""
+        raise NotImplementedError(f"{type(self).__name__} swaps nothing out")
+
+    def take_host_copies(self) -> HostCopies:
+        """Copies between the device pool and a host tier (impls/host_tier.py) queued since the last
+        call: the scheduler hands them to the step. None without a host tier."""
+        return NO_HOST_COPIES
 
     @abstractmethod
     def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:

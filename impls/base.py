@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from impls.allocator import KVAllocator, SlotCopy
+from impls.host_tier import HostCopies
 from impls.staging import StagingBuffer
 from kernels.kv_formats import is_quantized
 from kernels.quant import KVScales, calibrate, dequantize, storage_dtype, write_quantized_ref
@@ -201,5 +202,16 @@ class KVCache(ABC):
         return {}
 
     def copy_slots(self, copies: Sequence[SlotCopy]) -> None:
-        dynamic = [t for sc in self.scales or () if sc.dynamic for t in (sc.k, sc.v)]  # scales travel with rows
-        apply_slot_copies([*self.k, *self.v, *dynamic], copies)
+        apply_slot_copies(self.block_stores(), copies)  # scales travel with rows
+
+    def block_stores(self) -> list[torch.Tensor]:
+        """Every per-block store, ``[blocks, block_len, ...]``: K and V of every layer, and a quantized
+        cache's per-token scales (a static scale is one per layer, set once: no block's own). What a
+        copy-on-write and the host tier copy."""
+        dynamic = [t for sc in self.scales or () if sc.dynamic for t in (sc.k, sc.v)]
+        return [*self.k, *self.v, *dynamic]
+
+    def copy_host(self, copies: HostCopies) -> None:
+        """A host tier's copies (impls/host_tier.py), stores first; only a paged cache has a tier."""
+        if copies:
+            raise NotImplementedError(f"{type(self).__name__} has no host tier")

@@ -9,7 +9,8 @@ the same prefix reuses them; freed blocks keep their hash and stay reusable unti
 evicted, by the pool's eviction policy (impls/eviction.py; least recently freed first by
 default), when the pool needs space. An admission hashes
 each of the prompt's full blocks once: ``plan_admit`` up to the first block not
-cached, ``admit`` the rest (its plan carries the hashes already made).
+cached, ``admit`` the rest (its plan carries the hashes already made). A host tier (impls/host_tier.py)
+takes evicted blocks' contents, and a prefix's lookup goes on there after the device's hits end.
 
 Counters (filled slots, logical tokens) are kept incrementally so ``usage`` is
 O(1): the capacity scenario calls it after every event at 70B scale.
@@ -26,6 +27,7 @@ from typing import Sequence
 
 from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 from impls.eviction import eviction_policy
+from impls.host_tier import HostTierPool, host_prefix
 from impls.sizing import blocks_for_tokens
 
 _ROOT_HASH = 0
@@ -45,9 +47,10 @@ class PagedAdmitPlan(AdmitPlan):
     # block up (it missed); admit registers the block under it instead of hashing it again.
     next_hash: int | None
     new_blocks: int  # blocks the admission takes from the free pool (a hit on a freed block counts)
+    host_hits: tuple[int, ...] = ()  # chain hashes of the host tier's blocks right after ``hits``: each costs a block
 
 
-class BlockManager(KVAllocator):
+class BlockManager(HostTierPool, KVAllocator):
     def __init__(
         self,
         num_blocks: int,
@@ -56,6 +59,8 @@ class BlockManager(KVAllocator):
         prefix_caching: bool = True,
         watermark_blocks: int = 0,
         eviction: str = "lru",
+        host_blocks: int = 0,
+        swap: bool = False,
     ) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
@@ -82,6 +87,7 @@ class BlockManager(KVAllocator):
         self._logical = 0
         self.cache_hit_tokens = 0  # tokens served from the prefix cache, over the run
         self.evicted_blocks = 0  # cached blocks whose contents were dropped to reuse the block, over the run
+        self._init_host(host_blocks, swap)  # the host tier and swap (impls/host_tier.py HostTierPool)
         self.generation = 0
 
     # ---- derived sizes -------------------------------------------------
@@ -124,6 +130,8 @@ class BlockManager(KVAllocator):
             self.evicted_blocks += 1
             block_hash, cached = self.block_hash, self.hash_to_block
             h = block_hash[b]
+            if self.host is not None:
+                self.host.store(b, h, self.block_tokens[b])  # read before anything writes the block
             if cached.get(h) == b:  # _forget_hash, inlined: the hottest path of admissions
                 del cached[h]
             block_hash[b] = self.block_tokens[b] = None
@@ -185,11 +193,15 @@ class BlockManager(KVAllocator):
                 next_hash = h
                 break
             hits.append(b)
+        host: tuple[int, ...] = ()
+        if self.host is not None and len(hits) < n_lookup and self.prefix_caching:  # go on in the host tier
+            parent = self.block_hash[hits[-1]] if hits else _ROOT_HASH
+            host, next_hash = host_prefix(self.host, token_ids, len(hits), n_lookup, bs, parent, chain_hash)
         revived = sum(1 for b in hits if self.ref[b] == 0)
         cost = blocks_for_tokens(len(token_ids), bs) - len(hits) + revived
-        return PagedAdmitPlan(token_ids, num_samples, total_len, cached_tokens=len(hits) * bs,
+        return PagedAdmitPlan(token_ids, num_samples, total_len, cached_tokens=(len(hits) + len(host)) * bs,
                               fits=cost + self.watermark_blocks <= self.num_free_blocks, generation=self.generation,
-                              hits=tuple(hits), next_hash=next_hash, new_blocks=cost)
+                              hits=tuple(hits), next_hash=next_hash, new_blocks=cost, host_hits=host)
 
     def admit(self, seq_id: int, plan: PagedAdmitPlan) -> int:
         self._check_plan(plan)
@@ -212,8 +224,10 @@ class BlockManager(KVAllocator):
         # Taking from the never-cached blocks touches no hash, so they may all be taken first; an
         # eviction forgets a hash, so then each block is taken just before it is registered.
         fresh = self._take_blocks(count) if count <= len(self.free) else None
+        if plan.host_hits:
+            h = self._load_host(plan.host_hits, token_ids, table, fresh)
         take, register, next_hash, caching = self._take_block, self._register, plan.next_hash, self.prefix_caching
-        for i, start in enumerate(range(len(hits) * bs, n, bs)):
+        for i, start in enumerate(range(len(table) * bs, n, bs)):
             b = take() if fresh is None else fresh[i]
             if start + bs <= n:
                 filled[b] = bs
@@ -232,8 +246,9 @@ class BlockManager(KVAllocator):
         self._logical += n
         cached = len(hits) * bs
         self.cache_hit_tokens += cached
+        self.host_hit_tokens += len(plan.host_hits) * bs
         self.generation += 1
-        return cached
+        return cached + len(plan.host_hits) * bs
 
     # ---- growth -------------------------------------------------------------
     def _blocks_to_append(self, seq_id: int, num_tokens: int) -> int:
@@ -408,3 +423,4 @@ class BlockManager(KVAllocator):
         assert self._logical == sum(len(t) for t in self.tokens.values())
         for sid, table in self.tables.items():
             assert len(table) == blocks_for_tokens(len(self.tokens[sid]), self.block_size)
+        self._check_host_invariants()

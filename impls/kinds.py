@@ -40,6 +40,8 @@ class PoolSpec:
     watermark: float  # paged: fraction of blocks kept back at admission
     prefix_caching: bool
     eviction: str = "lru"  # paged: which cached free block goes first (impls/eviction.py)
+    host_kv_bytes: int = 0  # paged: the host tier (impls/host_tier.py); 0: none
+    preemption: str = "recompute"  # paged: swap copies a victim's blocks to the host tier
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,18 @@ class PagedKind(CacheKind):
     def allocator(self, spec: PoolSpec) -> BlockManager:
         blocks = self.pool_size(spec)
         return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching,
-                            watermark_blocks=int(spec.watermark * blocks), eviction=spec.eviction)
+                            watermark_blocks=int(spec.watermark * blocks), eviction=spec.eviction,
+                            host_blocks=self.host_blocks(spec), swap=spec.preemption == "swap")
+
+    def host_blocks(self, spec: PoolSpec) -> int:
+        """Blocks the host tier holds (0: none); a tier too small for one block is an error, not none."""
+        if not spec.host_kv_bytes:
+            return 0
+        blocks = spec.host_kv_bytes // (spec.block_size * spec.bytes_per_token)
+        if blocks < 1:
+            raise CacheSizeError(f"the host tier ({spec.host_kv_bytes / 1e9:.3g} GB) holds no block of "
+                                 f"block_size={spec.block_size} ({spec.block_size * spec.bytes_per_token} bytes)")
+        return blocks
 
     def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
         from impls.paged import PagedCache

@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 
 from impls.base import KVCache, PrefillSpan, query_slices
+from impls.host_tier import HostCopies
 from impls.block_manager import BlockManager
 from impls.device_block_tables import DeviceBlockTables
 from impls.staging import StagingBuffer
@@ -56,6 +57,30 @@ class PagedCache(KVCache):
             raise KernelArgumentError(refusal)
         self.kernel = kernel
         self.tables = DeviceBlockTables(self.device)
+        # The host tier's memory (device.host_kv_gb): one buffer per block store, its blocks the tier's
+        # slots; pinned on a GPU so the copies go by DMA. Each slot is written (stored) before it is read.
+        host = allocator.host
+        pinned = self.device.type == "cuda"
+        self.host_buffers = [] if host is None else [
+            torch.empty((host.capacity, *s.shape[1:]), dtype=s.dtype, pin_memory=pinned) for s in self.block_stores()]
+
+    def counters(self) -> dict[str, int]:
+        return self.allocator.host_counters()  # the host tier's hits and copies (none without one)
+
+    def copy_host(self, copies: HostCopies) -> None:
+        """The step's host-tier copies, of every block store: stores (device -> host) first, then loads
+        (host -> device). Synchronous: the step that needs them waits, and its time includes them."""
+        if copies.stores:
+            last = {slot: b for b, slot in copies.stores}  # a slot stored twice in a step keeps the later
+            dev = torch.tensor(list(last.values()), device=self.device)
+            slots = torch.tensor(list(last.keys()))
+            for store, buf in zip(self.block_stores(), self.host_buffers):
+                buf[slots] = store[dev].cpu()
+        if copies.loads:
+            dev = torch.tensor([b for b, _ in copies.loads], device=self.device)
+            slots = torch.tensor([slot for _, slot in copies.loads])
+            for store, buf in zip(self.block_stores(), self.host_buffers):
+                store[dev] = buf[slots].to(self.device)
 
     # Contexts the warm-up covers: short (one pass over the context) and long enough for
     # every kernel's split-K path (Triton and CUDA both split from 512 tokens up).

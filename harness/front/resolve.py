@@ -198,6 +198,12 @@ def validate(cfg: Config) -> None:
     _check(0 < d.utilization <= 1, f"device.utilization={d.utilization} must be in (0, 1]")
     check_memory_values(cfg)  # their bounds need the device (check_memory_bounds, in resolve)
     _check(0 <= d.watermark < 1, f"device.watermark={d.watermark} must be in [0, 1)")
+    _check(d.host_kv_gb is None or 0 <= d.host_kv_gb < float("inf"),
+           f"device.host_kv_gb={d.host_kv_gb} must be >= 0 and finite (null or 0: no host tier)")
+    _one_of("preemption", cfg.preemption, ("recompute", "swap"))
+    _check(cfg.preemption != "swap" or bool(d.host_kv_gb),
+           f"preemption=swap copies a victim's blocks to the host tier: set device.host_kv_gb > 0 "
+           f"(device.host_kv_gb={d.host_kv_gb})")
     w = cfg.workload
     _one_of("workload.distribution", w.distribution, DISTRIBUTIONS)
     validate_reuse_keys(cfg)  # first: a multi_turn run's num_requests comes from its users and turns

@@ -37,6 +37,13 @@ from harness.serving.cost_model import ROOFLINE_VERSION
 # Keys of the resolved config that leave the results unchanged.
 NOT_IDENTITY = ("resume", "progress", "gpu:GpuConfig.match")
 SNAPSHOT = Path(__file__).with_name("identity_defaults.json")
+# The host link's figures (conf/gpu/) price only the copies of a host tier or of swap: a job without
+# either keeps the id it had before these figures existed.
+HOST_LINK_KEYS = ("gpu:GpuConfig.host_link_gbps", "gpu:GpuConfig.host_link_latency_us")
+
+
+def copies_to_host(cfg: Config) -> bool:
+    return bool(cfg.device.host_kv_gb) or getattr(cfg, "preemption", "recompute") == "swap"
 
 
 def _plain(value: Any) -> Any:
@@ -98,8 +105,9 @@ def load_snapshot() -> dict[str, Any]:
 
 def identity_fields(cfg: Config, device_slug: str, snapshot: dict[str, Any] | None = None) -> dict:
     recorded = load_snapshot() if snapshot is None else snapshot
+    skip = NOT_IDENTITY if copies_to_host(cfg) else NOT_IDENTITY + HOST_LINK_KEYS
     fields = {path: value for path, value in flatten(cfg).items()
-              if path not in NOT_IDENTITY and (path not in recorded or recorded[path] != value)}
+              if path not in skip and (path not in recorded or recorded[path] != value)}
     if cfg.gpu is not None:  # the roofline's formula prices the rows as much as its figures do
         fields["roofline_version"] = ROOFLINE_VERSION
     return {"config": fields, "device_slug": device_slug}

@@ -33,6 +33,8 @@ def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
         watermark=cfg.device.watermark,
         prefix_caching=impl.prefix_caching if impl is not None else False,
         eviction=impl.eviction if impl is not None else "lru",
+        host_kv_bytes=int((cfg.device.host_kv_gb or 0) * 1e9),  # GB = 1e9 bytes, as every budget
+        preemption=cfg.preemption,
     )
 
 

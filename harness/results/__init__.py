@@ -14,8 +14,8 @@ from typing import Callable, Iterable
 import pandas as pd
 
 IDENTIFIERS = [
-    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "model", "dtype", "kv_dtype",
-    "kv_scale", "block_size", "batch",
+    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "host_kv_gb",
+    "preemption", "model", "dtype", "kv_dtype", "kv_scale", "block_size", "batch",
     "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
     "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by
@@ -45,6 +45,7 @@ METRICS = [
     # computed); the same with an unbounded cache, from the workload alone; cached blocks evicted;
     # tokens computed again when a preempted sequence was re-admitted
     "prefix_hit_rate", "prefix_hit_rate_ideal", "evicted_blocks", "recomputed_tokens",
+    "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks", "swapped_out",  # device.host_kv_gb, preemption=swap
     "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
     "kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",
     "kv_fragmentation_bytes", "kv_reservation_waste_bytes",
@@ -96,6 +97,7 @@ COUNTS = (
     "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
     "piecewise_steps", "concurrency", "running", "waiting", "tokens",
     "evicted_blocks", "recomputed_tokens", "prefix_hit_tokens", "admitted_prompt_tokens",
+    "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks", "swapped_out",
 )
 
 

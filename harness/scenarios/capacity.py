@@ -153,6 +153,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
         "prompt_tokens": prompt_tokens,
         "cache_hit_tokens": allocator.cache_hit_tokens,
         **meter.columns(ctx.ideal_hit_rate(), prompt_tokens),
+        **getattr(allocator, "host_counters", dict)(),  # a paged pool's host tier: its hits and copies
         **sim.peaks.as_row(),
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
         "weight_bytes": budget.weight_bytes,

@@ -224,6 +224,9 @@ class JobContext:
             "kernel_backend": self.kernel_backend(impl),
             # the prefix cache's eviction policy, where there is one to evict from
             "eviction": impl.eviction if impl and impl.cache == "paged" and impl.prefix_caching else None,
+            # the host tier and what preemption does, where a paged pool has them (impls/host_tier.py)
+            "host_kv_gb": (cfg.device.host_kv_gb or None) if impl and impl.cache == "paged" else None,
+            "preemption": cfg.preemption if impl and impl.cache == "paged" else None,
             "model": cfg.model.name,
             "dtype": cfg.dtype,
             "kv_dtype": cfg.kv_dtype,

@@ -41,6 +41,19 @@ max with the compute), no per-layer cost, no prefill floor, and the datasheet ba
 bw_efficiency everywhere. ``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 
+A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
+NVLink-C2C where that is the link) between steps:
+
+    hlink  host <-> device bandwidth per GPU and direction, bytes/s (``host_link_gbps``)
+    hlat   fixed cost of one transfer, s (``host_link_latency_us``)
+    host_copy_s(N, b) = N * (2*L*hlat + b*kvb / (n*hlink))
+        N blocks of b tokens, each moved as 2*L transfers (its K and its V of every layer, one copy
+        each, as vLLM's swap_blocks issues them); each GPU moves its 1/n of the KV over its own link.
+        The step waits for its copies: they do not overlap compute (a copy back must land before
+        attention reads it; an evicted block's store must leave before the step overwrites it), so
+        a step that copies costs its compute plus host_copy_s. Small blocks pay hlat more often:
+        what makes swap lose at small blocks (the PagedAttention paper's Fig. 19).
+
 Left out on purpose: prefill attention FLOPs (quadratic in the prompt; small next to 2*P*T at
 these lengths), KV writes and activation traffic, sampling, and any overlap of communication
 with compute.
@@ -62,7 +75,7 @@ ROOFLINE_VERSION = 2
 _POSITIVE = ("memory_gb", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
              "attn_bw_efficiency")
 # Added times: 0 is a valid idealisation (no overhead, no latency).
-_NON_NEGATIVE = ("step_overhead_us", "interconnect_latency_us", "layer_overhead_us")
+_NON_NEGATIVE = ("step_overhead_us", "interconnect_latency_us", "layer_overhead_us", "host_link_latency_us")
 _FRACTIONS = ("bw_efficiency", "flops_efficiency", "attn_bw_efficiency")
 
 
@@ -88,6 +101,8 @@ class GpuSpec:
     attn_bw_efficiency: float = 1.0  # fraction of the achievable bandwidth decode attention reaches
     layer_overhead_us: float = 0.0  # fixed cost of each layer of every step
     prefill_weight_multiple: float = 1.0  # a prefill costs at least this many weight reads
+    host_link_gbps: float | None = None  # host <-> device per GPU and direction, GB/s; None: unknown
+    host_link_latency_us: float = 0.0  # fixed cost of one host <-> device transfer
 
     def __post_init__(self) -> None:
         for key in _POSITIVE:
@@ -102,6 +117,9 @@ class GpuSpec:
         if self.copy_bandwidth_gbps is not None and not self.copy_bandwidth_gbps > 0:
             raise ConfigError(f"gpu.copy_bandwidth_gbps={self.copy_bandwidth_gbps} must be > 0, or null where "
                               f"none is measured (gpu={self.name})")
+        if self.host_link_gbps is not None and not self.host_link_gbps > 0:
+            raise ConfigError(f"gpu.host_link_gbps={self.host_link_gbps} must be > 0, or null where none is known "
+                              f"(gpu={self.name})")
         if not self.prefill_weight_multiple >= 1:
             raise ConfigError(f"gpu.prefill_weight_multiple={self.prefill_weight_multiple} must be >= 1 "
                               f"(a prefill reads the weights at least once) (gpu={self.name})")
@@ -177,6 +195,18 @@ class CostModel:
         floor = self.gpu.prefill_weight_multiple * self.weights_s()
         return self.overhead_s + max(compute, floor) + self.comm_s(tokens)
 
+    def host_copy_s(self, blocks: int, block_tokens: int) -> float:
+        """``blocks`` blocks of ``block_tokens`` tokens between host and device (either way): not overlapped."""
+        if not blocks:
+            return 0.0
+        g, m = self.gpu, self.model
+        if g.host_link_gbps is None:
+            raise ConfigError(f"gpu={g.name}: a host tier or swap copies over the host link, but gpu.host_link_gbps "
+                              f"is not set (conf/gpu/{g.name}.yaml or gpu.host_link_gbps=GBPS)")
+        per_block = (2 * m.num_layers * g.host_link_latency_us * 1e-6
+                     + block_tokens * m.kv_bytes_per_token / (g.count * g.host_link_gbps * 1e9))
+        return blocks * per_block
+
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """``steps`` decode steps of ``batch`` sequences; the first reads ``kv_tokens_read`` KV tokens,
         each later one ``batch`` more."""
@@ -199,10 +229,13 @@ def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale:
 def gpu_spec(gpu: GpuConfig) -> GpuSpec:
     """A resolved ``GpuConfig`` (harness/config.py: every figure filled) as a validated spec."""
     figures = {key: getattr(gpu, key) for key in GpuSpec.field_names()}
-    unset = [key for key, value in figures.items() if value is None and key != "copy_bandwidth_gbps"]
+    optional = ("copy_bandwidth_gbps", "host_link_gbps", "host_link_latency_us")  # None: unknown / the default
+    unset = [key for key, value in figures.items() if value is None and key not in optional]
     if unset:  # a GPU file of its own that predates a figure: name what it lacks
         raise ConfigError(f"gpu={gpu.name}: {', '.join(f'gpu.{k}' for k in unset)} not set; conf/gpu/{gpu.name}.yaml "
                           f"(or the command line) must give each (copy_bandwidth_gbps may be null)")
+    if figures["host_link_latency_us"] is None:
+        del figures["host_link_latency_us"]
     return GpuSpec(**figures)
 
 

@@ -180,6 +180,8 @@ class Engine:
             ts = time.perf_counter()
             preempted_before = sched.num_preemptions
             plan = sched.schedule()
+            if plan.host_copies:  # host tier (device.host_kv_gb): done first, inside the step's time
+                cache.copy_host(plan.host_copies)
             if plan.is_prefill:
                 kind, touched, computed = "prefill", *self._prefill_step(plan.admitted, ts, run)
             elif plan.decodes:
@@ -198,6 +200,8 @@ class Engine:
 
     def _prefill_step(self, admitted: list[Admission], ts: float, run: _RunState) -> tuple[list[Sequence], int]:
         """Every admitted prompt in one forward; the forks' slots copied once their parents are written."""
+        if not admitted:  # preemption=swap: a step of swap-ins alone (their copies are done): no forward
+            return [], 0
         computed = self._prefill(admitted)
         run.prefill_tokens += computed
         self.cache.copy_slots([c for adm in admitted for c in adm.fork_copies])

@@ -7,7 +7,10 @@ events). Each step is either a prefill step (admit what fits, up to
 ``max_num_seqs`` running and ``max_num_batched_tokens`` prompt tokens to compute,
 all prefilled in one forward) or a decode step (one more token for every running
 sequence); when a running sequence cannot get its next slot the most recently
-admitted one is preempted: its slots are freed and it is recomputed later.
+admitted one is preempted: its slots are freed and it is recomputed later. Under
+``preemption=swap`` (an allocator built to swap, with a host tier) its blocks go to the host
+instead, and it resumes where it was: a resume takes a step of its own, with the admissions of
+that step (a prefill step, whose forward computes only those), and waits for its copies back.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Callable, Sequence as Seq
 from harness.serving.sequence import Sequence
 from harness.serving.workload import Request
 from impls.allocator import AdmitPlan, KVAllocator, SlotCopy
+from impls.host_tier import NO_HOST_COPIES, HostCopies
 
 # (sequence, number of tokens) -> the token ids whose slots are reserved this step
 TokenSource = Callable[[Sequence, int], Seq[int]]
@@ -43,10 +47,15 @@ class StepPlan:
     decodes: list[Sequence] = field(default_factory=list)
     copies: list[SlotCopy] = field(default_factory=list)  # apply before the decode
     preempted: list[Sequence] = field(default_factory=list)
+    # Host tier (device.host_kv_gb): blocks to copy device -> host (``stores``), then host -> device
+    # (``loads``), before anything else of the step; the step waits for them.
+    host_copies: HostCopies = NO_HOST_COPIES
+    # preemption=swap: sequences swapped back in this step (nothing to compute: they decode next step)
+    resumed: list[Sequence] = field(default_factory=list)
 
     @property
     def is_prefill(self) -> bool:
-        return bool(self.admitted)
+        return bool(self.admitted or self.resumed)
 
 
 class Scheduler:
@@ -72,6 +81,8 @@ class Scheduler:
         self.rejected: list[tuple[Sequence, str]] = []
         self.finished: list[Sequence] = []
         self.num_preemptions = 0
+        self.num_swaps = 0  # preemptions by swap (the allocator swaps and its host tier had room)
+        self._swapped: set[int] = set()  # seq ids waiting with their blocks in the host tier
         self.peak_running = 0
         self.max_concurrency = 0  # peak_running until the first preemption: what the budget holds resident
         self._next_id = 0
@@ -95,11 +106,12 @@ class Scheduler:
         (``candidates``: only these (sequence, tokens) append; the simulator accounts the rest)."""
         plan = StepPlan()
         self._admit(plan)
-        if not plan.admitted:
+        if not plan.is_prefill:
             self._schedule_decode(plan, num_tokens, candidates)
+        plan.host_copies = self.allocator.take_host_copies()  # the tier's copies this plan made
         # The allocator measures external fragmentation against the request that waits first.
         self.allocator.note_waiting(self.waiting[0][0].total_len if self.waiting else None)
-        if not (plan.admitted or plan.decodes or plan.preempted or self.done):
+        if not (plan.is_prefill or plan.decodes or plan.preempted or self.done):
             # Nothing can move: a bug, not a workload property. Fail loudly, never spin.
             raise RuntimeError(f"scheduler stalled: {len(self.waiting)} waiting, {len(self.running)} running")
         self.peak_running = max(self.peak_running, len(self.running))
@@ -120,6 +132,17 @@ class Scheduler:
         batched = 0  # tokens this step's prefill computes (prefix-cache hits are not computed)
         while self.waiting:
             seq, samples = self.waiting[0]
+            if seq.seq_id in self._swapped:  # preemption=swap: resumes as it was, its blocks copied back
+                # Into an empty cache without the watermark: it held these blocks before, so it never stalls.
+                empty = not (self.running or plan.is_prefill)
+                if len(self.running) + 1 > self.max_num_seqs or not alloc.can_swap_in(seq.seq_id, not empty):
+                    break
+                self.waiting.popleft()
+                self._swapped.discard(seq.seq_id)
+                alloc.swap_in(seq.seq_id)
+                self.running.append(seq)
+                plan.resumed.append(seq)
+                continue
             # Planned once, only when needed (a paged plan hashes the prompt's blocks), and used
             # before the allocator changes: a plan is good only until then.
             admit_plan: AdmitPlan | None = None
@@ -178,8 +201,12 @@ class Scheduler:
     def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
         if self.settle is not None:
             self.settle(seq)
-        self.allocator.release(seq.seq_id)
-        seq.num_cached = 0
+        if self.allocator.swap_out(seq.seq_id):  # preemption=swap: its blocks wait in the host tier
+            self._swapped.add(seq.seq_id)
+            self.num_swaps += 1
+        else:  # recompute
+            self.allocator.release(seq.seq_id)
+            seq.num_cached = 0
         seq.preempted += 1
         self.num_preemptions += 1
         plan.preempted.append(seq)

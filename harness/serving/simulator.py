@@ -47,6 +47,8 @@ class StepClock(Protocol):
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float: ...
 
+    def host_copy_s(self, blocks: int, block_tokens: int) -> float: ...
+
 
 @dataclass
 class Simulation:
@@ -190,15 +192,24 @@ class _Run:
         self.finishing.discard(tr.finish, seq)
 
     # ---- steps -----------------------------------------------------------------
+    def _host_s(self, plan: StepPlan) -> float:
+        """The plan's host-tier copies: its first step waits for them (cost_model.py host_copy_s)."""
+        copies = plan.host_copies
+        if not copies or self.clock is None:
+            return 0.0
+        return self.clock.host_copy_s(copies.num_blocks, self.alloc.block_size)
+
     def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int,
-                preemptions: int = 0) -> StepRecord:
+                preemptions: int = 0, host_s: float = 0.0) -> StepRecord:
         # Before finished sequences are released, as the decode engine measures.
         usage = self.alloc.usage_plus_written(owed)
         self.peaks.update(usage)
         start = duration = None
         if self.clock is not None:
-            duration = (self.clock.prefill_s(tokens) if kind == "prefill"
-                        else self.clock.decode_s(batch, kv_read, steps))
+            if kind == "prefill":  # a step of swap-ins alone computes nothing: only its copies
+                duration = host_s + (self.clock.prefill_s(tokens) if batch else 0.0)
+            else:
+                duration = host_s + self.clock.decode_s(batch, kv_read, steps)
             start, self.now = self.now, self.now + duration
         rec = StepRecord(kind, steps, batch, tokens, batch if kind == "decode" else None, len(self.sched.waiting),
                          usage.used_tokens * self.bpt, usage.reserved_tokens * self.bpt, preemptions,
@@ -212,12 +223,15 @@ class _Run:
         for s in seqs:
             s.output_ids.append(synthetic_token(s, self.vocab))
         finished = [s for s in seqs if s.finished]
-        for s in seqs:
+        # The step's new running sequences, in running order: resumed ones (preemption=swap, swapped back
+        # in with their tokens as they were) ride from here as a sequence just prefilled does.
+        for s in self.sched.running[len(self.sched.running) - len(seqs) - len(plan.resumed):]:
             if not s.finished:
                 self._track(s)
         self.prefill_steps += 1
         context = sum(a.seq.num_tokens - 1 for a in plan.admitted)
-        rec = self._record("prefill", 1, len(seqs), computed, context, self._owed(self.done))
+        rec = self._record("prefill", 1, len(seqs), computed, context, self._owed(self.done),
+                           host_s=self._host_s(plan))
         if self.clock is not None:  # stamped as the decode engine stamps them
             for s in seqs:
                 if s.admitted_s is None:
@@ -226,7 +240,7 @@ class _Run:
                     s.first_token_s = self.now
             for s in finished:
                 s.finish_s = self.now
-            self._stalls.append((rec.duration_s, len(seqs) - len(finished)))
+            self._stalls.append((rec.duration_s, len(seqs) - len(finished) + len(plan.resumed)))
         if self.observer is not None:
             self.observer(rec, plan, finished)
         self.sched.finish(finished)
@@ -249,8 +263,10 @@ class _Run:
             tr.due = first + (free_run_of(s.seq_id) or 1)
             add_due(tr.due, s)
         batch = len(self.sched.running)
+        host_s = self._host_s(plan)  # host-tier copies: before the jump's first step, which waits for them
         if not batch:  # every sequence was preempted: no forward, nothing generated
             self.peaks.update(self.alloc.usage())
+            self.now += host_s
             return
         kv_first = self.alloc.usage().logical_tokens + self._owed(first)
         # Jump: end where someone finishes, stop before someone is due, and (with a clock) before
@@ -265,16 +281,17 @@ class _Run:
             last = first
         steps = last - self.done
         if next_arrival is not None:
-            steps = self._until(next_arrival, batch, kv_first, steps)
+            steps = self._until(next_arrival, batch, kv_first, steps, host_s)
         last = self.done + steps
         finished = self.finishing.at(last)
         finished.sort(key=self.rank.__getitem__)  # released in running order, as a real step does (LRU order)
         for s in finished:
             self._settle(s, last)
         self.done = last
-        rec = self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last), len(plan.preempted))
+        rec = self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last), len(plan.preempted),
+                           host_s)
         if self.clock is not None:
-            self._gaps(batch, kv_first, steps)
+            self._gaps(batch, kv_first, steps, host_s)
             for s in finished:
                 s.finish_s = self.now
         if self.observer is not None:
@@ -283,13 +300,14 @@ class _Run:
             self._drop(s)
         self.sched.finish(finished)
 
-    def _gaps(self, batch: int, kv_first: int, steps: int) -> None:
+    def _gaps(self, batch: int, kv_first: int, steps: int, host_s: float = 0.0) -> None:
         """The inter-token gaps of a decode record: its first step's token follows each sequence's
         previous one across the prefills since the last decode record (a sequence those prefills
         started waited only for the later ones); every later step's gap is that step's duration,
         for all ``batch`` sequences. A preempted sequence's stall shows in its E2EL, not here."""
         clock, gaps, counts = self.clock, self.itl_gaps, self.itl_counts
         durations = [clock.decode_s(batch, kv_first + j * batch, 1) for j in range(steps)]
+        durations[0] += host_s
         started = min(batch, sum(n for _, n in self._stalls))
         stall = sum(d for d, _ in self._stalls)
         if batch - started:
@@ -306,11 +324,11 @@ class _Run:
             gaps.append(d)
             counts.append(batch)
 
-    def _until(self, arrival: float, batch: int, kv_first: int, most: int) -> int:
+    def _until(self, arrival: float, batch: int, kv_first: int, most: int, host_s: float = 0.0) -> int:
         """Fewest steps (<= ``most``) after which the clock has reached ``arrival``: no later step
         of the jump may start at or after it, since that step would admit it."""
         def reached(k: int) -> bool:
-            return self.now + self.clock.decode_s(batch, kv_first, k) >= arrival
+            return self.now + host_s + self.clock.decode_s(batch, kv_first, k) >= arrival
 
         if not reached(most):
             return most

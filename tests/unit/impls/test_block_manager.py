@@ -18,9 +18,10 @@ def _prompt(rng: random.Random, prefix: list[int]) -> list[int]:
     return prefix[: rng.randint(0, len(prefix))] + [rng.randrange(50) for _ in range(rng.randint(1, 40))]
 
 
-def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: int, eviction: str = "lru") -> None:
+def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: int, eviction: str = "lru",
+             host_blocks: int = 0) -> None:
     rng = random.Random(seed)
-    bm = BlockManager(num_blocks, block_size, prefix_caching=caching, eviction=eviction)
+    bm = BlockManager(num_blocks, block_size, prefix_caching=caching, eviction=eviction, host_blocks=host_blocks)
     prefix = [rng.randrange(50) for _ in range(3 * block_size)]  # shared prompts make prefix hits
     live: list[int] = []
     next_id = 0
@@ -44,7 +45,8 @@ def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: 
                 assert bm.num_free_blocks == free_before - plan.new_blocks
                 # The hits lead the table, each a block holding that stretch of the prompt.
                 table = bm.block_table(next_id)
-                assert tuple(table[: cached // block_size]) == plan.hits
+                assert tuple(table[: len(plan.hits)]) == plan.hits
+                assert cached == (len(plan.hits) + len(plan.host_hits)) * block_size
                 for i, b in enumerate(plan.hits):
                     assert bm.block_tokens[b] == tuple(prompt[i * block_size : (i + 1) * block_size])
                 live.append(next_id)
@@ -90,6 +92,14 @@ def _run_ops(seed: int, num_blocks: int, block_size: int, caching: bool, steps: 
 )
 def test_random_operations_keep_invariants(seed, num_blocks, block_size, caching, eviction):
     _run_ops(seed, num_blocks, block_size, caching, steps=120, eviction=eviction)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), num_blocks=st.integers(1, 12), block_size=st.sampled_from([1, 2, 4, 8]),
+       eviction=st.sampled_from(POLICIES), host_blocks=st.integers(1, 20))
+def test_random_operations_keep_invariants_with_a_host_tier(seed, num_blocks, block_size, eviction, host_blocks):
+    """Small pools, many evictions: every one goes to the tier (impls/host_tier.py)."""
+    _run_ops(seed, num_blocks, block_size, True, steps=120, eviction=eviction, host_blocks=host_blocks)
 
 
 def test_allocates_on_demand():

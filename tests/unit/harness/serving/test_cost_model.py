@@ -115,3 +115,22 @@ def test_a_figure_out_of_range_names_its_key(key, value):
 def test_zero_overhead_and_latency_are_allowed():
     c = clock(count=2, step_overhead_us=0, interconnect_latency_us=0)
     assert c.decode_s(8, 10_000) == pytest.approx(3e9 / 1e12 + 2 * 4 * (8 * 512 * 2) / 5e10, rel=1e-12)
+
+
+def test_host_copies_by_hand():
+    """N blocks of b tokens: N * (2*L*hlat + b*kvb / (n*hlink)); small blocks pay the latency more often."""
+    c = clock(host_link_gbps=50, host_link_latency_us=5)
+    # 3 blocks of 16 tokens, 4 layers: 3 * (8 * 5e-6 + 16 * 1e5 / 50e9)
+    assert c.host_copy_s(3, 16) == pytest.approx(3 * (8 * 5e-6 + 16e5 / 50e9))
+    assert clock(2, host_link_gbps=50, host_link_latency_us=5).host_copy_s(3, 16) == pytest.approx(
+        3 * (8 * 5e-6 + 16e5 / 100e9))  # each GPU moves its half over its own link
+    assert c.host_copy_s(0, 16) == 0.0
+    # The same tokens in blocks of 8 cost more than in blocks of 128: only the latency differs.
+    assert c.host_copy_s(16, 8) > c.host_copy_s(1, 128)
+
+
+def test_host_copies_need_a_host_link():
+    with pytest.raises(ConfigError, match="host_link_gbps"):
+        clock().host_copy_s(1, 16)
+    with pytest.raises(ConfigError, match="host_link_gbps"):
+        clock(host_link_gbps=0)

@@ -136,3 +136,42 @@ def test_cuda_refuses_a_quantized_cache_in_one_line(compose, tmp_path):
                          device=torch.device("cpu"), kv_dtype="int8")
     with pytest.raises(KernelArgumentError, match="kernel cuda reads kv_dtype auto, not int8"):
         cache_kind("paged").cache(spec, tensors, "cuda")
+
+
+def test_a_host_tier_copies_evicted_blocks_back(compose, tmp_path):
+    """The small pool above with a host tier: a preempted sequence's blocks, evicted to the host while
+    it waits, come back by copy when it is admitted again, and the tokens are contiguous's."""
+    small = ["batch=6", "workload=fixed", "workload.num_requests=6", "workload.prompt_len=30",
+             "workload.output_len=40", "device.kv_cache_gb=0.0012", "device.watermark=0"]
+    ref, rows = assert_same(compose, tmp_path, [*small, "device.host_kv_gb=0.001"], impls=("paged_torch", "paged_cuda"))
+    for row in rows.values():
+        assert row["preemptions"] > 0 and row["host_hit_tokens"] > 0 and row["host_loaded_blocks"] > 0
+    without, _ = run(compose, tmp_path / "no-tier", "paged_torch", small)
+    assert rows["paged_torch"]["prefill_tokens"] < without["prefill_tokens"]  # host hits are not recomputed
+
+
+def test_preemption_by_swap(compose, tmp_path):
+    """preemption=swap: victims' blocks go to the host tier and come back; the tokens are contiguous's."""
+    small = ["batch=6", "workload=fixed", "workload.num_requests=6", "workload.prompt_len=30",
+             "workload.output_len=40", "device.kv_cache_gb=0.0012", "device.watermark=0", "device.host_kv_gb=0.002"]
+    ref, rows = assert_same(compose, tmp_path, [*small, "preemption=swap"], impls=("paged_torch", "paged_cuda"))
+    for row in rows.values():
+        assert row["preemptions"] > 0 and row["swapped_out"] > 0 and row["host_loaded_blocks"] > 0
+        assert row["preemption"] == "swap"
+    assert rows["paged_torch"]["prefill_tokens"] == 6 * 30  # nothing recomputed
+
+
+def test_swap_needs_a_host_tier(compose, tmp_path):
+    rows, code = run_job(compose(["+impl=paged_torch", *SMALL, "preemption=swap"]), tmp_path)
+    assert code != 0 and "device.host_kv_gb" in rows[0]["error"]
+
+
+def test_a_host_tier_and_swap_copy_a_quantized_cache_with_its_scales(compose, tmp_path):
+    """kv_dtype=int8 with per-token scales: the tier copies the scales with the rows (block_stores)."""
+    small = ["batch=6", "workload=fixed", "workload.num_requests=6", "workload.prompt_len=30",
+             "workload.output_len=40", "device.watermark=0", "kv_dtype=int8", "kv_scale=token_head",
+             # 1088 bytes a token (int8 rows and their fp32 scales): the pool above's 18 blocks of 16
+             "device.kv_cache_gb=0.00032", "device.host_kv_gb=0.00056"]
+    for preemption in ("recompute", "swap"):
+        ref, rows = assert_same(compose, tmp_path / preemption, [*small, f"preemption={preemption}"])
+        assert rows["paged_torch"]["preemptions"] > 0 and rows["paged_torch"]["host_loaded_blocks"] > 0

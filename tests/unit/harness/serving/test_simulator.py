@@ -67,7 +67,12 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
         kind = "prefill" if plan.is_prefill else "decode"
         duration = 0.0
         if clock is not None:
-            duration = clock.prefill_s(tokens) if plan.is_prefill else clock.decode_s(len(touched), read)
+            if plan.is_prefill:  # a step of swap-ins alone (preemption=swap) computes nothing
+                duration = clock.prefill_s(tokens) if plan.admitted else 0.0
+            else:
+                duration = clock.decode_s(len(touched), read)
+            if plan.host_copies:  # the step waits for its host-tier copies
+                duration += clock.host_copy_s(plan.host_copies.num_blocks, alloc.block_size)
         steps.append(Step(kind, len(touched), tokens, read, len(sched.waiting), usage.reserved_tokens * BPT,
                           usage.used_tokens * BPT, now, duration))
         now += duration
@@ -90,6 +95,10 @@ def assert_same(make_alloc, requests, max_num_seqs, max_tokens, vocab, clock=Non
     assert sim.decode_steps == sum(s.kind == "decode" for s in steps)
     assert sim.finished == len(sched.finished) == len(seen)
     assert alloc.cache_hit_tokens == ref_alloc.cache_hit_tokens
+    if isinstance(alloc, BlockManager) and alloc.host is not None:
+        assert alloc.host_hit_tokens == ref_alloc.host_hit_tokens
+        assert (alloc.host.stored_blocks, alloc.host.loaded_blocks, alloc.swapped_out) == (
+            ref_alloc.host.stored_blocks, ref_alloc.host.loaded_blocks, ref_alloc.swapped_out)
     assert sorted((s.request_id, s.sample, s.output_ids, s.preempted) for s in seen) == sorted(
         (s.request_id, s.sample, s.output_ids, s.preempted) for s in sched.finished)
     # Every record stands for exactly the steps it jumped over.
@@ -134,9 +143,12 @@ def workloads(draw):
         blocks = draw(st.integers(need, 4 * need + 8))
         watermark = draw(st.sampled_from([0, 0, 1, 2]))
         caching = draw(st.booleans())
+        host = draw(st.sampled_from([0, 0, 1, 4, 64]))  # a host tier under the prefix cache, in blocks
+        swap = host > 0 and draw(st.booleans())  # preemption=swap, into that tier
 
         def make():
-            return BlockManager(blocks, block_size, prefix_caching=caching, watermark_blocks=watermark)
+            return BlockManager(blocks, block_size, prefix_caching=caching, watermark_blocks=watermark,
+                                host_blocks=host, swap=swap)
     else:
         lanes = draw(st.integers(1, 6))
 
@@ -158,7 +170,8 @@ TINY = ModelCost(params=10**9, weight_bytes=2 * 10**9, kv_bytes_per_token=10**5,
 
 def tiny_clock(count: int) -> CostModel:
     gpu = GpuSpec("test", memory_gb=24, bandwidth_gbps=1000, tflops=100, bw_efficiency=0.5, flops_efficiency=0.5,
-                  step_overhead_us=100, interconnect_gbps=50, interconnect_latency_us=5, count=count)
+                  step_overhead_us=100, interconnect_gbps=50, interconnect_latency_us=5, count=count,
+                  host_link_gbps=20, host_link_latency_us=5)
     return CostModel(gpu, TINY)
 
 
