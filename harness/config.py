@@ -228,6 +228,10 @@ class Config:
     # What a preemption does with the victim's KV (paged): recompute (free it, prefill it again later)
     # | swap (copy its blocks to the host tier, device.host_kv_gb > 0, and back when it resumes).
     preemption: str = "recompute"
+    # How the simulated clock prices host-tier and swap copies (harness/serving/cost_model.py): batched (one
+    # gather copy per layer's K and V and direction per step, as this engine does) | per_block (a copy per
+    # block, as vLLM's swap_blocks did when the PagedAttention paper measured swap, its Fig. 19).
+    host_copy: str = "batched"
     repeat: int = 1  # run the measured job this many times; rows report the median
     # CPU: torch's intra-op threads (None: the cores other work leaves free at the job's start,
     # all of them on an idle machine). Latency runs on a shared machine want fewer: an OpenMP

@@ -201,6 +201,7 @@ def validate(cfg: Config) -> None:
     _check(d.host_kv_gb is None or 0 <= d.host_kv_gb < float("inf"),
            f"device.host_kv_gb={d.host_kv_gb} must be >= 0 and finite (null or 0: no host tier)")
     _one_of("preemption", cfg.preemption, ("recompute", "swap"))
+    _one_of("host_copy", cfg.host_copy, ("batched", "per_block"))
     _check(cfg.preemption != "swap" or bool(d.host_kv_gb),
            f"preemption=swap copies a victim's blocks to the host tier: set device.host_kv_gb > 0 "
            f"(device.host_kv_gb={d.host_kv_gb})")

@@ -16,6 +16,7 @@ from harness.report.collect import Collection, collect, contended_rows
 from harness.report.figures import impl_palette, save, theme
 from harness.report.markdown import SECTIONS, render
 from harness.report.memory_plots import kv_breakdown, max_concurrency, memory_vs_concurrency, memory_vs_concurrency_more
+from harness.report.reuse_plots import hit_rate_vs_cache, ttft_vs_hit_rate
 from harness.report.stale import stale_reasons
 from harness.report.service_plots import goodput, kv_over_time, normalized_latency
 from harness.report.speed_plots import decode_throughput, gpu_comparison, kernel_latency_bandwidth
@@ -90,6 +91,8 @@ def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = 
             "kv_over_time": kv_over_time(col.steps, drawn_rows, palette),
             "kernel_latency_bandwidth": kernel_latency_bandwidth(drawn_rows, palette),
             "gpu_comparison": gpu_comparison(drawn_rows, palette),
+            "reuse_hit_rate": hit_rate_vs_cache(drawn_rows),
+            "reuse_ttft": ttft_vs_hit_rate(drawn_rows),
         }
         for name, fig in drawn.items():
             if fig is not None:

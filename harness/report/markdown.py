@@ -12,6 +12,7 @@ from harness.report.hardware import with_peak
 from harness.report.kv_dtype import kv_dtype_section
 from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
 from harness.report.parity import parity_section
+from harness.report.reuse_plots import reuse_table
 from harness.report.service_plots import max_rate_table, service_table
 from harness.report.summary import Headline, concurrency_headlines, memory_headlines, rate_headlines
 from harness.report.tables import cell, md_table, pick
@@ -140,6 +141,8 @@ SECTIONS = [
     ("goodput", "Goodput vs request rate"),
     ("kv_over_time", "KV memory over time"),
     ("kernel_latency_bandwidth", "Kernel latency and bandwidth vs context length"),
+    ("reuse_hit_rate", "Prefix hit rate vs KV cache size, per eviction policy and host tier"),
+    ("reuse_ttft", "TTFT vs prefix hit rate"),
     ("gpu_comparison", "Across GPUs"),
 ]
 
@@ -199,6 +202,23 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
                 "holding token states.\n")
     if name == "kernel_latency_bandwidth":
         return REFERENCE_NOTE + md_table(as_reference(kernel_table(col.rows)))
+    if name == "reuse_hit_rate":
+        t = reuse_table(col.rows)
+        t = t.assign(hit=t["prefix_hit_rate"].map(lambda v: f"{100 * v:.1f}%"),
+                     ideal=t["prefix_hit_rate_ideal"].map(lambda v: f"{100 * v:.1f}%"),
+                     ttft_s=(t["ttft_ms_p50"] / 1e3) if "ttft_ms_p50" in t else None)
+        return ("Prompt tokens served from the prefix cache (the device's, then the host tier's) at each request's "
+                "first admission, over every prompt token of the workload; as in vLLM, a prompt's last token is "
+                "always computed. The ideal is an unbounded cache's, from the workload alone.\n\n"
+                + md_table(pick(t, {"device_slug": "device", "model": "model", "workload": "workload",
+                                    "clock": "clock", "block_size": "block", "kv_gb": "KV GB", "policy": "eviction",
+                                    "host_gb": "host tier GB", "hit": "hit rate", "ideal": "ideal",
+                                    "host_hit_tokens": "host-hit tokens", "evicted_blocks": "evicted blocks",
+                                    "recomputed_tokens": "recomputed tokens", "ttft_s": "TTFT p50 s"})))
+    if name == "reuse_ttft":
+        return ("A host tier copies its hits back, and the evicted blocks out, over the host link before the step "
+                "that needs them (no overlap with compute; `host_copy`): where hits are rare the stores cost more "
+                "than the hits save.\n")
     if name == "gpu_comparison":
         table, note = gpu_table(col.rows, max_spread)
         return ("Peak bandwidth from conf/gpu/ (each GPU's datasheet figure), else the row's "

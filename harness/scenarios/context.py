@@ -227,6 +227,9 @@ class JobContext:
             # the host tier and what preemption does, where a paged pool has them (impls/host_tier.py)
             "host_kv_gb": (cfg.device.host_kv_gb or None) if impl and impl.cache == "paged" else None,
             "preemption": cfg.preemption if impl and impl.cache == "paged" else None,
+            # how a simulated clock priced the host copies, where there are any to price
+            "host_copy": cfg.host_copy if impl and impl.cache == "paged" and (cfg.device.host_kv_gb or 0) > 0
+            and cfg.gpu is not None else None,
             "model": cfg.model.name,
             "dtype": cfg.dtype,
             "kv_dtype": cfg.kv_dtype,

@@ -46,13 +46,18 @@ NVLink-C2C where that is the link) between steps:
 
     hlink  host <-> device bandwidth per GPU and direction, bytes/s (``host_link_gbps``)
     hlat   fixed cost of one transfer, s (``host_link_latency_us``)
-    host_copy_s(N, b) = N * (2*L*hlat + b*kvb / (n*hlink))
-        N blocks of b tokens, each moved as 2*L transfers (its K and its V of every layer, one copy
-        each, as vLLM's swap_blocks issues them); each GPU moves its 1/n of the KV over its own link.
+    host_copy_s(S, D, b) = T * 2*L*hlat + (S + D) * b*kvb / (n*hlink)
+        S blocks stored (device -> host) and D loaded (host -> device), of b tokens; each GPU moves
+        its 1/n of the KV over its own link. T counts the transfers (``host_copy``):
+        - batched (default): one gather copy per layer's K and V and per direction for the step's
+          blocks, as kvbench's own engine does (impls/paged.py ``copy_host``) and today's offloading
+          engines do: T = [S > 0] + [D > 0];
+        - per_block: one copy per block, as vLLM's swap_blocks issued them when the PagedAttention
+          paper measured swapping: T = S + D. Small blocks then pay hlat more often, what makes swap
+          lose at small blocks (the paper's Fig. 19).
         The step waits for its copies: they do not overlap compute (a copy back must land before
-        attention reads it; an evicted block's store must leave before the step overwrites it), so
-        a step that copies costs its compute plus host_copy_s. Small blocks pay hlat more often:
-        what makes swap lose at small blocks (the PagedAttention paper's Fig. 19).
+        attention reads it; an evicted block's store must leave before the step overwrites it).
+        An engine that stores asynchronously, or overlaps loads with earlier layers, pays less.
 
 Left out on purpose: prefill attention FLOPs (quadratic in the prompt; small next to 2*P*T at
 these lengths), KV writes and activation traffic, sampling, and any overlap of communication
@@ -155,6 +160,7 @@ class CostModel:
 
     gpu: GpuSpec
     model: ModelCost
+    per_block: bool = False  # host copies: a transfer per block (host_copy=per_block), else one per direction
 
     @property
     def bytes_per_s(self) -> float:  # n*A: the weights' streaming rate
@@ -195,17 +201,19 @@ class CostModel:
         floor = self.gpu.prefill_weight_multiple * self.weights_s()
         return self.overhead_s + max(compute, floor) + self.comm_s(tokens)
 
-    def host_copy_s(self, blocks: int, block_tokens: int) -> float:
-        """``blocks`` blocks of ``block_tokens`` tokens between host and device (either way): not overlapped."""
+    def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
+        """``stores`` blocks device -> host then ``loads`` host -> device, of ``block_tokens`` tokens: not
+        overlapped; ``self.per_block`` (host_copy=per_block): a transfer per block, else one per direction."""
+        blocks = stores + loads
         if not blocks:
             return 0.0
         g, m = self.gpu, self.model
         if g.host_link_gbps is None:
             raise ConfigError(f"gpu={g.name}: a host tier or swap copies over the host link, but gpu.host_link_gbps "
                               f"is not set (conf/gpu/{g.name}.yaml or gpu.host_link_gbps=GBPS)")
-        per_block = (2 * m.num_layers * g.host_link_latency_us * 1e-6
-                     + block_tokens * m.kv_bytes_per_token / (g.count * g.host_link_gbps * 1e9))
-        return blocks * per_block
+        transfers = blocks if self.per_block else (stores > 0) + (loads > 0)
+        return (transfers * 2 * m.num_layers * g.host_link_latency_us * 1e-6
+                + blocks * block_tokens * m.kv_bytes_per_token / (g.count * g.host_link_gbps * 1e9))
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """``steps`` decode steps of ``batch`` sequences; the first reads ``kv_tokens_read`` KV tokens,
@@ -243,4 +251,5 @@ def cost_model_for(cfg: Config) -> CostModel:
     """The clock of a resolved ``Config`` whose ``gpu`` is set."""
     if cfg.gpu is None:
         raise ConfigError("the simulated clock needs a GPU: gpu=NAME (conf/gpu/)")
-    return CostModel(gpu_spec(cfg.gpu), model_cost(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale))
+    return CostModel(gpu_spec(cfg.gpu), model_cost(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale),
+                     per_block=cfg.host_copy == "per_block")

@@ -132,13 +132,13 @@ class ProfiledClock:
                 return self.fallback.prefill_s(tokens)
         return max(0.0, self._prefill(max(tokens, lo)))
 
-    def host_copy_s(self, blocks: int, block_tokens: int) -> float:
+    def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
         """A profile times no host copies: the roofline's host link prices them (gpu=NAME)."""
-        if not blocks:
+        if not stores + loads:
             return 0.0
         if self.fallback is None:
             raise ValueError("a host tier or swap on a profiled clock needs gpu=NAME for its host link")
-        return self.fallback.host_copy_s(blocks, block_tokens)
+        return self.fallback.host_copy_s(stores, loads, block_tokens)
 
     def _around(self, batch: int) -> tuple[int, int, float]:
         """The profiled batches whose lines price ``batch``, and the weight of the second."""

@@ -47,7 +47,7 @@ class StepClock(Protocol):
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float: ...
 
-    def host_copy_s(self, blocks: int, block_tokens: int) -> float: ...
+    def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float: ...
 
 
 @dataclass
@@ -197,7 +197,7 @@ class _Run:
         copies = plan.host_copies
         if not copies or self.clock is None:
             return 0.0
-        return self.clock.host_copy_s(copies.num_blocks, self.alloc.block_size)
+        return self.clock.host_copy_s(len(copies.stores), len(copies.loads), self.alloc.block_size)
 
     def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int,
                 preemptions: int = 0, host_s: float = 0.0) -> StepRecord:

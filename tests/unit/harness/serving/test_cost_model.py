@@ -118,19 +118,24 @@ def test_zero_overhead_and_latency_are_allowed():
 
 
 def test_host_copies_by_hand():
-    """N blocks of b tokens: N * (2*L*hlat + b*kvb / (n*hlink)); small blocks pay the latency more often."""
-    c = clock(host_link_gbps=50, host_link_latency_us=5)
-    # 3 blocks of 16 tokens, 4 layers: 3 * (8 * 5e-6 + 16 * 1e5 / 50e9)
-    assert c.host_copy_s(3, 16) == pytest.approx(3 * (8 * 5e-6 + 16e5 / 50e9))
-    assert clock(2, host_link_gbps=50, host_link_latency_us=5).host_copy_s(3, 16) == pytest.approx(
-        3 * (8 * 5e-6 + 16e5 / 100e9))  # each GPU moves its half over its own link
-    assert c.host_copy_s(0, 16) == 0.0
+    """S stores and D loads of b tokens: T transfers of 2*L*hlat plus (S + D) * b*kvb / (n*hlink) bytes' time."""
+    per_block = CostModel(clock(host_link_gbps=50, host_link_latency_us=5).gpu, MODEL, per_block=True)
+    # 3 blocks of 16 tokens, 4 layers, a transfer per block: 3 * (8 * 5e-6 + 16 * 1e5 / 50e9)
+    assert per_block.host_copy_s(1, 2, 16) == pytest.approx(3 * (8 * 5e-6 + 16e5 / 50e9))
+    two = CostModel(clock(2, host_link_gbps=50, host_link_latency_us=5).gpu, MODEL, per_block=True)
+    assert two.host_copy_s(3, 0, 16) == pytest.approx(3 * (8 * 5e-6 + 16e5 / 100e9))  # each GPU: its half
+    assert per_block.host_copy_s(0, 0, 16) == 0.0
     # The same tokens in blocks of 8 cost more than in blocks of 128: only the latency differs.
-    assert c.host_copy_s(16, 8) > c.host_copy_s(1, 128)
+    assert per_block.host_copy_s(0, 16, 8) > per_block.host_copy_s(0, 1, 128)
+    # Batched (the default): one transfer per direction, whatever the blocks; the bytes are the same.
+    batched = clock(host_link_gbps=50, host_link_latency_us=5)
+    assert batched.host_copy_s(1, 2, 16) == pytest.approx(2 * 8 * 5e-6 + 3 * 16e5 / 50e9)
+    assert batched.host_copy_s(0, 3, 16) == pytest.approx(8 * 5e-6 + 3 * 16e5 / 50e9)
+    assert batched.host_copy_s(0, 16, 8) == pytest.approx(batched.host_copy_s(0, 1, 128))
 
 
 def test_host_copies_need_a_host_link():
     with pytest.raises(ConfigError, match="host_link_gbps"):
-        clock().host_copy_s(1, 16)
+        clock().host_copy_s(1, 0, 16)
     with pytest.raises(ConfigError, match="host_link_gbps"):
         clock(host_link_gbps=0)

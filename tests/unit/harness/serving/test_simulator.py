@@ -72,7 +72,8 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
             else:
                 duration = clock.decode_s(len(touched), read)
             if plan.host_copies:  # the step waits for its host-tier copies
-                duration += clock.host_copy_s(plan.host_copies.num_blocks, alloc.block_size)
+                duration += clock.host_copy_s(len(plan.host_copies.stores), len(plan.host_copies.loads),
+                                              alloc.block_size)
         steps.append(Step(kind, len(touched), tokens, read, len(sched.waiting), usage.reserved_tokens * BPT,
                           usage.used_tokens * BPT, now, duration))
         now += duration
