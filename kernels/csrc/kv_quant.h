@@ -1,9 +1,10 @@
 // A quantized KV cache's one-byte elements decoded to float, for the C++ CPU kernel and the
 // CUDA kernel (and so its emulator) alike (formats: kernels/kv_formats.py; scales: kernels/quant.py).
 //
-// Exact bit decodes, no lookup: the CUDA kernel decodes in registers, and the CPU kernel builds
-// its 256-entry tables from these once. Every byte value decodes as torch's cast to float32
-// does (tests/unit/kernels/test_cuda_op.py checks all 256 of each format through the op).
+// Exact bit decodes, no lookup table: the CUDA kernel decodes in registers (the C++ CPU kernel
+// has branch-free twins that vectorise, paged_attention_cpu.cpp). Every byte value decodes as
+// torch's cast to float32 does (tests/helpers/byte_decode_cases.py checks all 256 of each
+// format through the op and through the emulated CUDA kernels).
 // - float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities; S.1111.111 is NaN.
 // - float8_e5m2: 1 sign, 5 exponent (bias 15), 2 mantissa bits; IEEE-style inf and NaN.
 // - int8: the integer itself (symmetric quantization: stored * scale).

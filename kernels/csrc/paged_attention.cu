@@ -250,7 +250,8 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   const bool dynamic = kQuant && p.scale_mode == kvbench_quant::kScaleTokenHead;
   auto row_scale = [&](const float* scales, int t) {
     if (!dynamic) return scales[0];
-    const int64_t slot = (static_cast<int64_t>(table_s[t >> p.log2_block_size]) << p.log2_block_size) + (t & block_mask);
+    const int64_t block = table_s[t >> p.log2_block_size];
+    const int64_t slot = (block << p.log2_block_size) + (t & block_mask);
     return scales[slot * p.kv_heads + kv_head];
   };
 
@@ -782,7 +783,8 @@ const char* kvbench_cuda_status_string(int status) {
   switch (status) {
     case kErrDtype:
       return "unsupported dtype (q: float32, float16, bfloat16; cache: q's, or float8_e4m3fn, float8_e5m2, int8)";
-    case kErrScales: return "a quantized cache needs k_scale and v_scale (per tensor or per token and head); a float one none";
+    case kErrScales:
+      return "a quantized cache needs k_scale and v_scale (per tensor or per token and head); a float one none";
     case kErrHeadDim: return "unsupported head_dim (64, 80, 96, 128, 256)";
     case kErrAlignment: return "k_cache/v_cache must be 16-byte aligned with strides in whole 16-byte chunks";
     case kErrSharedMemory: return "the decode kernel needs more shared memory per block than this GPU has";
