@@ -21,7 +21,9 @@ import torch
 
 from kernels.build_cache import BuildSpec
 from kernels.cuda_op import CSRC, CUDA_SOURCE, EMULATED_SOURCE, build_and_load, find_cxx
-from kernels.validate import check_decode_args, check_write_args
+from kernels.quant import KVScales
+from kernels.reference import write_kv_ref
+from kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 SOURCES = (CSRC / "ops.cpp", EMULATED_SOURCE)
 # -fno-strict-aliasing: the kernels reinterpret 16-byte loads as halves, as CUDA allows.
@@ -42,21 +44,28 @@ def load() -> Path:
 
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-           context_lens: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Decode attention by the CUDA kernels, emulated; fills ``out`` if given (kernels/reference.py)."""
-    check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
+           context_lens: torch.Tensor, scale: float, out: torch.Tensor | None = None, *,
+           scales: KVScales | None = None) -> torch.Tensor:
+    """Decode attention by the CUDA kernels, emulated; fills ``out`` if given (kernels/reference.py).
+    A quantized cache comes with its ``scales`` (kernels/quant.py), as for the real op."""
+    check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out, scales=scales, quantized=QUANTIZED_DTYPES)
     load()
+    extra = () if scales is None else (scales.k, scales.v)
     if out is None:
         return torch.ops.kvbench_emu.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
-                                                            float(scale))
+                                                            float(scale), *extra)
     torch.ops.kvbench_emu.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale),
-                                                     out)
+                                                     out, *extra)
     return out
 
 
 def write(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-          slot_mapping: torch.Tensor) -> None:
-    """Store key/value rows into their slots by the CUDA write kernel, emulated; slot < 0 is skipped."""
-    check_write_args(key, value, k_cache, v_cache, slot_mapping)
+          slot_mapping: torch.Tensor, *, scales: KVScales | None = None) -> None:
+    """Store key/value rows into their slots by the CUDA write kernel, emulated; slot < 0 is skipped.
+    A quantized cache is written by the reference's quantizer, as the real op does (kernels/cuda_op.py)."""
+    check_write_args(key, value, k_cache, v_cache, slot_mapping, scales=scales, quantized=QUANTIZED_DTYPES)
+    if scales is not None:
+        write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip=True, scales=scales)
+        return
     load()
     torch.ops.kvbench_emu.write_kv(key, value, k_cache, v_cache, slot_mapping)

@@ -21,13 +21,15 @@ from pathlib import Path
 import torch
 
 from kernels.build_cache import BuildError, BuildSpec, build_timeout_s, ensure_built
-from kernels.validate import check_decode_args, check_write_args
+from kernels.quant import KVScales
+from kernels.reference import write_kv_ref
+from kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = (CSRC / "ops.cpp", CSRC / "paged_attention_cpu.cpp")
 CUDA_SOURCE = CSRC / "paged_attention.cu"
 # Headers the sources include: never compiled alone, yet a change to one must rebuild.
-HEADERS = (CSRC / "paged_attention.h", CSRC / "cuda_compat.h", CSRC / "cuda_emulation.h")
+HEADERS = (CSRC / "paged_attention.h", CSRC / "cuda_compat.h", CSRC / "cuda_emulation.h", CSRC / "kv_quant.h")
 # The CPU emulator's build of the CUDA source (kernels/cuda_emulated.py): ops.cpp plus this.
 EMULATED_SOURCE = CSRC / "paged_attention_emulated.cpp"
 CXX_CANDIDATES = ("c++", "g++")
@@ -132,11 +134,11 @@ def _register_fakes() -> None:
     """Shape-only implementations so torch.compile and FakeTensor can trace the ops."""
 
     @torch.library.register_fake("kvbench::paged_decode_attention")
-    def _decode_fake(q, k_cache, v_cache, block_tables, context_lens, scale):
+    def _decode_fake(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale=None, v_scale=None):
         return q.new_empty(q.shape)
 
     @torch.library.register_fake("kvbench::paged_decode_attention_out")
-    def _decode_out_fake(q, k_cache, v_cache, block_tables, context_lens, scale, out):
+    def _decode_out_fake(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale=None, v_scale=None):
         return None
 
     @torch.library.register_fake("kvbench::write_kv")
@@ -161,18 +163,31 @@ def paged_decode_attention_cuda(
     out: torch.Tensor | None = None,
     *,
     validate: bool = True,
+    scales: KVScales | None = None,
 ) -> torch.Tensor:
     """Decode attention over the paged cache (kernels/reference.py); fills ``out`` if given.
 
+    A quantized cache (fp8 / int8 stores, kernels/quant.py) comes with its ``scales``; the
+    kernels read its bytes as they are and dequantize them in registers.
     ``validate=False`` skips the argument checks: for a caller that already checked
     tensors of these shapes (a KV cache checks the first layer of a step).
     """
     if validate:
-        check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out)
+        check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out,
+                          scales=scales, quantized=QUANTIZED_DTYPES)
     _ensure_loaded()
+    if scales is None:  # the float cache's call, as before the quantized one existed
+        if out is None:
+            return torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
+                                                            float(scale))
+        torch.ops.kvbench.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale),
+                                                     out)
+        return out
     if out is None:
-        return torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, float(scale))
-    torch.ops.kvbench.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale), out)
+        return torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, float(scale),
+                                                        scales.k, scales.v)
+    torch.ops.kvbench.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale), out,
+                                                 scales.k, scales.v)
     return out
 
 
@@ -184,13 +199,20 @@ def write_kv_cuda(
     slot_mapping: torch.Tensor,
     *,
     validate: bool = True,
+    scales: KVScales | None = None,
 ) -> None:
     """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots; slot < 0 is skipped.
 
+    A quantized cache (``scales``) is written by the torch reference's quantizer
+    (kernels/quant.py): the op has no quantizing write kernel yet, and skipping a slot < 0
+    there selects the kept rows, a device-to-host sync on a GPU.
     ``validate=False`` skips the argument checks, as for the decode.
     """
     if validate:
-        check_write_args(key, value, k_cache, v_cache, slot_mapping)
+        check_write_args(key, value, k_cache, v_cache, slot_mapping, scales=scales, quantized=QUANTIZED_DTYPES)
+    if scales is not None:
+        write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip=True, scales=scales)
+        return
     _ensure_loaded()
     torch.ops.kvbench.write_kv(key, value, k_cache, v_cache, slot_mapping)
 

@@ -22,8 +22,8 @@ SLAB_KERNELS = ("sdpa",)  # over a contiguous slab
 KERNELS = (*SLAB_KERNELS, *PAGED_KERNELS)  # the built-in names; a kernel module's dotted path is allowed too
 # The cache's kv_dtype values each kernel reads (kernels/kv_formats.py); a kernel module by dotted path
 # takes the reference's signature without ``scales``: float caches only. The CUDA op (its .cu, C++ CPU
-# twin and emulator) has no quantized path yet.
-KV_DTYPE_SUPPORT = {"sdpa": KV_DTYPES, "torch": KV_DTYPES, "triton": KV_DTYPES, "cuda": ("auto",)}
+# twin and emulator) decodes every one; its write quantizes through the reference (kernels/cuda_op.py).
+KV_DTYPE_SUPPORT = {"sdpa": KV_DTYPES, "torch": KV_DTYPES, "triton": KV_DTYPES, "cuda": KV_DTYPES}
 
 
 def kv_dtype_refusal(kernel: str, kv_dtype: str) -> str | None:
@@ -128,8 +128,9 @@ def _sdpa() -> PagedKernel:
 
 def _cuda_decode(decode_op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     # The op reads the context lengths on the device: it takes no host bound.
-    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True):
-        return decode_op(q, k_cache, v_cache, block_tables, context_lens, scale, out, validate=validate)
+    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
+               scales=None):
+        return decode_op(q, k_cache, v_cache, block_tables, context_lens, scale, out, validate=validate, scales=scales)
 
     return decode
 

@@ -16,6 +16,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+
+#include "kv_quant.h"
 
 #if defined(KVBENCH_WITH_CUDA) || defined(KVBENCH_CUDA_EMULATION)
 #define KVBENCH_CUDA_LAUNCHERS
@@ -36,21 +39,31 @@ namespace kvbench {
 
 void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                                    at::Tensor& out);
+                                    at::Tensor& out, const std::optional<at::Tensor>& k_scale,
+                                    const std::optional<at::Tensor>& v_scale);
 void write_kv_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping);
 
 namespace {
 
+using OptTensor = std::optional<at::Tensor>;
+
+// A quantized cache's one-byte element types (kernels/kv_formats.py), read by the decode only.
+bool is_quantized(at::ScalarType dtype) {
+  return dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2 || dtype == at::kChar;
+}
+
 // The Python wrappers check more, with nicer errors (kernels/validate.py); these
 // guard the kernels when the op is called directly through torch.ops.
-void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache, const char* op) {
+void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache, const char* op, bool quantized_ok = false) {
   TORCH_CHECK(k_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(), op,
               ": k_cache and v_cache must both be [num_blocks, block_size, kv_heads, head_dim]");
   TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), op, ": k_cache and v_cache dtypes differ");
   const auto dtype = k_cache.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, op,
-              ": cache dtype must be float32, float16 or bfloat16, got ", dtype);
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16 ||
+                  (quantized_ok && is_quantized(dtype)),
+              op, ": cache dtype must be float32, float16 or bfloat16",
+              quantized_ok ? " (or float8_e4m3fn, float8_e5m2, int8 with k_scale and v_scale)" : "", ", got ", dtype);
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), op, ": k_cache and v_cache must be contiguous");
   const int64_t block_size = k_cache.size(1);
   TORCH_CHECK(block_size >= 1 && block_size <= 128 && (block_size & (block_size - 1)) == 0, op,
@@ -59,12 +72,37 @@ void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache, const cha
   TORCH_CHECK(k_cache.device() == v_cache.device(), op, ": k_cache and v_cache are on different devices");
 }
 
+// A quantized cache's scales (kernels/quant.py KVScales): both or neither, only with a one-byte
+// cache; fp32, contiguous, 0-dim (per tensor) or [num_blocks, block_size, kv_heads] (per token
+// and kv head), alike, on the cache's device.
+void check_scales(const at::Tensor& k_cache, const OptTensor& k_scale, const OptTensor& v_scale, const char* op) {
+  const bool quantized = is_quantized(k_cache.scalar_type());
+  TORCH_CHECK(k_scale.has_value() == v_scale.has_value(), op, ": give both k_scale and v_scale, or neither");
+  TORCH_CHECK(k_scale.has_value() == quantized, op, ": a ", k_cache.scalar_type(), " cache ",
+              quantized ? "needs" : "takes no", " k_scale and v_scale");
+  if (!quantized) return;
+  for (const at::Tensor* s : {&*k_scale, &*v_scale}) {
+    TORCH_CHECK(s->scalar_type() == at::kFloat && s->is_contiguous() && s->device() == k_cache.device(), op,
+                ": k_scale and v_scale must be contiguous float32 on the cache's device");
+    TORCH_CHECK(s->dim() == 0 || s->sizes() == k_cache.sizes().slice(0, 3), op,
+                ": a scale must be 0-dim (per tensor) or [num_blocks, block_size, kv_heads], got ", s->sizes());
+  }
+  TORCH_CHECK(k_scale->sizes() == v_scale->sizes(), op, ": k_scale and v_scale differ in shape");
+}
+
 void check_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                  const at::Tensor& block_tables, const at::Tensor& context_lens) {
+                  const at::Tensor& block_tables, const at::Tensor& context_lens, const OptTensor& k_scale,
+                  const OptTensor& v_scale) {
   const char* op = "kvbench.paged_decode_attention";
-  check_cache(k_cache, v_cache, op);
+  check_cache(k_cache, v_cache, op, /*quantized_ok=*/true);
+  check_scales(k_cache, k_scale, v_scale, op);
   TORCH_CHECK(q.dim() == 3, op, ": q must be [batch, heads, head_dim]");
-  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), op, ": q and cache dtypes differ");
+  if (is_quantized(k_cache.scalar_type())) {
+    TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
+                op, ": q must be float32, float16 or bfloat16, got ", q.scalar_type());
+  } else {
+    TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), op, ": q and cache dtypes differ");
+  }
   TORCH_CHECK(q.size(2) == k_cache.size(3), op, ": q head_dim ", q.size(2), " != cache head_dim ", k_cache.size(3));
   TORCH_CHECK(q.size(1) % k_cache.size(2) == 0, op, ": query heads ", q.size(1), " not a multiple of kv_heads ",
               k_cache.size(2));
@@ -106,16 +144,18 @@ void check_write(const at::Tensor& key, const at::Tensor& value, const at::Tenso
 
 #ifndef KVBENCH_CUDA_EMULATION
 void decode_out_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                    const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out) {
-  check_decode(q, k_cache, v_cache, block_tables, context_lens);
+                    const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out,
+                    const OptTensor& k_scale, const OptTensor& v_scale) {
+  check_decode(q, k_cache, v_cache, block_tables, context_lens, k_scale, v_scale);
   check_out(q, out);
-  paged_decode_attention_cpu_out(q, k_cache, v_cache, block_tables, context_lens, scale, out);
+  paged_decode_attention_cpu_out(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale, v_scale);
 }
 
 at::Tensor decode_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                      const at::Tensor& block_tables, const at::Tensor& context_lens, double scale) {
+                      const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                      const OptTensor& k_scale, const OptTensor& v_scale) {
   at::Tensor out = at::empty(q.sizes(), q.options());
-  decode_out_cpu(q, k_cache, v_cache, block_tables, context_lens, scale, out);
+  decode_out_cpu(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale, v_scale);
   return out;
 }
 
@@ -127,8 +167,15 @@ void write_kv_cpu_checked(const at::Tensor& key, const at::Tensor& value, at::Te
 #endif
 
 #ifdef KVBENCH_CUDA_LAUNCHERS
-int dtype_code(at::ScalarType dtype) {
-  return dtype == at::kFloat ? 0 : dtype == at::kHalf ? 1 : 2;  // check_cache allowed only these
+int dtype_code(at::ScalarType dtype) {  // check_cache allowed only these
+  switch (dtype) {
+    case at::kFloat: return 0;
+    case at::kHalf: return 1;
+    case at::kBFloat16: return 2;
+    case at::kFloat8_e4m3fn: return kvbench_quant::kCacheFp8E4M3;
+    case at::kFloat8_e5m2: return kvbench_quant::kCacheFp8E5M2;
+    default: return kvbench_quant::kCacheInt8;
+  }
 }
 
 void check_status(int status, const char* op) {
@@ -136,8 +183,9 @@ void check_status(int status, const char* op) {
 }
 
 void decode_out_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out) {
-  check_decode(q, k_cache, v_cache, block_tables, context_lens);
+                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out,
+                     const OptTensor& k_scale, const OptTensor& v_scale) {
+  check_decode(q, k_cache, v_cache, block_tables, context_lens, k_scale, v_scale);
   check_out(q, out);
   KVBENCH_DEVICE_GUARD(q);
   const int batch = q.size(0), heads = q.size(1), head_dim = q.size(2);
@@ -150,16 +198,23 @@ void decode_out_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::T
   const int status = kvbench_paged_decode_attention(
       out.data_ptr(), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr<int32_t>(),
       context_lens.data_ptr<int32_t>(), workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
-      dtype_code(q.scalar_type()), batch, heads, k_cache.size(2), head_dim, block_size, width, q.stride(0),
+      dtype_code(q.scalar_type()), dtype_code(k_cache.scalar_type()),
+      k_scale.has_value() ? k_scale->data_ptr<float>() : nullptr,
+      v_scale.has_value() ? v_scale->data_ptr<float>() : nullptr,
+      !k_scale.has_value()       ? kvbench_quant::kScaleNone
+      : k_scale->dim() == 0      ? kvbench_quant::kScaleTensor
+                                 : kvbench_quant::kScaleTokenHead,
+      batch, heads, k_cache.size(2), head_dim, block_size, width, q.stride(0),
       q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
       block_tables.stride(0), static_cast<float>(scale), KVBENCH_CURRENT_STREAM());
   check_status(status, "kvbench.paged_decode_attention");
 }
 
 at::Tensor decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                       const at::Tensor& block_tables, const at::Tensor& context_lens, double scale) {
+                       const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                       const OptTensor& k_scale, const OptTensor& v_scale) {
   at::Tensor out = at::empty(q.sizes(), q.options());
-  decode_out_cuda(q, k_cache, v_cache, block_tables, context_lens, scale, out);
+  decode_out_cuda(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale, v_scale);
   return out;
 }
 
@@ -182,13 +237,15 @@ void write_kv_cuda(const at::Tensor& key, const at::Tensor& value, at::Tensor& k
 namespace {
 
 void define_ops(torch::Library& m) {
+  // k_scale / v_scale: a quantized cache's (float8_e4m3fn, float8_e5m2 or int8) fp32 scales, 0-dim
+  // per tensor or [num_blocks, block_size, kv_heads] per token and kv head; None for a float cache.
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-      "Tensor context_lens, float scale) -> Tensor");
+      "Tensor context_lens, float scale, Tensor? k_scale=None, Tensor? v_scale=None) -> Tensor");
   // The out-variant: the kernel scenario and the engine pass a preallocated output (no extra copy).
   m.def(
       "paged_decode_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-      "Tensor context_lens, float scale, Tensor(a!) out) -> ()");
+      "Tensor context_lens, float scale, Tensor(a!) out, Tensor? k_scale=None, Tensor? v_scale=None) -> ()");
   m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
 }
 

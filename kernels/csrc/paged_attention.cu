@@ -12,6 +12,12 @@
 // fp32 partial result plus its softmax max and sum, and a second kernel merges
 // them. Scores, softmax and accumulation are fp32 whatever the cache dtype.
 //
+// A quantized cache (one byte per element: fp8 e4m3 / e5m2 or int8, kv_quant.h) streams
+// through the same ring as raw bytes (a 16-byte load is 16 elements) and is decoded in
+// registers. Its scales (kernels/quant.py): per tensor, K's multiplies each score and V's
+// the output, once; per token and kv head, each row's K scale multiplies its score and its
+// V scale its probability as it weights the row. A float cache compiles none of this.
+//
 // The same source runs on CPU under cuda_emulation.h (see cuda_compat.h), which is how
 // the tests check these kernels and launchers on a machine with no GPU.
 //
@@ -27,6 +33,7 @@
 #include "paged_attention.h"
 
 #include "cuda_compat.h"
+#include "kv_quant.h"
 
 #include <atomic>
 #include <cstddef>
@@ -51,12 +58,16 @@ constexpr int kErrSharedMemory = -4;
 constexpr int kErrBlockSize = -5;
 constexpr int kErrShape = -6;
 constexpr int kErrGrid = -7;
+constexpr int kErrScales = -8;
 
 enum DType { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(kvbench_quant::Fp8E4M3 x) { return kvbench_quant::to_float_q(x); }
+__device__ __forceinline__ float to_float(kvbench_quant::Fp8E5M2 x) { return kvbench_quant::to_float_q(x); }
+__device__ __forceinline__ float to_float(int8_t x) { return kvbench_quant::to_float_q(x); }
 
 template <typename T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
@@ -140,6 +151,9 @@ struct DecodeParams {
   const void* v_cache;
   const int32_t* block_tables;
   const int32_t* context_lens;
+  const float* k_scale;  // a quantized cache's (kv_quant.h scale_mode); null for a float cache
+  const float* v_scale;
+  int scale_mode, kv_heads;
   int num_heads, group, head_tiles, log2_block_size, max_context, partition, max_partitions;
   int64_t q_stride_b, q_stride_h, out_stride_b, out_stride_h;
   int64_t cache_stride_block, cache_stride_token, cache_stride_head, bt_stride;
@@ -183,11 +197,13 @@ int head_tiles_for(int group) { return (group + heads_per_block(group) - 1) / he
 // One block: a (kv_head, query-head tile of up to HEADS heads, sequence, partition).
 // The partition's K tiles and then its V tiles go through one cp.async ring; the
 // softmax runs between them while the first V tiles are already in flight.
-template <typename T, int HEAD_DIM, int HEADS>
+// T: q and out; C: the cache's elements (T itself, or a one-byte quantized format).
+template <typename T, typename C, int HEAD_DIM, int HEADS>
 __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeParams p) {
-  using TL = Tiles<T, HEAD_DIM, HEADS>;
-  using L = RowLayout<T, HEAD_DIM>;      // V rows: many lanes per row, few accumulators per lane
-  using LK = RowLayout<T, HEAD_DIM, 8>;  // K rows: few lanes per row, a short shuffle sum per score
+  using TL = Tiles<C, HEAD_DIM, HEADS>;
+  using L = RowLayout<C, HEAD_DIM>;      // V rows: many lanes per row, few accumulators per lane
+  using LK = RowLayout<C, HEAD_DIM, 8>;  // K rows: few lanes per row, a short shuffle sum per score
+  constexpr bool kQuant = sizeof(C) == 1;
   const int kv_head = blockIdx.x / p.head_tiles, head_tile = blockIdx.x % p.head_tiles;
   const int seq = blockIdx.y, part = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
@@ -230,12 +246,20 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   const int64_t head_offset = kv_head * p.cache_stride_head;
   const int num_tiles = (n + TL::kRows - 1) / TL::kRows;  // of K, then as many of V
   const int stream_len = 2 * num_tiles;
+  // A quantized cache's scale of partition row t: its (block, token, kv head)'s, or the layer's.
+  const bool dynamic = kQuant && p.scale_mode == kvbench_quant::kScaleTokenHead;
+  auto row_scale = [&](const float* scales, int t) {
+    if (!dynamic) return scales[0];
+    const int64_t block = table_s[t >> p.log2_block_size];
+    const int64_t slot = (block << p.log2_block_size) + (t & block_mask);
+    return scales[slot * p.kv_heads + kv_head];
+  };
 
   // Starts the copy of stream item i (K tile i, or V tile i - num_tiles) into its stage.
   // Rows past the context are not copied; nothing reads them.
   auto issue = [&](int i) {
     const bool is_v = i >= num_tiles;
-    const T* cache = static_cast<const T*>(is_v ? p.v_cache : p.k_cache);
+    const C* cache = static_cast<const C*>(is_v ? p.v_cache : p.k_cache);
     const int row0 = (is_v ? i - num_tiles : i) * TL::kRows;
     unsigned char* dst = ring + (i % TL::kStages) * TL::kTileBytes;
     for (int c = tid; c < TL::kRows * TL::kChunks; c += kNumThreads) {
@@ -243,7 +267,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
       if (t < n) {
         const int64_t row = static_cast<int64_t>(table_s[t >> p.log2_block_size]) * p.cache_stride_block +
                             (t & block_mask) * p.cache_stride_token + head_offset;
-        kvb_cp_async16(dst + r * TL::kRowBytes + chunk * 16, cache + row + chunk * (16 / sizeof(T)));
+        kvb_cp_async16(dst + r * TL::kRowBytes + chunk * 16, cache + row + chunk * (16 / sizeof(C)));
       }
     }
   };
@@ -252,7 +276,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   // log2(lanes) shuffles; a lane loads all its rows of the tile first, so each q value
   // read from shared memory serves kRowsPerLane rows. Every lane of a warp runs the same
   // trip counts: the shuffles stay converged.
-  auto scores = [&](const T* tile, int row0) {
+  auto scores = [&](const C* tile, int row0) {
     constexpr int kRowStep = kNumWarps * LK::kRowsPerWarp;
     constexpr int kRowsPerLane = (TL::kRows + kRowStep - 1) / kRowStep;
     const int row_in_warp = lane / LK::kLanes, lane_in_row = lane % LK::kLanes;
@@ -293,7 +317,11 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 #pragma unroll
         for (int off = LK::kLanes / 2; off > 0; off >>= 1) s[u] += __shfl_xor_sync(kFullMask, s[u], off);
         const int r = r0 + u * kRowStep;
-        if (r < TL::kRows && row0 + r < n && lane_in_row == 0) prob_s[g * p.partition + row0 + r] = s[u];
+        if (r < TL::kRows && row0 + r < n && lane_in_row == 0) {
+          float score = s[u];
+          if constexpr (kQuant) score *= row_scale(p.k_scale, row0 + r);
+          prob_s[g * p.partition + row0 + r] = score;
+        }
       }
     }
   };
@@ -326,17 +354,22 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   // 3) probs @ V of one V tile into this lane's accumulators: many lanes per row (L), so
   // a lane owns few output elements; row groups and warps are summed once, at the end.
   const int v_row_in_warp = lane / L::kLanes, v_lane_in_row = lane % L::kLanes;
-  auto accumulate = [&](float (&acc)[HEADS][L::kElems], const T* tile, int row0) {
+  auto accumulate = [&](float (&acc)[HEADS][L::kElems], const C* tile, int row0) {
     constexpr int kRowStep = kNumWarps * L::kRowsPerWarp;
     for (int r = warp * L::kRowsPerWarp + v_row_in_warp; r < TL::kRows; r += kRowStep) {
       const int t = row0 + r;
       if (t >= n) break;  // rows only grow
       float v[L::kElems];
       load_row<L>(tile + r * HEAD_DIM, v_lane_in_row, v);
+      float v_row_scale = 1.f;  // per token and kv head: folded into the row's probabilities
+      if constexpr (kQuant) {
+        if (dynamic) v_row_scale = row_scale(p.v_scale, t);
+      }
 #pragma unroll
       for (int g = 0; g < HEADS; ++g) {
         if (g < heads) {
-          const float pr = prob_s[g * p.partition + t];
+          float pr = prob_s[g * p.partition + t];
+          if constexpr (kQuant) pr *= v_row_scale;
 #pragma unroll
           for (int e = 0; e < L::kElems; ++e) acc[g][e] += pr * v[e];
         }
@@ -360,7 +393,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
     __syncthreads();
     if (i + TL::kStages - 1 < stream_len) issue(i + TL::kStages - 1);
     kvb_cp_async_commit();
-    return reinterpret_cast<const T*>(ring + (i % TL::kStages) * TL::kTileBytes);
+    return reinterpret_cast<const C*>(ring + (i % TL::kStages) * TL::kTileBytes);
   };
   for (int i = 0; i < num_tiles; ++i) scores(next(i), i * TL::kRows);
   float acc[HEADS][L::kElems];
@@ -369,7 +402,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 #pragma unroll
     for (int e = 0; e < L::kElems; ++e) acc[g][e] = 0.f;
   for (int i = num_tiles; i < stream_len; ++i) {
-    const T* tile = next(i);
+    const C* tile = next(i);
     if (i == num_tiles) {  // every score is in prob_s (the barrier in next)
       softmax();
       __syncthreads();
@@ -410,6 +443,9 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
 #pragma unroll
     for (int w = 0; w < kNumWarps; ++w) s += red_s[(w * HEADS + g) * HEAD_DIM + d];
     s *= inv_sum_s[g];
+    if constexpr (kQuant) {
+      if (!dynamic) s *= p.v_scale[0];  // per tensor: the layer's V scale, once per output
+    }
     if (split) {
       const int64_t row = (static_cast<int64_t>(seq) * p.num_heads + head0 + g) * p.max_partitions + part;
       p.part_out[row * HEAD_DIM + d] = s;
@@ -561,27 +597,27 @@ cudaError_t allow_optin_smem(int device, int dynamic_max) {
   return err;
 }
 
-template <typename T, int HEAD_DIM, int HEADS>
+template <typename T, typename C, int HEAD_DIM, int HEADS>
 int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) {
-  const int elems = 16 / static_cast<int>(sizeof(T));
+  const int elems = 16 / static_cast<int>(sizeof(C));
   if (!aligned16(p.k_cache) || !aligned16(p.v_cache) || p.cache_stride_block % elems ||
       p.cache_stride_token % elems || p.cache_stride_head % elems)
     return kErrAlignment;
-  const size_t smem = decode_smem_bytes<T, HEAD_DIM, HEADS>(p.group < HEADS ? p.group : HEADS, p.partition);
+  const size_t smem = decode_smem_bytes<C, HEAD_DIM, HEADS>(p.group < HEADS ? p.group : HEADS, p.partition);
   int device = 0, smem_optin = 0;
   cudaError_t err = cudaGetDevice(&device);  // cheap: the calling thread's current device
   if (err == cudaSuccess) err = smem_optin_for(device, &smem_optin);
   if (err != cudaSuccess) return err;
   if (smem > static_cast<size_t>(smem_optin)) return kErrSharedMemory;
   if (smem > 48 * 1024) {  // the kernel has no static shared memory: its dynamic size is all of it
-    err = allow_optin_smem<paged_decode_kernel<T, HEAD_DIM, HEADS>>(device, smem_optin);
+    err = allow_optin_smem<paged_decode_kernel<T, C, HEAD_DIM, HEADS>>(device, smem_optin);
     if (err != cudaSuccess) return err;
   }
   const bool split = p.part_out != nullptr;
   // The driver's grid limits (y and z at most 65535), as a status that names the sizes.
   if (batch > 65535 || p.max_partitions > 65535) return kErrGrid;
   const dim3 grid(kv_heads * p.head_tiles, batch, split ? p.max_partitions : 1);
-  auto* decode_kernel = paged_decode_kernel<T, HEAD_DIM, HEADS>;  // a name without a comma, for the macro
+  auto* decode_kernel = paged_decode_kernel<T, C, HEAD_DIM, HEADS>;  // a name without a comma, for the macro
   KVB_LAUNCH(decode_kernel, grid, kNumThreads, smem, stream, p);
   if (split) {
     const size_t merge_smem = sizeof(float) * (p.max_partitions + kNumWarps);
@@ -596,25 +632,36 @@ int launch_decode(DecodeParams p, int batch, int kv_heads, cudaStream_t stream) 
   return cudaGetLastError();
 }
 
-template <typename T, int HEAD_DIM>
+template <typename T, typename C, int HEAD_DIM>
 int dispatch_heads(const DecodeParams& p, int batch, int kv_heads, cudaStream_t stream) {
   switch (heads_per_block(p.group)) {
-    case 1: return launch_decode<T, HEAD_DIM, 1>(p, batch, kv_heads, stream);
-    case 2: return launch_decode<T, HEAD_DIM, 2>(p, batch, kv_heads, stream);
-    case 4: return launch_decode<T, HEAD_DIM, 4>(p, batch, kv_heads, stream);
-    default: return launch_decode<T, HEAD_DIM, 8>(p, batch, kv_heads, stream);
+    case 1: return launch_decode<T, C, HEAD_DIM, 1>(p, batch, kv_heads, stream);
+    case 2: return launch_decode<T, C, HEAD_DIM, 2>(p, batch, kv_heads, stream);
+    case 4: return launch_decode<T, C, HEAD_DIM, 4>(p, batch, kv_heads, stream);
+    default: return launch_decode<T, C, HEAD_DIM, 8>(p, batch, kv_heads, stream);
   }
 }
 
-template <typename T>
+template <typename T, typename C = T>
 int dispatch_head_dim(int head_dim, const DecodeParams& p, int batch, int kv_heads, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: return dispatch_heads<T, 64>(p, batch, kv_heads, stream);
-    case 80: return dispatch_heads<T, 80>(p, batch, kv_heads, stream);
-    case 96: return dispatch_heads<T, 96>(p, batch, kv_heads, stream);
-    case 128: return dispatch_heads<T, 128>(p, batch, kv_heads, stream);
-    case 256: return dispatch_heads<T, 256>(p, batch, kv_heads, stream);
+    case 64: return dispatch_heads<T, C, 64>(p, batch, kv_heads, stream);
+    case 80: return dispatch_heads<T, C, 80>(p, batch, kv_heads, stream);
+    case 96: return dispatch_heads<T, C, 96>(p, batch, kv_heads, stream);
+    case 128: return dispatch_heads<T, C, 128>(p, batch, kv_heads, stream);
+    case 256: return dispatch_heads<T, C, 256>(p, batch, kv_heads, stream);
     default: return kErrHeadDim;
+  }
+}
+
+// A quantized cache of element type C, read for q / out of dtype.
+template <typename C>
+int dispatch_quantized(int dtype, int head_dim, const DecodeParams& p, int batch, int kv_heads, cudaStream_t stream) {
+  switch (dtype) {
+    case kFloat32: return dispatch_head_dim<float, C>(head_dim, p, batch, kv_heads, stream);
+    case kFloat16: return dispatch_head_dim<__half, C>(head_dim, p, batch, kv_heads, stream);
+    case kBFloat16: return dispatch_head_dim<__nv_bfloat16, C>(head_dim, p, batch, kv_heads, stream);
+    default: return kErrDtype;
   }
 }
 
@@ -635,12 +682,18 @@ size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int kv_hea
 
 int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache, const void* v_cache,
                                    const int32_t* block_tables, const int32_t* context_lens, void* workspace,
-                                   int dtype, int batch, int num_heads, int kv_heads, int head_dim, int block_size,
-                                   int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
+                                   int dtype, int cache_dtype, const float* k_scale, const float* v_scale,
+                                   int scale_mode, int batch, int num_heads, int kv_heads, int head_dim,
+                                   int block_size, int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
                                    int64_t out_stride_b, int64_t out_stride_h, int64_t cache_stride_block,
                                    int64_t cache_stride_token, int64_t cache_stride_head, int64_t block_table_stride,
                                    float scale, cudaStream_t stream) {
   if (kv_heads <= 0 || num_heads % kv_heads != 0 || max_blocks_per_seq < 0) return kErrShape;
+  const bool quantized = cache_dtype != dtype;
+  if (quantized ? (scale_mode != kvbench_quant::kScaleTensor && scale_mode != kvbench_quant::kScaleTokenHead) ||
+                      k_scale == nullptr || v_scale == nullptr
+                : scale_mode != kvbench_quant::kScaleNone)
+    return kErrScales;
   const int log2_block_size = log2_exact(block_size);
   if (log2_block_size < 0 || block_size > 128) return kErrBlockSize;
   if (batch == 0 || num_heads == 0) return 0;
@@ -651,6 +704,10 @@ int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache
   p.v_cache = v_cache;
   p.block_tables = block_tables;
   p.context_lens = context_lens;
+  p.k_scale = k_scale;
+  p.v_scale = v_scale;
+  p.scale_mode = scale_mode;
+  p.kv_heads = kv_heads;
   p.num_heads = num_heads;
   p.group = num_heads / kv_heads;
   p.head_tiles = head_tiles_for(p.group);  // a block serves at most kMaxHeadTile query heads
@@ -674,6 +731,16 @@ int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache
     p.part_out = static_cast<float*>(workspace);
     p.part_max = p.part_out + rows * head_dim;
     p.part_sum = p.part_max + rows;
+  }
+  if (quantized) {
+    switch (cache_dtype) {
+      case kvbench_quant::kCacheFp8E4M3:
+        return dispatch_quantized<kvbench_quant::Fp8E4M3>(dtype, head_dim, p, batch, kv_heads, stream);
+      case kvbench_quant::kCacheFp8E5M2:
+        return dispatch_quantized<kvbench_quant::Fp8E5M2>(dtype, head_dim, p, batch, kv_heads, stream);
+      case kvbench_quant::kCacheInt8: return dispatch_quantized<int8_t>(dtype, head_dim, p, batch, kv_heads, stream);
+      default: return kErrDtype;
+    }
   }
   switch (dtype) {
     case kFloat32: return dispatch_head_dim<float>(head_dim, p, batch, kv_heads, stream);
@@ -714,7 +781,10 @@ int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_
 
 const char* kvbench_cuda_status_string(int status) {
   switch (status) {
-    case kErrDtype: return "unsupported dtype (float32, float16, bfloat16)";
+    case kErrDtype:
+      return "unsupported dtype (q: float32, float16, bfloat16; cache: q's, or float8_e4m3fn, float8_e5m2, int8)";
+    case kErrScales:
+      return "a quantized cache needs k_scale and v_scale (per tensor or per token and head); a float one none";
     case kErrHeadDim: return "unsupported head_dim (64, 80, 96, 128, 256)";
     case kErrAlignment: return "k_cache/v_cache must be 16-byte aligned with strides in whole 16-byte chunks";
     case kErrSharedMemory: return "the decode kernel needs more shared memory per block than this GPU has";

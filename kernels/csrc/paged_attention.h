@@ -22,10 +22,15 @@ extern "C" {
 size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int kv_heads, int head_dim, int block_size,
                                             int max_blocks_per_seq);
 
-// dtype: 0 float32, 1 float16, 2 bfloat16. Returns 0 or a status for kvbench_cuda_status_string.
+// dtype (of q and out): 0 float32, 1 float16, 2 bfloat16. cache_dtype: dtype itself, or a one-byte
+// quantized format (kv_quant.h: 3 float8_e4m3fn, 4 float8_e5m2, 5 int8) read with the fp32 k_scale /
+// v_scale of scale_mode (kv_quant.h: 1 per tensor, one float each; 2 per token and kv head,
+// [num_blocks, block_size, kv_heads] contiguous); scale_mode 0 and null scales for a float cache.
+// Returns 0 or a status for kvbench_cuda_status_string.
 int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache, const void* v_cache,
                                    const int32_t* block_tables, const int32_t* context_lens, void* workspace,
-                                   int dtype, int batch, int num_heads, int kv_heads, int head_dim, int block_size,
+                                   int dtype, int cache_dtype, const float* k_scale, const float* v_scale,
+                                   int scale_mode, int batch, int num_heads, int kv_heads, int head_dim, int block_size,
                                    int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
                                    int64_t out_stride_b, int64_t out_stride_h, int64_t cache_stride_block,
                                    int64_t cache_stride_token, int64_t cache_stride_head, int64_t block_table_stride,

@@ -5,7 +5,10 @@
 // and every query head of their GQA groups, so each K/V row is read once, reused
 // from L1 by its group, and one token's rows are read as one contiguous run.
 // Two passes (scores + softmax, then probs @ V) in fp32; half and bfloat16 rows
-// are widened to a float buffer first. Arguments are checked in ops.cpp.
+// are widened to a float buffer first. A quantized cache's rows (fp8 e4m3 / e5m2,
+// int8: kv_quant.h) are decoded branch-free, so the loop vectorises, and multiplied by their
+// scale (per tensor, or per token and kv head) as they are widened: the reference's
+// dequantized values exactly (kernels/quant.py). Arguments are checked in ops.cpp.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -13,10 +16,13 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include "kv_quant.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 namespace kvbench {
@@ -132,6 +138,45 @@ KVBENCH_INLINE const float* as_float<c10::Half>(const c10::Half* row, float* buf
   return buf;
 }
 
+// One byte of each format to float, branch-free so a row's loop vectorises (a table lookup,
+// a gather per element, measured ~2x the fp32 kernel's time). Each is exact for all 256 bytes
+// (tests/helpers/byte_decode_cases.py checks them through the op), as kv_quant.h's decodes are.
+// int8: the integer itself.
+KVBENCH_INLINE float byte_to_float(int8_t b) { return static_cast<float>(b); }
+// float8_e5m2 is the top byte of a half: its bits shifted up are that half, inf and NaN included.
+KVBENCH_INLINE float byte_to_float(kvbench_quant::Fp8E5M2 b) {
+  return half_bits_to_float(static_cast<uint16_t>(b.bits << 8));
+}
+// float8_e4m3fn's exponent and mantissa placed in a half's fields (exponent bits 13-10, mantissa
+// 9-7) read as 2^-8 times its magnitude, subnormals included (the biases differ by 8); x256 is
+// exact. Its one NaN pattern (S.1111.111) would read as 480: selected out by a mask.
+KVBENCH_INLINE float byte_to_float(kvbench_quant::Fp8E4M3 b) {
+  const float mag = half_bits_to_float(static_cast<uint16_t>((b.bits & 0x7fu) << 7)) * 256.f;
+  uint32_t bits;
+  std::memcpy(&bits, &mag, sizeof bits);
+  const uint32_t is_nan = 0u - static_cast<uint32_t>((b.bits & 0x7fu) == 0x7fu);
+  bits = (0x7fc00000u & is_nan) | (bits & ~is_nan);
+  bits |= static_cast<uint32_t>(b.bits & 0x80u) << 24;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// A quantized row widened: float(byte) * scale, the reference's ``stored.float() * scale``.
+template <typename Q>
+KVBENCH_INLINE const float* dequant_row(const Q* row, float* buf, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) buf[i] = byte_to_float(row[i]) * scale;
+  return buf;
+}
+
+// Where a quantized cache's scales are: one K and one V scale (per tensor) or one per
+// (block, token, kv head) laid out [num_blocks, block_size, kv_heads] (dynamic).
+struct CacheScales {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  bool dynamic = false;
+};
+
 // Tokens sit in randomly placed blocks, which the hardware prefetcher follows
 // poorly: fetch a few tokens ahead.
 constexpr int64_t kPrefetchRows = 8;
@@ -150,10 +195,12 @@ struct Geometry {
 // Tasks [begin, end) of the (sequence, kv-head range) grid. A task serves every query
 // head of its kv heads, so each K/V row is read once, and its kv heads' rows of one
 // token are adjacent in memory (one contiguous read per token).
-template <typename T>
-KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const T* k_cache, const T* v_cache,
+// T: q and out; C: the cache's elements (T itself, or a one-byte quantized type read with ``qs``).
+template <typename T, typename C>
+KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const C* k_cache, const C* v_cache,
                                         const int32_t* tables, const int32_t* lens, float scale, T* out,
-                                        int64_t begin, int64_t end) {
+                                        int64_t begin, int64_t end, const CacheScales& qs) {
+  constexpr bool kQuant = sizeof(C) == 1;
   const int64_t D = g.head_dim, G = g.group, max_rows = g.kv_per_task * G;
   std::vector<float> scores, qf(max_rows * D), acc(max_rows * D), row(D), inv_sum(max_rows);
   for (int64_t task = begin; task < end; ++task) {
@@ -174,14 +221,28 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const T* 
       return table[t / g.block_size] * g.c_sb + (t % g.block_size) * g.c_st + h0 * g.c_sh;
     };
     const int64_t span = (nh - 1) * g.c_sh + D;  // elements from the first kv head's row to the last's end
+    // A row's scale: the layer's, or its (block, token, kv head)'s.
+    auto row_scale = [&](const float* s, int64_t t, int64_t hh) {
+      if (!qs.dynamic) return s[0];
+      return s[(static_cast<int64_t>(table[t / g.block_size]) * g.block_size + t % g.block_size) * g.kv_heads + h0 +
+               hh];
+    };
+    auto widen = [&](const C* r, const float* s, int64_t t, int64_t hh) -> const float* {
+      if constexpr (kQuant) {
+        return dequant_row(r, row.data(), D, row_scale(s, t, hh));
+      } else {
+        (void)s;
+        return as_float(r, row.data(), D);
+      }
+    };
 
     // 1) scores = (q * scale) . k for every query head of the task
     scores.resize(rows * ctx);
     for (int64_t t = 0; t < ctx; ++t) {
       if (t + kPrefetchRows < ctx) prefetch_row(k_cache + token_offset(t + kPrefetchRows), span);
-      const T* k_token = k_cache + token_offset(t);
+      const C* k_token = k_cache + token_offset(t);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        const float* k = as_float(k_token + hh * g.c_sh, row.data(), D);
+        const float* k = widen(k_token + hh * g.c_sh, qs.k, t, hh);
         for (int64_t j = 0; j < G; ++j) scores[(hh * G + j) * ctx + t] = dot(qf.data() + (hh * G + j) * D, k, D);
       }
     }
@@ -200,9 +261,9 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const T* 
     std::fill(acc.begin(), acc.begin() + rows * D, 0.f);
     for (int64_t t = 0; t < ctx; ++t) {
       if (t + kPrefetchRows < ctx) prefetch_row(v_cache + token_offset(t + kPrefetchRows), span);
-      const T* v_token = v_cache + token_offset(t);
+      const C* v_token = v_cache + token_offset(t);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        const float* v = as_float(v_token + hh * g.c_sh, row.data(), D);
+        const float* v = widen(v_token + hh * g.c_sh, qs.v, t, hh);
         for (int64_t j = 0; j < G; ++j) axpy(acc.data() + (hh * G + j) * D, scores[(hh * G + j) * ctx + t], v, D);
       }
     }
@@ -215,7 +276,8 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const T* 
 
 void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                                    at::Tensor& out) {
+                                    at::Tensor& out, const std::optional<at::Tensor>& k_scale,
+                                    const std::optional<at::Tensor>& v_scale) {
   Geometry g{};
   g.batch = q.size(0);
   g.heads = q.size(1);
@@ -250,21 +312,40 @@ void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cac
                   "] = ", block, " is outside [0, ", num_blocks, ")");
     }
   }
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
+  CacheScales qs;  // ops.cpp checked: both scales with a one-byte cache, neither with a float one
+  if (k_scale.has_value()) {
+    qs.k = k_scale->data_ptr<float>();
+    qs.v = v_scale->data_ptr<float>();
+    qs.dynamic = k_scale->dim() != 0;
+  }
+  // T: q and out; C: the cache's element, T itself for a float cache.
+  auto run = [&](auto q_tag, auto cache_tag) {
+    using T = decltype(q_tag);
+    using C = decltype(cache_tag);
     const T* q_ptr = static_cast<const T*>(q.data_ptr());
-    const T* k_ptr = static_cast<const T*>(k_cache.data_ptr());
-    const T* v_ptr = static_cast<const T*>(v_cache.data_ptr());
+    const C* k_ptr = static_cast<const C*>(k_cache.data_ptr());
+    const C* v_ptr = static_cast<const C*>(v_cache.data_ptr());
     T* out_ptr = static_cast<T*>(out.data_ptr());
     at::parallel_for(0, g.batch * g.tasks_per_seq, 1, [&](int64_t begin, int64_t end) {
-      attend_groups<T>(g, q_ptr, k_ptr, v_ptr, tables, lens, static_cast<float>(scale), out_ptr, begin, end);
+      attend_groups<T, C>(g, q_ptr, k_ptr, v_ptr, tables, lens, static_cast<float>(scale), out_ptr, begin, end, qs);
     });
   };
-  switch (q.scalar_type()) {  // ops.cpp admits only these three
-    case at::kFloat: run(float{}); break;
-    case at::kHalf: run(c10::Half{}); break;
-    case at::kBFloat16: run(c10::BFloat16{}); break;
-    default: TORCH_CHECK(false, "kvbench.paged_decode_attention: unsupported dtype ", q.scalar_type());
+  auto run_q = [&](auto cache_tag) {
+    switch (q.scalar_type()) {
+      case at::kFloat: run(float{}, cache_tag); break;
+      case at::kHalf: run(c10::Half{}, cache_tag); break;
+      case at::kBFloat16: run(c10::BFloat16{}, cache_tag); break;
+      default: TORCH_CHECK(false, "kvbench.paged_decode_attention: unsupported q dtype ", q.scalar_type());
+    }
+  };
+  switch (k_cache.scalar_type()) {  // ops.cpp admits only these
+    case at::kFloat: run(float{}, float{}); break;
+    case at::kHalf: run(c10::Half{}, c10::Half{}); break;
+    case at::kBFloat16: run(c10::BFloat16{}, c10::BFloat16{}); break;
+    case at::kFloat8_e4m3fn: run_q(kvbench_quant::Fp8E4M3{}); break;
+    case at::kFloat8_e5m2: run_q(kvbench_quant::Fp8E5M2{}); break;
+    case at::kChar: run_q(int8_t{}); break;
+    default: TORCH_CHECK(false, "kvbench.paged_decode_attention: unsupported cache dtype ", k_cache.scalar_type());
   }
 }
 

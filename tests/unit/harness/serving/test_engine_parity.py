@@ -111,21 +111,24 @@ def test_every_impl_agrees_on_the_cpu_default_workload(compose, tmp_path):
 def test_quantized_kv_every_impl_reads_the_same_cache(compose, tmp_path, kv_dtype, kv_scale):
     """At a quantized kv_dtype every impl that reads it quantizes and dequantizes alike (the paged pool,
     the slab, an Orca region; a prompt that shares a prefix, a static scale set by the first prefill):
-    the same tokens as the contiguous cache."""
+    the same tokens as the contiguous cache; paged_cuda on its C++ kernel too."""
     ref, rows = assert_same(compose, tmp_path, [f"kv_dtype={kv_dtype}", f"kv_scale={kv_scale}", "block_size=8",
                                                 "batch=4", "workload=uniform", "workload.num_requests=6",
                                                 "workload.prompt_len=37", "workload.output_len=9"],
-                            impls=("paged_torch", "orca_pow2"))
+                            impls=("paged_torch", "orca_pow2", "paged_cuda"))
+    assert rows["paged_cuda"]["kernel_backend"] == "cpp-cpu"
     per_token = 2 * 4 * 2 * (64 + (4 if kv_scale == "token_head" else 0))  # tiny-llama: 4 layers, 2 kv heads x 64
     assert ref["kv_bytes_per_token"] == rows["paged_torch"]["kv_bytes_per_token"] == per_token
     # prefill steps are timed apart from decode steps (6 prompts in batches of at most 4: >= 2 prefills)
     assert ref["prefill_steps"] >= 2 and ref["prefill_step_ms_p50"] > 0 and ref["step_ms_p50"] > 0
 
 
-def test_cuda_refuses_a_quantized_cache_in_one_line(compose, tmp_path):
-    rows, code = run_job(compose(["+impl=paged_cuda", *SMALL, "kv_dtype=fp8_e4m3", "batch=2"]), tmp_path / "c")
+def test_a_kernel_module_refuses_a_quantized_cache_in_one_line(compose, tmp_path):
+    """A kernel named by its module path takes no scales: float caches only, said in one line."""
+    rows, code = run_job(compose(["+impl=paged_cuda", "impl.kernel=kernels.cuda_emulated", *SMALL,
+                                  "kv_dtype=fp8_e4m3", "batch=2"]), tmp_path / "c")
     assert code == 0 and rows[0]["status"] == "skipped"
-    assert rows[0]["error"] == "kernel cuda reads kv_dtype auto, not fp8_e4m3"
+    assert rows[0]["error"] == "kernel kernels.cuda_emulated reads kv_dtype auto, not fp8_e4m3"
     # and the cache itself refuses, for a caller that builds one without a job
     from impls.kinds import PoolSpec, TensorSpec, cache_kind
     from kernels.validate import KernelArgumentError
@@ -134,8 +137,8 @@ def test_cuda_refuses_a_quantized_cache_in_one_line(compose, tmp_path):
                     min_tokens=1, watermark=0.0, prefix_caching=False)
     tensors = TensorSpec(num_layers=1, num_heads=2, kv_heads=2, head_dim=64, dtype=torch.float32,
                          device=torch.device("cpu"), kv_dtype="int8")
-    with pytest.raises(KernelArgumentError, match="kernel cuda reads kv_dtype auto, not int8"):
-        cache_kind("paged").cache(spec, tensors, "cuda")
+    with pytest.raises(KernelArgumentError, match="kernel kernels.cuda_emulated reads kv_dtype auto, not int8"):
+        cache_kind("paged").cache(spec, tensors, "kernels.cuda_emulated")
 
 
 def test_a_host_tier_copies_evicted_blocks_back(compose, tmp_path):
