@@ -217,14 +217,19 @@ def write_kv_cuda(
     torch.ops.kvbench.write_kv(key, value, k_cache, v_cache, slot_mapping)
 
 
-def compile_cuda_source(arch: str, out_dir: str | os.PathLike) -> Path:
-    """Compile paged_attention.cu alone for one GPU arch (e.g. "sm_90"): a check that needs no GPU."""
+def compile_cuda_source(arch: str, out_dir: str | os.PathLike, ptxas_level: int = 3) -> Path:
+    """Compile paged_attention.cu alone for one GPU arch (e.g. "sm_90"): a check that needs no GPU.
+
+    ``ptxas_level``: ptxas's optimisation level. A check may take 0: every kernel is still generated,
+    assembled and fitted to the arch's resources, in a third of -O3's minutes (each cache type has
+    its own kernels: about 180 instantiations)."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise CompilerNotFoundError("nvcc not found (PATH, CUDA_HOME) — install the CUDA toolkit")
     out = Path(out_dir) / f"paged_attention_{arch}.o"
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", "-c", str(CUDA_SOURCE), "-o", str(out)]
+    cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", f"-Xptxas=-O{ptxas_level}", "-c", str(CUDA_SOURCE),
+           "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise KernelBuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")

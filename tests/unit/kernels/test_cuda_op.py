@@ -1,7 +1,7 @@
 """The torch.ops.kvbench C++/CUDA op (kernels/cuda_op.py) against the pure-torch oracle.
 
 On CPU this builds the op (C++ kernels only) and runs the full grid of awkward
-sizes; the CUDA source is checked by compiling it with nvcc for sm_80 and sm_90.
+sizes; the CUDA source is checked by compiling it with nvcc for sm_90.
 The CUDA kernels themselves run only in the ``gpu`` group, on a CUDA machine.
 """
 
@@ -194,9 +194,10 @@ def test_every_csrc_file_is_a_listed_build_input():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_cuda_source_compiles(arch, tmp_path):
-    obj = cuda_op.compile_cuda_source(arch, tmp_path)
+def test_cuda_source_compiles(tmp_path):
+    """For sm_90 (the H200's), assembled at ptxas -O0: every kernel generated and fitted to the arch, in
+    about 2 minutes here instead of -O3's 3.5 (the GPU check builds the op at -O3 on the GPU's own arch)."""
+    obj = cuda_op.compile_cuda_source("sm_90", tmp_path, ptxas_level=0)
     assert obj.is_file() and obj.stat().st_size > 0
 
 
