@@ -22,7 +22,6 @@ import torch
 from kernels.build_cache import BuildSpec
 from kernels.cuda_op import CSRC, CUDA_SOURCE, EMULATED_SOURCE, build_and_load, find_cxx
 from kernels.quant import KVScales
-from kernels.reference import write_kv_ref
 from kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 SOURCES = (CSRC / "ops.cpp", EMULATED_SOURCE)
@@ -62,10 +61,10 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_
 def write(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           slot_mapping: torch.Tensor, *, scales: KVScales | None = None) -> None:
     """Store key/value rows into their slots by the CUDA write kernel, emulated; slot < 0 is skipped.
-    A quantized cache is written by the reference's quantizer, as the real op does (kernels/cuda_op.py)."""
+    A quantized cache (``scales``) is written by the CUDA quantizing write kernel, as the real op does."""
     check_write_args(key, value, k_cache, v_cache, slot_mapping, scales=scales, quantized=QUANTIZED_DTYPES)
-    if scales is not None:
-        write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip=True, scales=scales)
-        return
     load()
-    torch.ops.kvbench_emu.write_kv(key, value, k_cache, v_cache, slot_mapping)
+    if scales is None:
+        torch.ops.kvbench_emu.write_kv(key, value, k_cache, v_cache, slot_mapping)
+    else:
+        torch.ops.kvbench_emu.write_kv_quant(key, value, k_cache, v_cache, slot_mapping, scales.k, scales.v)

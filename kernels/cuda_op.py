@@ -1,8 +1,8 @@
 """The kvbench C++/CUDA paged-attention op: built on first use, called through torch.ops.
 
-``torch.ops.kvbench.paged_decode_attention`` and ``torch.ops.kvbench.write_kv``
-have a C++ CPU kernel always and a CUDA kernel when torch itself has CUDA and a
-GPU is visible (sources in kernels/csrc). The build goes through
+``torch.ops.kvbench.paged_decode_attention``, ``torch.ops.kvbench.write_kv`` and, for a
+quantized cache, ``torch.ops.kvbench.write_kv_quant`` have a C++ CPU kernel always and a
+CUDA kernel when torch itself has CUDA and a GPU is visible (sources in kernels/csrc). The build goes through
 ``torch.utils.cpp_extension.load`` into a cache folder keyed by its sources and flags
 (kernels/build_cache.py: stale locks cleared, a time limit), so only the first call
 in a fresh environment pays for the compile.
@@ -22,7 +22,6 @@ import torch
 
 from kernels.build_cache import BuildError, BuildSpec, build_timeout_s, ensure_built
 from kernels.quant import KVScales
-from kernels.reference import write_kv_ref
 from kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -145,6 +144,10 @@ def _register_fakes() -> None:
     def _write_fake(key, value, k_cache, v_cache, slot_mapping):
         return None
 
+    @torch.library.register_fake("kvbench::write_kv_quant")
+    def _write_quant_fake(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+        return None
+
 
 def _ensure_loaded() -> None:
     # torch.compile cannot trace the build (file-system calls); the op must already be
@@ -203,18 +206,19 @@ def write_kv_cuda(
 ) -> None:
     """Store key/value rows ``[tokens, kv_heads, head_dim]`` into their slots; slot < 0 is skipped.
 
-    A quantized cache (``scales``) is written by the torch reference's quantizer
-    (kernels/quant.py): the op has no quantizing write kernel yet, and skipping a slot < 0
-    there selects the kept rows, a device-to-host sync on a GPU.
+    A quantized cache (``scales``) is written by ``kvbench::write_kv_quant``: the rows are
+    quantized in the kernel as kernels/quant.py does (the same bytes), with the static
+    scales, or (per token and head) each row's amax scale, stored at its slot; a slot < 0
+    is skipped there too, with no host sync.
     ``validate=False`` skips the argument checks, as for the decode.
     """
     if validate:
         check_write_args(key, value, k_cache, v_cache, slot_mapping, scales=scales, quantized=QUANTIZED_DTYPES)
-    if scales is not None:
-        write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip=True, scales=scales)
-        return
     _ensure_loaded()
-    torch.ops.kvbench.write_kv(key, value, k_cache, v_cache, slot_mapping)
+    if scales is None:
+        torch.ops.kvbench.write_kv(key, value, k_cache, v_cache, slot_mapping)
+    else:
+        torch.ops.kvbench.write_kv_quant(key, value, k_cache, v_cache, slot_mapping, scales.k, scales.v)
 
 
 def compile_cuda_source(arch: str, out_dir: str | os.PathLike, ptxas_level: int = 3) -> Path:

@@ -22,7 +22,8 @@ SLAB_KERNELS = ("sdpa",)  # over a contiguous slab
 KERNELS = (*SLAB_KERNELS, *PAGED_KERNELS)  # the built-in names; a kernel module's dotted path is allowed too
 # The cache's kv_dtype values each kernel reads (kernels/kv_formats.py); a kernel module by dotted path
 # takes the reference's signature without ``scales``: float caches only. The CUDA op (its .cu, C++ CPU
-# twin and emulator) decodes every one; its write quantizes through the reference (kernels/cuda_op.py).
+# twin and emulator) decodes every one and writes every one (``kvbench::write_kv_quant`` quantizes in
+# the kernel, as kernels/quant.py does).
 KV_DTYPE_SUPPORT = {"sdpa": KV_DTYPES, "torch": KV_DTYPES, "triton": KV_DTYPES, "cuda": KV_DTYPES}
 
 

@@ -43,12 +43,15 @@ void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cac
                                     const std::optional<at::Tensor>& v_scale);
 void write_kv_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping);
+void write_kv_quant_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+                        const at::Tensor& slot_mapping, at::Tensor& k_scale, at::Tensor& v_scale);
 
 namespace {
 
 using OptTensor = std::optional<at::Tensor>;
 
-// A quantized cache's one-byte element types (kernels/kv_formats.py), read by the decode only.
+// A quantized cache's one-byte element types (kernels/kv_formats.py): read by the decode with
+// scales, written by write_kv_quant.
 bool is_quantized(at::ScalarType dtype) {
   return dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2 || dtype == at::kChar;
 }
@@ -124,22 +127,45 @@ void check_out(const at::Tensor& q, const at::Tensor& out) {
   TORCH_CHECK(out.stride(2) == 1, op, ": out's last dimension must be contiguous");
 }
 
-void check_write(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
-                 const at::Tensor& v_cache, const at::Tensor& slot_mapping) {
-  const char* op = "kvbench.write_kv";
-  check_cache(k_cache, v_cache, op);
+// What a float and a quantizing write check alike: the rows, the slots and the devices.
+void check_write_rows(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
+                      const at::Tensor& slot_mapping, const char* op) {
   TORCH_CHECK(key.dim() == 3 && key.sizes() == value.sizes(), op,
               ": key and value must both be [tokens, kv_heads, head_dim]");
   TORCH_CHECK(key.size(1) == k_cache.size(2) && key.size(2) == k_cache.size(3), op,
               ": key rows do not match the cache's [kv_heads, head_dim]");
-  TORCH_CHECK(key.scalar_type() == k_cache.scalar_type() && value.scalar_type() == k_cache.scalar_type(), op,
-              ": key/value dtype must equal the cache dtype");
   TORCH_CHECK(key.stride(2) == 1 && value.stride(2) == 1, op, ": key/value last dimension must be contiguous");
   TORCH_CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == key.size(0) &&
                   slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous(),
               op, ": slot_mapping must be contiguous int64 [tokens]");
   for (const at::Tensor* t : {&value, &k_cache, &slot_mapping})
     TORCH_CHECK(t->device() == key.device(), op, ": all tensors must be on key's device ", key.device());
+}
+
+void check_write(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
+                 const at::Tensor& v_cache, const at::Tensor& slot_mapping) {
+  const char* op = "kvbench.write_kv";
+  check_cache(k_cache, v_cache, op);
+  check_write_rows(key, value, k_cache, slot_mapping, op);
+  TORCH_CHECK(key.scalar_type() == k_cache.scalar_type() && value.scalar_type() == k_cache.scalar_type(), op,
+              ": key/value dtype must equal the cache dtype");
+}
+
+// A quantizing write: a one-byte cache with its scales (check_scales), float rows of one dtype.
+void check_write_quant(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
+                       const at::Tensor& v_cache, const at::Tensor& slot_mapping, const at::Tensor& k_scale,
+                       const at::Tensor& v_scale) {
+  const char* op = "kvbench.write_kv_quant";
+  check_cache(k_cache, v_cache, op, /*quantized_ok=*/true);
+  TORCH_CHECK(is_quantized(k_cache.scalar_type()), op,
+              ": cache dtype must be float8_e4m3fn, float8_e5m2 or int8 (a float cache takes kvbench.write_kv), got ",
+              k_cache.scalar_type());
+  check_scales(k_cache, k_scale, v_scale, op);
+  check_write_rows(key, value, k_cache, slot_mapping, op);
+  const auto dtype = key.scalar_type();
+  TORCH_CHECK((dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16) && value.scalar_type() == dtype,
+              op, ": key and value must both be float32, float16 or bfloat16, got ", dtype, " and ",
+              value.scalar_type());
 }
 
 #ifndef KVBENCH_CUDA_EMULATION
@@ -163,6 +189,13 @@ void write_kv_cpu_checked(const at::Tensor& key, const at::Tensor& value, at::Te
                           const at::Tensor& slot_mapping) {
   check_write(key, value, k_cache, v_cache, slot_mapping);
   write_kv_cpu(key, value, k_cache, v_cache, slot_mapping);
+}
+
+void write_kv_quant_cpu_checked(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache,
+                                at::Tensor& v_cache, const at::Tensor& slot_mapping, at::Tensor& k_scale,
+                                at::Tensor& v_scale) {
+  check_write_quant(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale);
+  write_kv_quant_cpu(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale);
 }
 #endif
 
@@ -229,6 +262,21 @@ void write_kv_cuda(const at::Tensor& key, const at::Tensor& value, at::Tensor& k
       k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), KVBENCH_CURRENT_STREAM());
   check_status(status, "kvbench.write_kv");
 }
+
+void write_kv_quant_cuda(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+                         const at::Tensor& slot_mapping, at::Tensor& k_scale, at::Tensor& v_scale) {
+  check_write_quant(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale);
+  KVBENCH_DEVICE_GUARD(key);
+  const int status = kvbench_write_kv_quant(
+      key.data_ptr(), value.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_scale.data_ptr<float>(),
+      v_scale.data_ptr<float>(), slot_mapping.data_ptr<int64_t>(), dtype_code(key.scalar_type()),
+      dtype_code(k_cache.scalar_type()),
+      k_scale.dim() == 0 ? kvbench_quant::kScaleTensor : kvbench_quant::kScaleTokenHead, key.size(0), key.size(1),
+      key.size(2), k_cache.size(1), k_cache.size(0) * k_cache.size(1), key.stride(0), key.stride(1),
+      value.stride(0), value.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+      KVBENCH_CURRENT_STREAM());
+  check_status(status, "kvbench.write_kv_quant");
+}
 #endif
 
 }  // namespace
@@ -247,6 +295,12 @@ void define_ops(torch::Library& m) {
       "paged_decode_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
       "Tensor context_lens, float scale, Tensor(a!) out, Tensor? k_scale=None, Tensor? v_scale=None) -> ()");
   m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
+  // A quantized cache's write: float rows quantized as kernels/quant.py does. k_scale / v_scale as above:
+  // per tensor they are read (a static scale); per token and kv head each written slot's are written,
+  // hence mutable. A float cache keeps write_kv and its schema.
+  m.def(
+      "write_kv_quant(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "
+      "Tensor(c!) k_scale, Tensor(d!) v_scale) -> ()");
 }
 
 #ifdef KVBENCH_CUDA_LAUNCHERS
@@ -255,6 +309,7 @@ void impl_cuda_path(torch::Library& m) {
   m.impl("paged_decode_attention", &kvbench::decode_cuda);
   m.impl("paged_decode_attention_out", &kvbench::decode_out_cuda);
   m.impl("write_kv", &kvbench::write_kv_cuda);
+  m.impl("write_kv_quant", &kvbench::write_kv_quant_cuda);
 }
 #endif
 
@@ -271,6 +326,7 @@ TORCH_LIBRARY_IMPL(kvbench, CPU, m) {
   m.impl("paged_decode_attention", &kvbench::decode_cpu);
   m.impl("paged_decode_attention_out", &kvbench::decode_out_cpu);
   m.impl("write_kv", &kvbench::write_kv_cpu_checked);
+  m.impl("write_kv_quant", &kvbench::write_kv_quant_cpu_checked);
 }
 #endif
 

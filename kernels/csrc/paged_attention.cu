@@ -12,6 +12,11 @@
 // fp32 partial result plus its softmax max and sum, and a second kernel merges
 // them. Scores, softmax and accumulation are fp32 whatever the cache dtype.
 //
+// Writes: one block per token stores its K and V rows at their slot. A quantized cache's write
+// (write_kv_quant_kernel) quantizes them on the way, by kernels/quant.py's steps (kv_quant.h), so
+// it stores the torch reference's bytes exactly; per token and kv head, each head's scale (its
+// amax / qmax, one warp's reduction) goes beside the values, with no host sync.
+//
 // A quantized cache (one byte per element: fp8 e4m3 / e5m2 or int8, kv_quant.h) streams
 // through the same ring as raw bytes (a 16-byte load is 16 elements) and is decoded in
 // registers. Its scales (kernels/quant.py): per tensor, K's multiplies each score and V's
@@ -522,6 +527,71 @@ __global__ void __launch_bounds__(kNumThreads) write_kv_kernel(
   }
 }
 
+struct WriteQuantParams {
+  const void* key;  // [num_tokens, kv_heads, head_dim] of T, strided between tokens and heads
+  const void* value;
+  void* k_cache;  // [num_blocks, block_size, kv_heads, head_dim] of a one-byte format C
+  void* v_cache;
+  float* k_scale;  // per tensor: one float, read; per token and kv head: [num_slots, kv_heads], written
+  float* v_scale;
+  const int64_t* slot_mapping;
+  int kv_heads, head_dim, log2_block_size;
+  int64_t num_slots;
+  int64_t key_stride_t, key_stride_h, value_stride_t, value_stride_h;
+  int64_t cache_stride_block, cache_stride_token, cache_stride_head;
+};
+
+// A warp's max of v that keeps a NaN (kv_quant.h max_keep_nan), as torch's amax does.
+__device__ __forceinline__ float warp_max_keep_nan(float v) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off >>= 1)
+    v = kvbench_quant::max_keep_nan(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+}
+
+// One block per token, as the float write. Each element is x / scale clamped to the format's range
+// and rounded onto it (kv_quant.h: the reference's steps, so its exact bytes). Per tensor (!DYNAMIC),
+// the threads stride over the token's whole row with the layer's scale. Per token and kv head, a
+// warp takes a head: its lanes' |x| maxima, one warp max, the scale stored at the slot by lane 0,
+// then the head's values quantized with it (read a second time, from L1: a head is a few hundred bytes).
+// Single-byte stores: a row is a few hundred bytes per token, next to the decode's whole context.
+template <typename T, typename C, bool DYNAMIC>
+__global__ void __launch_bounds__(kNumThreads) write_kv_quant_kernel(const WriteQuantParams p) {
+  const int token = blockIdx.x;
+  const int64_t slot = p.slot_mapping[token];
+  if (slot < 0 || slot >= p.num_slots) return;  // negative: padding; too large: skipped, not scribbled
+  const int64_t dst = (slot >> p.log2_block_size) * p.cache_stride_block +
+                      (slot & ((int64_t{1} << p.log2_block_size) - 1)) * p.cache_stride_token;
+  for (int is_v = 0; is_v < 2; ++is_v) {  // K, then V: the same steps
+    const T* src = static_cast<const T*>(is_v ? p.value : p.key) + token * (is_v ? p.value_stride_t : p.key_stride_t);
+    const int64_t src_stride_h = is_v ? p.value_stride_h : p.key_stride_h;
+    C* cache = static_cast<C*>(is_v ? p.v_cache : p.k_cache) + dst;
+    float* scales = is_v ? p.v_scale : p.k_scale;
+    if constexpr (DYNAMIC) {
+      const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+      for (int h = warp; h < p.kv_heads; h += kNumWarps) {  // the same trip count on every lane of a warp
+        const T* row = src + h * src_stride_h;
+        float amax = 0.f;
+        for (int d = lane; d < p.head_dim; d += kWarpSize)
+          amax = kvbench_quant::max_keep_nan(amax, fabsf(to_float(row[d])));
+        const float scale = kvbench_quant::scale_from_amax<C>(warp_max_keep_nan(amax));
+        if (lane == 0) scales[slot * p.kv_heads + h] = scale;
+        C* out = cache + h * p.cache_stride_head;
+        for (int d = lane; d < p.head_dim; d += kWarpSize)
+          out[d] = kvbench_quant::from_float_q(kvbench_quant::scaled_clamped<C>(to_float(row[d]), scale), C{});
+      }
+    } else {
+      const float scale = scales[0];
+      for (int i = threadIdx.x; i < p.kv_heads * p.head_dim; i += kNumThreads) {
+        const int h = i / p.head_dim, d = i % p.head_dim;
+        cache[h * p.cache_stride_head + d] =
+            kvbench_quant::from_float_q(kvbench_quant::scaled_clamped<C>(to_float(src[h * src_stride_h + d]), scale),
+                                        C{});
+      }
+    }
+  }
+}
+
 int log2_exact(int x) {  // -1 unless x is a power of two
   if (x <= 0 || (x & (x - 1)) != 0) return -1;
   int r = 0;
@@ -665,6 +735,29 @@ int dispatch_quantized(int dtype, int head_dim, const DecodeParams& p, int batch
   }
 }
 
+template <typename T, typename C>
+int launch_write_quant(const WriteQuantParams& p, bool dynamic, int num_tokens, cudaStream_t stream) {
+  if (dynamic) {
+    auto* kernel = write_kv_quant_kernel<T, C, true>;  // a name without a comma, for the macro
+    KVB_LAUNCH(kernel, num_tokens, kNumThreads, 0, stream, p);
+  } else {
+    auto* kernel = write_kv_quant_kernel<T, C, false>;
+    KVB_LAUNCH(kernel, num_tokens, kNumThreads, 0, stream, p);
+  }
+  return cudaGetLastError();
+}
+
+// Rows of dtype into a cache of the one-byte format C.
+template <typename C>
+int dispatch_write_quant(int dtype, const WriteQuantParams& p, bool dynamic, int num_tokens, cudaStream_t stream) {
+  switch (dtype) {
+    case kFloat32: return launch_write_quant<float, C>(p, dynamic, num_tokens, stream);
+    case kFloat16: return launch_write_quant<__half, C>(p, dynamic, num_tokens, stream);
+    case kBFloat16: return launch_write_quant<__nv_bfloat16, C>(p, dynamic, num_tokens, stream);
+    default: return kErrDtype;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -777,6 +870,48 @@ int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_
   }
 #undef KVBENCH_WRITE_KV
   return cudaGetLastError();
+}
+
+int kvbench_write_kv_quant(const void* key, const void* value, void* k_cache, void* v_cache, float* k_scale,
+                           float* v_scale, const int64_t* slot_mapping, int dtype, int cache_dtype, int scale_mode,
+                           int num_tokens, int kv_heads, int head_dim, int block_size, int64_t num_slots,
+                           int64_t key_stride_t, int64_t key_stride_h, int64_t value_stride_t,
+                           int64_t value_stride_h, int64_t cache_stride_block, int64_t cache_stride_token,
+                           int64_t cache_stride_head, cudaStream_t stream) {
+  const int log2_block_size = log2_exact(block_size);
+  if (log2_block_size < 0 || block_size > 128) return kErrBlockSize;
+  if ((scale_mode != kvbench_quant::kScaleTensor && scale_mode != kvbench_quant::kScaleTokenHead) ||
+      k_scale == nullptr || v_scale == nullptr)
+    return kErrScales;
+  if (num_tokens == 0 || kv_heads == 0 || head_dim == 0) return 0;
+  WriteQuantParams p{};
+  p.key = key;
+  p.value = value;
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+  p.k_scale = k_scale;
+  p.v_scale = v_scale;
+  p.slot_mapping = slot_mapping;
+  p.kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.log2_block_size = log2_block_size;
+  p.num_slots = num_slots;
+  p.key_stride_t = key_stride_t;
+  p.key_stride_h = key_stride_h;
+  p.value_stride_t = value_stride_t;
+  p.value_stride_h = value_stride_h;
+  p.cache_stride_block = cache_stride_block;
+  p.cache_stride_token = cache_stride_token;
+  p.cache_stride_head = cache_stride_head;
+  const bool dynamic = scale_mode == kvbench_quant::kScaleTokenHead;
+  switch (cache_dtype) {
+    case kvbench_quant::kCacheFp8E4M3:
+      return dispatch_write_quant<kvbench_quant::Fp8E4M3>(dtype, p, dynamic, num_tokens, stream);
+    case kvbench_quant::kCacheFp8E5M2:
+      return dispatch_write_quant<kvbench_quant::Fp8E5M2>(dtype, p, dynamic, num_tokens, stream);
+    case kvbench_quant::kCacheInt8: return dispatch_write_quant<int8_t>(dtype, p, dynamic, num_tokens, stream);
+    default: return kErrDtype;
+  }
 }
 
 const char* kvbench_cuda_status_string(int status) {

@@ -43,6 +43,17 @@ int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_
                      int64_t cache_stride_block, int64_t cache_stride_token, int64_t cache_stride_head,
                      cudaStream_t stream);
 
+// Quantizes key/value rows [num_tokens, kv_heads, head_dim] of dtype (0 float32, 1 float16, 2 bfloat16)
+// into a cache of cache_dtype (kv_quant.h: 3 float8_e4m3fn, 4 float8_e5m2, 5 int8) at their slots, as
+// kernels/quant.py does; slot < 0 is skipped. scale_mode 1 (per tensor): k_scale / v_scale are one fp32
+// each, read; 2 (per token and kv head): [num_slots, kv_heads] contiguous, each written slot's written.
+int kvbench_write_kv_quant(const void* key, const void* value, void* k_cache, void* v_cache, float* k_scale,
+                           float* v_scale, const int64_t* slot_mapping, int dtype, int cache_dtype, int scale_mode,
+                           int num_tokens, int kv_heads, int head_dim, int block_size, int64_t num_slots,
+                           int64_t key_stride_t, int64_t key_stride_h, int64_t value_stride_t,
+                           int64_t value_stride_h, int64_t cache_stride_block, int64_t cache_stride_token,
+                           int64_t cache_stride_head, cudaStream_t stream);
+
 const char* kvbench_cuda_status_string(int status);
 
 }  // extern "C"

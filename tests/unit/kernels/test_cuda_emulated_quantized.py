@@ -1,6 +1,8 @@
 """The CUDA kernels' quantized path (paged_attention.cu over an fp8 / int8 cache, decoded in
 registers), run on the CPU emulator (kernels/cuda_emulated.py) against the torch reference over
-the same cache, at every kv_dtype and scale granularity; and every byte's decode.
+the same cache, at every kv_dtype and scale granularity; and every byte's decode. The quantizing
+write kernel (write_kv_quant_kernel: a warp per kv head for per-token scales) stores the reference
+quantizer's exact bytes and scales, at every kv_dtype and scale granularity and every rounding boundary.
 
 The emulator is slow (a block's threads are OS threads): a cover of the axes (block size, GQA
 group below and above a block's 8 heads, head dim, one partition and split-K), rotating
@@ -16,6 +18,7 @@ from kernels import cuda_emulated
 from tests.helpers.byte_decode_cases import BYTE_DTYPES, check_every_byte
 from tests.helpers.kernel_cases import MIXED_LENS
 from tests.helpers.kv_quant_cases import KV_CASES, check_quantized_decode, check_quantized_write
+from tests.unit.kernels.write_quant_cases import check_write_boundaries, check_write_quant
 
 SPLIT_LENS = [1, 511, 513, 1100]  # split-K with a ragged end, on an emulated H200's 132 SMs
 
@@ -52,3 +55,20 @@ def test_every_byte_decodes_as_torch_casts_it(emulated, dtype, dynamic):
 @pytest.mark.parametrize(("kv_dtype", "kv_scale"), KV_CASES[:2])
 def test_write_quantizes_bit_for_bit(emulated, kv_dtype, kv_scale):
     check_quantized_write(cuda_emulated.write, 23, 3, 80, 8, kv_dtype, kv_scale)
+
+
+# tokens, kv_heads, head_dim, block_size, key/value dtype: odd token counts; head dims 64 / 80 / 128 (80: lanes
+# of a warp take 2 or 3 values each); 8 kv heads: each of the block's 4 warps takes two (per-token scales).
+EMULATED_WRITE_SHAPES = [(23, 3, 80, 8, torch.float32), (9, 8, 128, 1, torch.bfloat16),
+                         (6, 2, 64, 128, torch.float16)]
+
+
+@pytest.mark.parametrize("shape", EMULATED_WRITE_SHAPES, ids=str)
+@pytest.mark.parametrize(("kv_dtype", "kv_scale"), KV_CASES)
+def test_quantizing_write_matches_reference(emulated, kv_dtype, kv_scale, shape):
+    check_write_quant(cuda_emulated.write, *shape, kv_dtype, kv_scale)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2", "int8"])
+def test_quantizing_write_rounds_every_boundary_as_torch(emulated, kv_dtype):
+    check_write_boundaries(cuda_emulated.write, kv_dtype)
