@@ -216,7 +216,12 @@ class Config:
     clock_profile_impl: Optional[str] = None
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)
     # Most prompt tokens one prefill forward computes (vLLM's name); a longer prompt runs alone.
+    # With chunked_prefill: most tokens of any step, decodes included; longer prompts go in chunks.
     max_num_batched_tokens: int = 8192
+    # Schedule as vLLM's current engine: each step gives every running sequence its decode token, then
+    # computes prompt chunks under the token budget (a mixed step, one forward), instead of a prefill
+    # step of whole prompts that stalls every decode (harness/serving/scheduler.py). Both clocks.
+    chunked_prefill: bool = False
     seed: int = 0
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | float16 | bfloat16
     max_seq_len: int = 1024

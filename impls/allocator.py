@@ -154,6 +154,10 @@ class KVAllocator(ABC):
     @abstractmethod
     def release(self, seq_id: int) -> None: ...
 
+    def drop_unwritten(self, seq_id: int, written: int) -> None:
+        """Chunked prefill: ``seq_id`` leaves with K/V only in its first ``written`` slots; the blocks past
+        them that only it holds must not serve later prefix hits (default: nothing is cached)."""
+
     @abstractmethod
     def slots(self, seq_id: int, start: int, end: int) -> list[int]:
         """Flat slot of each token position in ``[start, end)`` of the sequence."""

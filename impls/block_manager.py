@@ -377,6 +377,15 @@ class BlockManager(HostTierPool, KVAllocator):
                 self.free.append(b)
         self._filled_in_use -= freed
 
+    def drop_unwritten(self, seq_id: int, written: int) -> None:
+        """Blocks from the first not fully written one on, held by ``seq_id`` alone, leave the prefix
+        cache (call before ``release``). A block another sequence holds stays: that one writes it
+        (harness/serving/scheduler.py starts a prefill sharing it at the writer's frontier)."""
+        table, ref = self.tables[seq_id], self.ref
+        for b in table[written // self.block_size:]:
+            if ref[b] == 1 and self.block_hash[b] is not None:
+                self._forget_hash(b)
+
     # ---- addressing and accounting ----------------------------------------
     def slots(self, seq_id: int, start: int, end: int) -> list[int]:
         bs, table = self.block_size, self.tables[seq_id]

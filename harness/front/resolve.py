@@ -187,6 +187,9 @@ def validate(cfg: Config) -> None:
     validate_scenario(cfg)
     _check(cfg.batch >= 1, f"batch={cfg.batch} must be >= 1")
     _check(cfg.max_num_batched_tokens >= 1, f"max_num_batched_tokens={cfg.max_num_batched_tokens} must be >= 1")
+    _check(not cfg.chunked_prefill or cfg.max_num_batched_tokens >= cfg.batch,
+           f"chunked_prefill=true: max_num_batched_tokens={cfg.max_num_batched_tokens} must be >= batch={cfg.batch} "
+           f"(every step's token budget holds one decode token per running sequence)")
     _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
     _check(cfg.seed >= 0, f"seed={cfg.seed} must be >= 0")  # numpy's generators take no negative seed
     _check(cfg.cpu_threads is None or cfg.cpu_threads >= 1, f"cpu_threads={cfg.cpu_threads} must be >= 1 (or null: the cores free at the job's start)")

@@ -20,9 +20,10 @@ CLOCK_TITLE = "The simulated clock against the wall clock"
 SATURATED = 0.9  # achieved over offered rate below which a run is saturated
 FIGURES = [f"{m}_ms_{p}" for m in ("ttft", "tpot", "e2el") for p in ("p50", "p99")]
 # What makes two rows the same requests on the same setup (the digest covers prompts and arrival times).
-PAIR = ["device_slug", "model", "dtype", "impl", "batch", "max_seq_len", "block_size", "cpu_threads", "workload_digest"]
-RATE_PAIR = ["device_slug", "model", "dtype", "impl", "batch", "max_seq_len", "block_size", "cpu_threads", "workload",
-             "num_requests", "seed", "slo"]
+PAIR = ["device_slug", "model", "dtype", "impl", "batch", "chunked_prefill", "max_num_batched_tokens", "max_seq_len",
+        "block_size", "cpu_threads", "workload_digest"]
+RATE_PAIR = ["device_slug", "model", "dtype", "impl", "batch", "chunked_prefill", "max_num_batched_tokens",
+             "max_seq_len", "block_size", "cpu_threads", "workload", "num_requests", "seed", "slo"]
 
 
 def _keys(df: pd.DataFrame, keys: list[str]) -> list[str]:

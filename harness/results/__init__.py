@@ -16,7 +16,7 @@ import pandas as pd
 IDENTIFIERS = [
     "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "host_kv_gb",
     "preemption", "host_copy", "model", "dtype", "kv_dtype", "kv_scale", "block_size", "batch",
-    "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
+    "chunked_prefill", "max_num_batched_tokens", "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
     "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
     "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by
     "replay_of",  # harness/front/replay.py: the run folder this row re-ran

@@ -113,10 +113,12 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     t0 = time.perf_counter()
     if loop is None:
         sim = simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
-                       ctx.bytes_per_token, clock=clock, arrival_s=arrivals, observer=meter)
+                       ctx.bytes_per_token, clock=clock, arrival_s=arrivals, observer=meter,
+                       chunked_prefill=cfg.chunked_prefill)
     else:
         sim = simulate(allocator, [], cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
-                       ctx.bytes_per_token, clock=clock, observer=meter, source=loop)
+                       ctx.bytes_per_token, clock=clock, observer=meter, source=loop,
+                       chunked_prefill=cfg.chunked_prefill)
     wall = time.perf_counter() - t0
     served = loop.released if loop is not None else requests  # with the arrival times they had
     if points and "points" not in ctx.tables:

@@ -236,6 +236,9 @@ class JobContext:
             "kv_scale": cfg.kv_scale if cfg.kv_dtype != "auto" else None,  # a float store has no scales
             "block_size": cfg.block_size,
             "batch": cfg.batch,
+            # how steps are scheduled (harness/serving/scheduler.py): whole prompts, or chunks under the budget
+            "chunked_prefill": cfg.chunked_prefill if cfg.scenario.name != "kernel" else None,
+            "max_num_batched_tokens": cfg.max_num_batched_tokens if cfg.scenario.name != "kernel" else None,
             "max_seq_len": cfg.max_seq_len,
             "workload": w.name,
             "num_requests": w.num_requests,

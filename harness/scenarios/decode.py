@@ -61,7 +61,7 @@ def _run_once(ctx: JobContext, impl: ImplConfig, budget: MemoryBudget, requests:
     total = sum(r.output_len * r.n for r in requests)
     update, close = ctx.progress(total, impl.name) if track else (None, lambda: None)
     engine = Engine(ctx.model, cache, ctx.cfg.batch, ctx.cfg.max_num_batched_tokens, sync=ctx.sync, progress=update,
-                    pieces=ctx.decode_pieces, compiled=ctx.decode_compiled)
+                    pieces=ctx.decode_pieces, compiled=ctx.decode_compiled, chunked_prefill=ctx.cfg.chunked_prefill)
     tracker = MemoryTracker(ctx.device.type)
     # A closed loop (workload.kind=multi_turn) decides arrivals as it runs; warm-up runs its few requests open.
     source = ctx.request_source() if track else None

@@ -32,6 +32,11 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
         T prompt tokens computed (prefix-cache hits are not). Matmuls of a few hundred rows
         reach neither the streaming rate nor the FLOP rate, so a small prefill costs mp
         weight reads, not one; large prefills are compute-bound and mp does not touch them.
+    mixed_s(T, B, R) = fixed(T+B) + max(2*P*(T+B) / (n*F*ef),  m * W / (n*A)) + R*kvb / (n*A*ea)
+        chunked prefill's step: T prompt-chunk tokens and B decodes in one forward (m = mp when
+        T > 0, else 1): one weight read serves both, the FLOPs add up, the decodes' KV read adds.
+        mixed_s(T, 0, 0) = prefill_s(T) and mixed_s(0, B, R) = decode_s(B, R). A chunk's attention
+        over the prompt's earlier chunks is prefill attention, left out as below.
     decode_s(B, R, k) = sum over j = 0..k-1 of decode_s(B, R + j*B)
         k steps of an unchanged batch, each reading B more KV tokens than the one before:
         only the attention term grows, so the sum is k*decode_s(B, R) + B*kvb/(n*A*ea) * k*(k-1)/2.
@@ -214,6 +219,16 @@ class CostModel:
         transfers = blocks if self.per_block else (stores > 0) + (loads > 0)
         return (transfers * 2 * m.num_layers * g.host_link_latency_us * 1e-6
                 + blocks * block_tokens * m.kv_bytes_per_token / (g.count * g.host_link_gbps * 1e9))
+
+    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int) -> float:
+        """One chunked-prefill step: ``tokens`` prompt-chunk tokens and ``batch`` decodes reading
+        ``kv_tokens_read`` KV tokens, in one forward."""
+        if not tokens:
+            return self.decode_s(batch, kv_tokens_read) if batch else 0.0
+        rows = tokens + batch
+        compute = 2 * self.model.params * rows / self.flops_per_s
+        floor = self.gpu.prefill_weight_multiple * self.weights_s()
+        return self.overhead_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read)
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """``steps`` decode steps of ``batch`` sequences; the first reads ``kv_tokens_read`` KV tokens,

@@ -5,7 +5,10 @@ the copies the allocator asked for, and runs one model forward per step: a varle
 prefill of every prompt admitted in the step (their new tokens concatenated, logits
 only at each prompt's last token) or a batched decode of all running sequences. Each
 layer attends through the cache's ``forward_prefill`` or ``forward_decode``, which the
-engine picks once per step.
+engine picks once per step. Under ``chunked_prefill`` a step may compute prompt chunks beside the
+decodes (a mixed step): still one forward, whose layers attend the decode rows through
+``forward_decode`` and the chunks' rows through ``forward_prefill`` (each impl keeps its own decode
+kernel), as vLLM's engine did when it ran a prefill and a decode kernel over one batch.
 Greedy sampling; sample ``k`` of a request with ``n > 1`` takes the ``k``-th ranked
 token first (so parallel samples diverge and copy-on-write is exercised), then
 continues greedily.
@@ -93,6 +96,7 @@ class Engine:
         pieces: PiecewiseDecode | None = None,
         sampler: Sampler | None = None,
         compiled: CompiledDecode | None = None,
+        chunked_prefill: bool = False,
     ) -> None:
         self.model = model
         # Picks each step's next tokens from its logits rows; None: greedy (argmax), as every timed run.
@@ -112,7 +116,8 @@ class Engine:
         self.device = next(model.parameters()).device
         cache.warmup()  # JIT compiles happen here, never inside the timed loop
         self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_num_batched_tokens,
-                                   max_seq_tokens=cache.allocator.max_sequence_tokens())
+                                   max_seq_tokens=cache.allocator.max_sequence_tokens(),
+                                   chunked_prefill=chunked_prefill)
 
     def _forward(self, staging: StagingBuffer, ids: int, positions: int, attend: Callable[..., torch.Tensor],
                  meta: Any, logits_at: int | None = None):
@@ -152,11 +157,16 @@ class Engine:
                 adm.seq.output_ids.append(tok)
             return len(ids)
         for adm, row in zip(admitted, logits):
-            forks = adm.forks
-            ranked = torch.topk(row, 1 + len(forks)).indices.tolist() if forks else [int(row.argmax())]
-            for rank, s in enumerate([adm.seq, *forks]):
-                s.output_ids.append(ranked[rank])
+            self._first_tokens(adm, row)
         return len(ids)
+
+    @staticmethod
+    def _first_tokens(adm: Admission, row: torch.Tensor) -> None:
+        """A prompt's first token, and its forks': sample ``k`` takes the ``k``-th ranked one."""
+        forks = adm.forks
+        ranked = torch.topk(row, 1 + len(forks)).indices.tolist() if forks else [int(row.argmax())]
+        for rank, s in enumerate([adm.seq, *forks]):
+            s.output_ids.append(ranked[rank])
 
     @torch.inference_mode()
     def run(self, requests: list[Request], source: RequestSource | None = None,
@@ -182,13 +192,15 @@ class Engine:
             plan = sched.schedule()
             if plan.host_copies:  # host tier (device.host_kv_gb): done first, inside the step's time
                 cache.copy_host(plan.host_copies)
-            if plan.is_prefill:
+            if plan.chunks:  # chunked_prefill: prompt chunks, with the decodes if any (a mixed step)
+                kind, touched, computed = plan.kind, *self._chunked_step(plan, ts, run)
+            elif plan.is_prefill:
                 kind, touched, computed = "prefill", *self._prefill_step(plan.admitted, ts, run)
             elif plan.decodes:
                 kind, touched, computed = "decode", *self._decode_step(plan, ts, run)
             else:  # every running sequence was preempted: nothing to compute this step
                 continue
-            self._record(run, kind, touched, computed, sched.num_preemptions - preempted_before)
+            self._record(run, kind, touched, computed, sched.num_preemptions - preempted_before, ts, plan.decodes)
             finished = [s for s in touched if s.finished]
             if finished:
                 source.finished(finished)
@@ -245,17 +257,93 @@ class Engine:
             run.memory_bound_steps += 1  # batch had room, yet nothing was admitted: the KV budget
         return seqs, len(seqs)
 
-    def _record(self, run: _RunState, kind: str, touched: list[Sequence], computed: int, preemptions: int) -> None:
-        """The step's finishes, KV peaks (before finished sequences are released) and timeline record."""
+    def _chunked_step(self, plan: StepPlan, ts: float, run: _RunState) -> tuple[list[Sequence], int]:
+        """The decodes (if any) and every prompt chunk in one forward; a last chunk samples its first
+        token (and its forks'), whose slots are copied once the prompt is all written."""
+        self.cache.copy_slots(plan.copies)
+        decodes, chunks = plan.decodes, plan.chunks
+        ids = [s.output_ids[-1] for s in decodes]
+        positions = [s.num_tokens - 1 for s in decodes]
+        rows = list(range(len(decodes)))  # the rows whose logits are sampled: every decode, each last chunk's end
+        for c in chunks:
+            ids += c.seq.token_ids[c.start : c.end]
+            positions += range(c.start, c.end)
+            if c.last:
+                rows.append(len(ids) - 1)
+        spans = [PrefillSpan(c.seq.seq_id, c.start, c.end) for c in chunks]
+        staging = StagingBuffer(self.device)
+        ids_h, positions_h, rows_h = staging.add(ids), staging.add(positions), staging.add(rows)
+        if decodes:
+            # Two metadata uploads: the decode's with the step's own fields, then the chunks'.
+            decode_meta = self.cache.prepare_decode([s.seq_id for s in decodes], staging)
+            prefill_meta = self.cache.prepare_prefill(spans, StagingBuffer(self.device))
+            b, cache = len(decodes), self.cache
+
+            def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return torch.cat([cache.forward_decode(layer, q[:b], k[:b], v[:b], decode_meta),
+                                  cache.forward_prefill(layer, q[b:], k[b:], v[b:], prefill_meta)])
+
+            logits = self.model(staging[ids_h], staging[positions_h], attend, staging[rows_h])
+        else:
+            meta = self.cache.prepare_prefill(spans, staging)
+            logits = self._forward(staging, ids_h, positions_h, self.cache.forward_prefill, meta, rows_h)
+        if decodes:  # host_s goes with step_s: the steps that decode
+            run.host_s.append(time.perf_counter() - ts)
+        finishing = [c.admission for c in chunks if c.last]
+        sampled = [*decodes, *(a.seq for a in finishing)]
+        if self.sampler is not None:
+            if any(a.forks for a in finishing):
+                raise ValueError("a sampler feeds one token per request: parallel sampling (n > 1) is not supported")
+            chosen = self.sampler(sampled, logits)
+            for s, tok in zip(sampled, chosen):
+                s.output_ids.append(tok)
+        else:
+            for s, tok in zip(decodes, logits[: len(decodes)].argmax(dim=-1).tolist()):
+                s.output_ids.append(tok)
+            for adm, row in zip(finishing, logits[len(decodes):]):
+                self._first_tokens(adm, row)
+        self.cache.copy_slots([c for adm in finishing for c in adm.fork_copies])
+        self.sync()
+        (run.step_s if decodes else run.prefill_step_s).append(time.perf_counter() - ts)
+        now = run.clock()
+        run.prefill_tokens += sum(c.num_tokens for c in chunks)
+        touched = list(decodes)
+        for s in decodes:
+            s.token_s.append(now)
+        for c in chunks:
+            if c.seq.admitted_s is None:
+                c.seq.admitted_s = ts - run.t0
+        for adm in finishing:
+            for s in (adm.seq, *adm.forks):
+                if s.admitted_s is None:
+                    s.admitted_s = adm.seq.admitted_s
+                if s.first_token_s is None:
+                    s.first_token_s = now
+                s.token_s.append(now)
+            touched += [adm.seq, *adm.forks]
+        run.now = now
+        if self.progress and decodes:
+            self.progress(len(decodes))
+        return touched, len(ids)
+
+    def _record(self, run: _RunState, kind: str, touched: list[Sequence], computed: int, preemptions: int,
+                ts: float, decodes: list[Sequence]) -> None:
+        """The step's finishes, KV peaks (before finished sequences are released) and timeline record:
+        when it started and how long it took on the wall clock, and the KV tokens its decodes' attention
+        read, as a simulated step records them (so a step's price can be set beside its wall time)."""
         sched, cache = self.scheduler, self.cache
         for s in touched:
             if s.finished:
                 s.finish_s = run.now
-        usage = cache.allocator.usage()
+        alloc = cache.allocator
+        usage = alloc.usage()
         run.peaks.update(usage)
+        start = ts - run.t0
+        read = sum(map(alloc.num_tokens, [s.seq_id for s in decodes])) if decodes else None
         run.steps.append(StepRecord(kind, 1, len(touched), computed, len(sched.running), len(sched.waiting),
                                     usage.used_tokens * cache.bytes_per_token,
-                                    usage.reserved_tokens * cache.bytes_per_token, preemptions, t_s=run.now))
+                                    usage.reserved_tokens * cache.bytes_per_token, preemptions, t_s=run.now,
+                                    start_s=start, duration_s=run.now - start, kv_tokens_read=read))
 
     def _result(self, run: _RunState, wall: float) -> EngineResult:
         sched, cache = self.scheduler, self.cache

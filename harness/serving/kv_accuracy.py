@@ -57,7 +57,8 @@ def cache_bytes(cfg: Config, requests: list[Request]) -> int:
 def _engine(model, cfg: Config, impl: ImplConfig, requests: list[Request], device, sync):
     budget = cache_bytes(cfg, requests)
     return lambda sampler: Engine(model, build_cache(impl, cfg, budget, device), cfg.batch,
-                                  cfg.max_num_batched_tokens, sync=sync, sampler=sampler)
+                                  cfg.max_num_batched_tokens, sync=sync, sampler=sampler,
+                                  chunked_prefill=cfg.chunked_prefill)
 
 
 def measure_kv_accuracy(model: torch.nn.Module, cfg: Config, impl: ImplConfig, device: torch.device,

@@ -19,6 +19,13 @@ Prices are interpolated, piecewise-linearly, never fitted:
     decode_s(B, R, k) = sum over j < k of decode_s(B, R + j*B): the context grows by one token
                         per step, so the sum is a sum of arithmetic series, one per segment.
 
+    mixed_s(T, B, R)  = decode_s(B, R) + f'(T + B) - f'(B), where f' is f extended below its smallest
+                        point by its first segment: chunked prefill's step of T prompt-chunk tokens and
+                        B decodes is the decode step as measured plus what T more rows add to a
+                        forward along the prefill line (its fixed cost is paid once, in the decode);
+                        B = 0 is prefill_s(T). A composition of the two measured kinds, checked by
+                        the clock's validation against wall-clock runs with chunked prefill.
+
 Every price is at least 0. A step whose batch or context lies outside the profile is counted
 in ``outside``, so a row can say how much of its run the profile did not cover, and priced by
 ``fallback`` (the roofline of ``gpu=NAME``, when the run names one) or else by the extension.
@@ -131,6 +138,18 @@ class ProfiledClock:
             if self.fallback is not None:
                 return self.fallback.prefill_s(tokens)
         return max(0.0, self._prefill(max(tokens, lo)))
+
+    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int) -> float:
+        if not batch:
+            return self.prefill_s(tokens) if tokens else 0.0
+        decode = self.decode_s(batch, kv_tokens_read)
+        if not tokens:
+            return decode
+        if tokens + batch > self._tokens[1]:
+            self.outside += 1
+            if self.fallback is not None:
+                return self.fallback.mixed_s(tokens, batch, kv_tokens_read)
+        return decode + max(0.0, self._prefill(tokens + batch) - self._prefill(batch))
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
         """A profile times no host copies: the roofline's host link prices them (gpu=NAME)."""

@@ -19,6 +19,9 @@ class Sequence:
     # and the outputs so far, so hits may reach past the prompt. Set by the scheduler from the
     # allocator's ``admit``; 0 while preempted.
     num_cached: int = 0
+    # chunked_prefill: tokens whose K/V this admission's prefill has computed so far (from ``num_cached``
+    # up to ``num_tokens``, one chunk a step); the plain scheduler computes a prompt in one step.
+    num_computed: int = 0
     preempted: int = 0  # times preempted (recomputed)
     # Service timeline, in seconds on the run's clock (wall or simulated), from its start.
     arrival_s: float = 0.0

@@ -17,6 +17,8 @@ batch x steps:
   finishes or is preempted; meanwhile the memory figures count them (``usage_plus_written``).
 - Steps where nobody is due, finishes or arrives decide nothing new, so one ``StepRecord``
   stands for ``steps`` of them (a jump); a clock prices the jump in closed form.
+- Under chunked prefill a step that computes prompt chunks (with the decodes: a mixed step) is one
+  step of its own, never part of a jump; the sequences whose last chunk it computed ride from it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class StepClock(Protocol):
     def prefill_s(self, tokens: int) -> float: ...
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float: ...
+
+    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int) -> float: ...
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float: ...
 
@@ -121,11 +125,13 @@ class _Calendar:
 
 class _Run:
     def __init__(self, allocator: KVAllocator, max_num_seqs: int, max_num_batched_tokens: int, vocab: int,
-                 bytes_per_token: int, clock: Optional[StepClock], observer: Optional[StepObserver]) -> None:
+                 bytes_per_token: int, clock: Optional[StepClock], observer: Optional[StepObserver],
+                 chunked_prefill: bool = False) -> None:
         self.alloc, self.vocab, self.bpt = allocator, vocab, bytes_per_token
         self.clock, self.observer = clock, observer
         self.sched = Scheduler(allocator, max_num_seqs, max_num_batched_tokens, token_source=self._source,
-                               max_seq_tokens=allocator.max_sequence_tokens(), settle=self._settle_now)
+                               max_seq_tokens=allocator.max_sequence_tokens(), settle=self._settle_now,
+                               chunked_prefill=chunked_prefill)
         self.tracks: dict[Sequence, _Track] = {}
         self.rank: dict[Sequence, int] = {}  # admission order: the scheduler's running order
         self.due, self.finishing = _Calendar(), _Calendar()
@@ -162,7 +168,8 @@ class _Run:
             self.synced_sum += owed
 
     def _settle_now(self, seq: Sequence) -> None:  # the scheduler's hook, before it preempts ``seq``
-        self._settle(seq, self.done)
+        if seq in self.tracks:  # (a sequence still prefilling owes nothing)
+            self._settle(seq, self.done)
 
     def _owed(self, step: int) -> int:
         """Tokens the riding sequences owe at the end of ``step``."""
@@ -249,26 +256,14 @@ class _Run:
         """The step the scheduler just planned (each ``due`` sequence appended its owed tokens and
         this step's), then as many more as change nothing."""
         first = self.done + 1
-        for s in plan.preempted:
-            self._drop(s)
-        self.due.clear(first)  # every sequence due now was appended, or preempted and dropped
-        tracks, free_run_of, add_due = self.tracks, self.alloc.appendable_without_alloc, self.due.add
-        for s, k in due:
-            tr = tracks.get(s)
-            if tr is None:  # preempted
-                continue
-            s.output_ids += [tr.token] * k
-            tr.synced = first
-            self.synced_sum += k
-            tr.due = first + (free_run_of(s.seq_id) or 1)
-            add_due(tr.due, s)
-        batch = len(self.sched.running)
+        self._appended(plan, due, first)
+        batch = len(plan.decodes)
         host_s = self._host_s(plan)  # host-tier copies: before the jump's first step, which waits for them
         if not batch:  # every sequence was preempted: no forward, nothing generated
             self.peaks.update(self.alloc.usage())
             self.now += host_s
             return
-        kv_first = self.alloc.usage().logical_tokens + self._owed(first)
+        kv_first = self._decode_read(first)
         # Jump: end where someone finishes, stop before someone is due, and (with a clock) before
         # a request arrives. A step that filled a block (a new prefix-cache entry, which a waiting
         # request may hit) ends the jump too: the filler is due at the next step. So must a step
@@ -300,14 +295,120 @@ class _Run:
             self._drop(s)
         self.sched.finish(finished)
 
-    def _gaps(self, batch: int, kv_first: int, steps: int, host_s: float = 0.0) -> None:
+    def _appended(self, plan: StepPlan, due: list[tuple[Sequence, int]], first: int) -> None:
+        """After the scheduler planned decode step ``first``: the preempted leave, and every ``due``
+        sequence that appended its owed tokens and this step's is synced and due again later."""
+        tracks = self.tracks
+        for s in plan.preempted:
+            if s in tracks:  # (a sequence preempted while prefilling was never tracked)
+                self._drop(s)
+        self.due.clear(first)  # every sequence due now was appended, or preempted and dropped
+        free_run_of, add_due = self.alloc.appendable_without_alloc, self.due.add
+        for s, k in due:
+            tr = tracks.get(s)
+            if tr is None:  # preempted
+                continue
+            s.output_ids += [tr.token] * k
+            tr.synced = first
+            self.synced_sum += k
+            tr.due = first + (free_run_of(s.seq_id) or 1)
+            add_due(tr.due, s)
+
+    def _decode_read(self, step: int) -> int:
+        """KV tokens step ``step``'s decode attention reads: every riding sequence's context, which
+        the allocator's logical tokens hold (plus what they owe), less the sequences not decoding:
+        those whose prefill is under way or just done (chunked prefill) and those just swapped in."""
+        read = self.alloc.usage().logical_tokens + self._owed(step)
+        if len(self.tracks) != len(self.sched.running):
+            count = self.alloc.num_tokens
+            read -= sum(count(s.seq_id) for s in self.sched.running if s not in self.tracks)
+        return read
+
+    def mixed(self, plan: StepPlan, due: list[tuple[Sequence, int]]) -> None:
+        """chunked_prefill: one step of decodes (if any) and prompt chunks (if any), and swap-ins."""
+        sched, clock = self.sched, self.clock
+        batch = len(plan.decodes)
+        first = self.done + 1
+        self._appended(plan, due, first)
+        kv_read = self._decode_read(first) if batch else 0
+        ready = 0  # sequences that start to decode after this step: last chunks' (forks too), swapped in
+        for c in plan.chunks:
+            if c.last:
+                for s in (c.seq, *c.admission.forks):
+                    s.output_ids.append(synthetic_token(s, self.vocab))
+                    ready += 1
+        ready += len(plan.resumed)
+        if batch:
+            self.done = first
+        finished = self.finishing.at(first) if batch else []
+        finished.sort(key=self.rank.__getitem__)
+        for s in finished:
+            self._settle(s, first)
+        # The newly ready sequences are the last ones in running that are neither riding nor prefilling.
+        fresh: list[Sequence] = []
+        pending = sched._pending
+        for s in reversed(sched.running):
+            if len(fresh) == ready:
+                break
+            if s not in self.tracks and s.seq_id not in pending:
+                fresh.append(s)
+        fresh.reverse()
+        started = [s for s in fresh if not s.finished]
+        for s in started:
+            self._track(s)
+        finished += [s for s in fresh if s.finished]
+        chunk_tokens = plan.chunk_tokens
+        if plan.chunks:
+            self.prefill_steps += not batch
+        host_s = self._host_s(plan)
+        kind = plan.kind
+        touched = batch + sum(1 + len(c.admission.forks) for c in plan.chunks if c.last)
+        # Like the decode engine's record: before finished sequences are released.
+        usage = self.alloc.usage_plus_written(self._owed(self.done))
+        self.peaks.update(usage)
+        start = duration = None
+        if clock is not None:
+            duration = host_s + (clock.mixed_s(chunk_tokens, batch, kv_read) if batch or chunk_tokens else 0.0)
+            start, self.now = self.now, self.now + duration
+        rec = StepRecord(kind, 1, touched, batch + chunk_tokens, len(sched.running),
+                         len(sched.waiting), usage.used_tokens * self.bpt, usage.reserved_tokens * self.bpt,
+                         len(plan.preempted), self.now if clock is not None else None, start, duration, kv_read)
+        self.records.append(rec)
+        if clock is not None:
+            if batch:
+                self._gaps(batch, kv_read, 1, durations=[duration])
+            else:
+                self._stalls.append((duration, 0))
+            self._stalls.append((0.0, len(started)))  # they wait only for the steps after this one
+            for c in plan.chunks:
+                if c.seq.admitted_s is None:
+                    c.seq.admitted_s = start
+            for c in plan.chunks:
+                if c.last:
+                    for s in (c.seq, *c.admission.forks):
+                        if s.admitted_s is None:
+                            s.admitted_s = c.seq.admitted_s
+                        if s.first_token_s is None:
+                            s.first_token_s = self.now
+            for s in finished:
+                s.finish_s = self.now
+        if self.observer is not None:
+            self.observer(rec, plan, finished)
+        for s in finished:
+            if s in self.tracks:
+                self._drop(s)
+        sched.finish(finished)
+
+    def _gaps(self, batch: int, kv_first: int, steps: int, host_s: float = 0.0,
+              durations: Optional[list[float]] = None) -> None:
         """The inter-token gaps of a decode record: its first step's token follows each sequence's
         previous one across the prefills since the last decode record (a sequence those prefills
         started waited only for the later ones); every later step's gap is that step's duration,
         for all ``batch`` sequences. A preempted sequence's stall shows in its E2EL, not here."""
         clock, gaps, counts = self.clock, self.itl_gaps, self.itl_counts
-        durations = [clock.decode_s(batch, kv_first + j * batch, 1) for j in range(steps)]
-        durations[0] += host_s
+        if durations is None:
+            durations = [clock.decode_s(batch, kv_first + j * batch, 1) for j in range(steps)]
+            durations[0] += host_s
         started = min(batch, sum(n for _, n in self._stalls))
         stall = sum(d for d, _ in self._stalls)
         if batch - started:
@@ -353,6 +454,7 @@ def simulate(
     arrival_s: Optional[Seq[float]] = None,
     observer: Optional[StepObserver] = None,
     source: Optional[RequestSource] = None,
+    chunked_prefill: bool = False,
 ) -> Simulation:
     """Run ``requests`` to completion. With ``clock`` every record is priced and ``arrival_s``
     (seconds, one per request) holds each request back until then; ``observer`` sees every
@@ -370,7 +472,7 @@ def simulate(
         if source is None:  # a burst: all at once, in list order
             source = OpenLoopSource(requests, arrival_s if arrival_s is not None else [0.0] * len(requests))
         return _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token,
-                         clock, observer)
+                         clock, observer, chunked_prefill)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -387,8 +489,9 @@ def _told(source: RequestSource, observer: Optional[StepObserver]) -> StepObserv
 
 
 def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock,
-              observer) -> Simulation:
-    run = _Run(allocator, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, _told(source, observer))
+              observer, chunked_prefill=False) -> Simulation:
+    run = _Run(allocator, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, _told(source, observer),
+               chunked_prefill)
     sched = run.sched
     while True:
         for req in source.due(run.now):
@@ -405,7 +508,9 @@ def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, by
         due.sort(key=run.rank.__getitem__)  # the scheduler's running order
         candidates = [(s, first - run.tracks[s].synced) for s in due]  # owed tokens and this step's
         plan = sched.schedule(1, candidates=candidates)
-        if plan.is_prefill:
+        if plan.chunks or (plan.resumed and plan.decodes):  # chunked prefill: a step of its own
+            run.mixed(plan, candidates)
+        elif plan.is_prefill:
             run.prefill(plan)
         else:
             run.decode(plan, candidates, next_arrival)

@@ -16,7 +16,7 @@ from harness.serving.sequence import Sequence
 REQUEST_COLUMNS = ["impl", "run_id", "request_id", "sample", "prompt_len", "output_len", "arrival_s",
                    "admitted_s", "first_token_s", "finish_s", "preemptions"]
 STEP_COLUMNS = ["impl", "run_id", "t_s", "kind", "steps", "batch", "tokens", "running", "waiting",
-                "kv_used_bytes", "kv_reserved_bytes", "preemptions"]
+                "kv_used_bytes", "kv_reserved_bytes", "preemptions", "start_s", "duration_s", "kv_tokens_read"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +24,7 @@ class StepRecord:
     """One scheduler step, as both clocks record it: the decode engine one per step; the simulator
     one per prefill, or one per jump of ``steps`` decode steps of an unchanged batch."""
 
-    kind: str  # prefill | decode
+    kind: str  # prefill | decode | mixed (chunked prefill: prompt chunks beside the decodes, one forward)
     steps: int  # model steps it stands for (1 but for a simulated jump)
     batch: int  # sequences each step advanced (a prefill: the admitted ones, forks included)
     tokens: int  # tokens computed over all its steps (a prefill: prompt tokens not found in the prefix cache)
@@ -34,8 +34,9 @@ class StepRecord:
     kv_reserved_bytes: int
     preemptions: int = 0  # in its first step
     t_s: float | None = None  # when it finished on the run's clock (None: simulated without a clock)
-    # The simulated clock's: when it started, how long it took, and the KV tokens its FIRST step's
-    # attention reads (each later step of a jump reads ``batch`` more; a prefill: the admitted contexts).
+    # When it started and how long it took (simulated: as priced; the decode engine: on the wall clock),
+    # and the KV tokens its FIRST step's decode attention reads (each later step of a jump reads ``batch``
+    # more; a simulated prefill: the admitted contexts; the engine's prefill: None).
     start_s: float | None = None
     duration_s: float | None = None
     kv_tokens_read: int | None = None

@@ -139,3 +139,17 @@ def test_host_copies_need_a_host_link():
         clock().host_copy_s(1, 0, 16)
     with pytest.raises(ConfigError, match="host_link_gbps"):
         clock(host_link_gbps=0)
+
+
+def test_a_mixed_step_reads_the_weights_once_for_its_chunk_and_its_decodes():
+    c = clock(prefill_weight_multiple=1.5)
+    assert c.mixed_s(300, 0, 0) == pytest.approx(c.prefill_s(300), rel=1e-12)
+    assert c.mixed_s(0, 8, 10_000) == pytest.approx(c.decode_s(8, 10_000), rel=1e-12)
+    assert c.mixed_s(0, 0, 0) == 0.0
+    # 2000 chunk tokens + 8 decodes: compute-bound, 2 * 1e9 * 2008 / 5e13, plus the decodes' KV read at 5e11 B/s.
+    assert c.mixed_s(2000, 8, 10_000) == pytest.approx(2 * 1e9 * 2008 / 5e13 + 1e4 * 1e5 / 5e11 + 1e-4, rel=1e-12)
+    # A small chunk: the 1.5 weight reads of a prefill floor set the pace, once for both halves.
+    assert c.mixed_s(10, 8, 0) == pytest.approx(1.5 * 4e-3 + 1e-4, rel=1e-12)
+    assert c.mixed_s(10, 8, 10_000) < c.prefill_s(10) + c.decode_s(8, 10_000)
+    tp = clock(count=4)  # tensor parallel: the all-reduces carry the chunk's rows and the decodes'
+    assert tp.mixed_s(10, 8, 0) - tp.prefill_s(10) == pytest.approx(tp.comm_s(18) - tp.comm_s(10), rel=1e-9)

@@ -178,3 +178,34 @@ def test_a_host_tier_and_swap_copy_a_quantized_cache_with_its_scales(compose, tm
     for preemption in ("recompute", "swap"):
         ref, rows = assert_same(compose, tmp_path / preemption, [*small, f"preemption={preemption}"])
         assert rows["paged_torch"]["preemptions"] > 0 and rows["paged_torch"]["host_loaded_blocks"] > 0
+
+
+CHUNKED_CASES = {
+    # prompts of 37 tokens in chunks of at most 16 - batch: every step after the first is mixed
+    "chunks": ["block_size=8", "batch=4", "workload=uniform", "workload.num_requests=6", "workload.prompt_len=37",
+               "workload.output_len=11"],
+    # later prompts hit the blocks of a prefill still under way: they start at its computed frontier
+    "shared_prefix": ["batch=3", "workload=shared_prefix", "workload.num_requests=5", "workload.prompt_len=50",
+                      "workload.shared_prefix_len=40", "workload.output_len=6"],
+    # the forks of a chunked prompt get their first tokens (and their copies) with its last chunk
+    "parallel_sampling": ["batch=6", "workload=parallel_sampling", "workload.n=3", "workload.num_requests=2",
+                          "workload.prompt_len=21", "workload.output_len=9"],
+    # victims preempted while prefilling: recomputed, their unwritten blocks out of the prefix cache
+    "preemption": ["batch=6", "workload=fixed", "workload.num_requests=6", "workload.prompt_len=30",
+                   "workload.output_len=40", "device.kv_cache_gb=0.0012", "device.watermark=0"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHUNKED_CASES))
+def test_chunked_prefill_generates_the_unchunked_tokens(compose, tmp_path, case):
+    """chunked_prefill=true (a 16-token step budget: prompts in chunks, mixed steps) gives every impl the
+    tokens contiguous makes without it."""
+    overrides = CHUNKED_CASES[case]
+    _, ref_tokens = run(compose, tmp_path / "plain", "contiguous", overrides)
+    chunked = [*overrides, "chunked_prefill=true", "max_num_batched_tokens=16"]
+    for impl in ("contiguous", "paged_torch", "paged_cuda"):
+        row, tokens = run(compose, tmp_path / "chunked", impl, chunked)
+        assert tokens == ref_tokens, impl
+        assert row["prefill_tokens"] > 0
+    if case == "preemption":
+        assert row["preemptions"] > 0

@@ -71,3 +71,16 @@ def test_a_fallback_prices_the_shapes_outside_the_profile():
     inside = clock.decode_s(4, 4 * 128, 3)
     assert inside < 1 and clock.outside == 0  # inside: the profile's own price
     assert clock.decode_s(64, 64 * 100, 3) == 6.0 and clock.prefill_s(4096) == 1.0 and clock.outside == 4
+
+
+def test_a_mixed_step_is_the_decode_plus_what_the_chunk_adds_along_the_prefill_line():
+    clock = _clock()
+    assert clock.mixed_s(256, 0, 0) == pytest.approx(clock.prefill_s(256))
+    assert clock.mixed_s(0, 4, 4 * 128) == pytest.approx(clock.decode_s(4, 4 * 128))
+    # 240 chunk tokens + 4 decodes: the first segment's slope (0.008 / 240 per token) times 240 more rows,
+    # its line extended below 16 tokens for the decodes' 4 rows
+    slope = (0.01 - 0.002) / 240
+    assert clock.mixed_s(240, 4, 4 * 128) == pytest.approx(clock.decode_s(4, 4 * 128) + slope * 240)
+    assert clock.outside == 0
+    clock.mixed_s(1100, 4, 4 * 128)  # beyond the largest prefill measured
+    assert clock.outside == 1

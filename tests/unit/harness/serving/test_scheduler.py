@@ -145,3 +145,79 @@ def test_each_allocator_states_its_longest_sequence():
     sched.add_request(request(0, 9, 1))
     sched.schedule()
     assert [why for _, why in sched.rejected] == ["needs 10 KV slots; a sequence in this cache holds at most 8"]
+
+
+# ---- chunked prefill ---------------------------------------------------------------
+def chunked_step(sched: Scheduler) -> StepPlan:
+    """One engine step under chunked prefill: every decode and every last chunk (with its forks) samples."""
+    plan = sched.schedule()
+    touched = [*plan.decodes, *(s for c in plan.chunks if c.last for s in (c.seq, *c.admission.forks))]
+    for s in touched:
+        s.output_ids.append(7)
+    sched.finish(touched)
+    return plan
+
+
+def test_chunked_prefill_decodes_first_then_chunks_under_one_budget():
+    sched = Scheduler(LaneAllocator(8, 128), max_num_seqs=4, max_num_batched_tokens=10, chunked_prefill=True)
+    sched.add_request(request(0, 4, 5))
+    sched.add_request(request(1, 23, 5))
+    sched.add_request(request(2, 3, 5))
+    plan = chunked_step(sched)  # nothing decodes yet: 4 tokens of request 0, then 6 of request 1's 23
+    assert plan.kind == "prefill" and [(c.seq.request_id, c.start, c.end, c.last) for c in plan.chunks] == [
+        (0, 0, 4, True), (1, 0, 6, False)]
+    assert [s.request_id for s, _ in sched.waiting] == [2]  # the budget is spent: no admission after a partial chunk
+    plan = chunked_step(sched)  # request 0 decodes (1 token), request 1 goes on with the other 9
+    assert plan.kind == "mixed" and [s.request_id for s in plan.decodes] == [0]
+    assert [(c.seq.request_id, c.start, c.end) for c in plan.chunks] == [(1, 6, 15)]
+    assert list(sched.prefilling) == [plan.chunks[0].seq.seq_id]  # at most one prefill under way
+    plan = chunked_step(sched)  # its last 8 tokens, then request 2 is admitted with the one token left
+    assert [(c.seq.request_id, c.start, c.end, c.last) for c in plan.chunks] == [(1, 15, 23, True), (2, 0, 1, False)]
+    assert sum(c.num_tokens for c in plan.chunks) + len(plan.decodes) == 10
+    plan = chunked_step(sched)  # requests 0 and 1 decode; request 2's last 2 tokens
+    assert [s.request_id for s in plan.decodes] == [0, 1] and plan.chunks[0].last
+
+
+def test_chunked_prefill_forks_wait_for_the_last_chunk():
+    sched = Scheduler(LaneAllocator(8, 128), max_num_seqs=4, max_num_batched_tokens=8, chunked_prefill=True)
+    sched.add_request(request(0, 20, 4, n=3))
+    plan = chunked_step(sched)
+    [adm] = plan.admitted
+    assert len(adm.forks) == 2 and not plan.decodes and not plan.chunks[0].last
+    plan = chunked_step(sched)
+    assert not plan.decodes and not any(s.output_ids for s in (adm.seq, *adm.forks))
+    plan = chunked_step(sched)  # the last 4 tokens: the prompt and both forks get their first token
+    assert plan.chunks[0].last and all(len(s.output_ids) == 1 for s in (adm.seq, *adm.forks))
+    plan = chunked_step(sched)
+    assert len(plan.decodes) == 3
+
+
+def test_chunked_prefill_victim_is_recomputed_and_its_unwritten_blocks_leave_the_prefix_cache():
+    """A partly prefilled sequence preempted by a decode that needs memory: released (never swapped), its
+    blocks past the computed tokens no longer hit, and it is prefilled again from the start."""
+    alloc = BlockManager(6, 4, prefix_caching=True)
+    sched = Scheduler(alloc, max_num_seqs=2, max_num_batched_tokens=4, chunked_prefill=True)
+    sched.add_request(request(0, 4, 20))  # 1 block now, one more every 4 decode tokens
+    sched.add_request(request(1, 16, 2))  # 4 blocks, computed in chunks of 3 beside request 0's decode
+    chunked_step(sched)
+    plan = chunked_step(sched)
+    victim = plan.chunks[-1].seq
+    assert victim.request_id == 1 and victim.seq_id in sched.prefilling
+    hashed_before = set(alloc.hash_to_block.values())
+    while not plan.preempted:
+        plan = chunked_step(sched)
+    assert plan.preempted == [victim] and victim.num_computed == 0 and victim.seq_id not in sched.prefilling
+    unwritten = {b for b in hashed_before if b not in alloc.hash_to_block.values()}
+    assert unwritten  # its blocks holding no K/V left the cache
+    assert all(alloc.block_hash[b] is None for b in unwritten)
+    alloc.check_invariants()
+    while not sched.done:
+        chunked_step(sched)
+    assert sorted(len(s.output_ids) for s in sched.finished) == [2, 20] and victim.preempted == 1
+
+
+def test_chunked_prefill_needs_a_budget_for_every_decode():
+    import pytest
+
+    with pytest.raises(ValueError, match="max_num_batched_tokens=3 must be >= batch=4"):
+        Scheduler(LaneAllocator(8, 64), max_num_seqs=4, max_num_batched_tokens=3, chunked_prefill=True)

@@ -34,9 +34,10 @@ class Step:
     duration: float
 
 
-def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, arrival_s=None):
+def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, arrival_s=None, chunked=False):
     """The reference: the decode engine's loop without a model, one scheduler step at a time."""
-    sched = Scheduler(alloc, max_num_seqs, max_tokens, max_seq_tokens=alloc.usage().pool_tokens)
+    sched = Scheduler(alloc, max_num_seqs, max_tokens, max_seq_tokens=alloc.usage().pool_tokens,
+                      chunked_prefill=chunked)
     times = arrival_s or [0.0] * len(requests)
     order = sorted(range(len(requests)), key=lambda i: times[i])
     now, arrived, steps, peaks = 0.0, 0, [], KVPeaks(BPT)
@@ -50,13 +51,20 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
             now = times[order[arrived]]
             continue
         plan = sched.schedule()
-        if plan.is_prefill:
+        if chunked and (plan.chunks or (plan.resumed and plan.decodes)):
+            # One step: the decodes (each read its whole context) and the chunks; a last chunk samples.
+            read = sum(alloc.num_tokens(s.seq_id) for s in plan.decodes)
+            chunk_tokens = sum(c.end - c.start for c in plan.chunks)
+            tokens = len(plan.decodes) + chunk_tokens
+            touched = [*plan.decodes, *(s for c in plan.chunks if c.last for s in (c.seq, *c.admission.forks))]
+        elif plan.is_prefill:
             tokens = sum(a.seq.num_tokens - a.seq.num_cached for a in plan.admitted)
             read = sum(a.seq.num_tokens for a in plan.admitted)
             touched = [s for a in plan.admitted for s in (a.seq, *a.forks)]
         elif plan.decodes:
             touched = plan.decodes
-            tokens, read = len(touched), alloc.usage().logical_tokens
+            tokens = len(touched)
+            read = sum(alloc.num_tokens(s.seq_id) for s in touched) if chunked else alloc.usage().logical_tokens
         else:  # everything preempted: no forward
             peaks.update(alloc.usage())
             continue
@@ -64,13 +72,15 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
             s.output_ids.append(synthetic_token(s, vocab))
         usage = alloc.usage()
         peaks.update(usage)
-        kind = "prefill" if plan.is_prefill else "decode"
+        kind = plan.kind
         duration = 0.0
         if clock is not None:
-            if plan.is_prefill:  # a step of swap-ins alone (preemption=swap) computes nothing
+            if kind == "mixed" or (chunked and plan.chunks):
+                duration = clock.mixed_s(chunk_tokens, len(plan.decodes), read)
+            elif plan.is_prefill:  # a step of swap-ins alone (preemption=swap) computes nothing
                 duration = clock.prefill_s(tokens) if plan.admitted else 0.0
             else:
-                duration = clock.decode_s(len(touched), read)
+                duration = clock.decode_s(len(plan.decodes), read)
             if plan.host_copies:  # the step waits for its host-tier copies
                 duration += clock.host_copy_s(len(plan.host_copies.stores), len(plan.host_copies.loads),
                                               alloc.block_size)
@@ -81,19 +91,20 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
     return sched, steps, peaks
 
 
-def assert_same(make_alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, arrival_s=None):
+def assert_same(make_alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, arrival_s=None, chunked=False):
     ref_alloc, alloc = make_alloc(), make_alloc()
-    sched, steps, peaks = step_by_step(ref_alloc, requests, max_num_seqs, max_tokens, vocab, clock, arrival_s)
+    sched, steps, peaks = step_by_step(ref_alloc, requests, max_num_seqs, max_tokens, vocab, clock, arrival_s,
+                                       chunked)
     seen = []
     sim = simulate(alloc, requests, max_num_seqs, max_tokens, vocab, BPT, clock, arrival_s,
-                   observer=lambda rec, plan, done: seen.extend(done))
+                   observer=lambda rec, plan, done: seen.extend(done), chunked_prefill=chunked)
     assert sim.peaks == peaks
     assert (sim.peak_running, sim.max_concurrency, sim.preemptions) == (
         sched.peak_running, sched.max_concurrency, sched.num_preemptions)
     assert [(s.request_id, s.sample, why) for s, why in sim.rejected] == [
         (s.request_id, s.sample, why) for s, why in sched.rejected]
     assert sim.prefill_steps == sum(s.kind == "prefill" for s in steps)
-    assert sim.decode_steps == sum(s.kind == "decode" for s in steps)
+    assert sim.decode_steps == sum(s.kind in ("decode", "mixed") for s in steps)
     assert sim.finished == len(sched.finished) == len(seen)
     assert alloc.cache_hit_tokens == ref_alloc.cache_hit_tokens
     if isinstance(alloc, BlockManager) and alloc.host is not None:
@@ -176,13 +187,27 @@ def tiny_clock(count: int) -> CostModel:
     return CostModel(gpu, TINY)
 
 
+def chunk_budget(max_num_seqs: int, max_tokens: int) -> int:
+    """A chunked-prefill budget from the drawn one: at least a decode token per running sequence."""
+    return max(max_tokens, max_num_seqs)
+
+
+@settings(max_examples=400, deadline=None)
+@given(workloads())
+def test_chunked_prefill_event_driven_equals_step_by_step(case):
+    make, requests, max_num_seqs, max_tokens, vocab = case
+    assert_same(make, requests, max_num_seqs, chunk_budget(max_num_seqs, max_tokens), vocab, chunked=True)
+
+
 @settings(max_examples=60, deadline=None)
-@given(workloads(), st.integers(0, 2**32), st.sampled_from([1, 4]))
-def test_with_a_clock_and_arrivals_equals_step_by_step(case, seed, count):
+@given(workloads(), st.integers(0, 2**32), st.sampled_from([1, 4]), st.booleans())
+def test_with_a_clock_and_arrivals_equals_step_by_step(case, seed, count, chunked):
     make, requests, max_num_seqs, max_tokens, vocab = case
     rng = random.Random(seed)
     arrivals = [rng.choice([0.0, rng.uniform(0, 0.3)]) for _ in requests]  # some at once, some spread
-    sim = assert_same(make, requests, max_num_seqs, max_tokens, vocab, tiny_clock(count), arrivals)
+    if chunked:
+        max_tokens = chunk_budget(max_num_seqs, max_tokens)
+    sim = assert_same(make, requests, max_num_seqs, max_tokens, vocab, tiny_clock(count), arrivals, chunked)
     assert sim.elapsed_s >= max(arrivals)
 
 
