@@ -28,7 +28,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from harness.model.llama import AttentionFn, LlamaModel
+from harness.model.llama import AttentionFn, LlamaModel, prepack_supported
 
 # Models above this many parameters are GEMM-bound: the element-wise work inductor
 # fuses is a small share of their step, and their compile is longer.
@@ -85,12 +85,17 @@ def _(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
 class _DecodeGraph(nn.Module):
     """What inductor compiles: LlamaModel.forward's decode path, attention through the custom op."""
 
-    def __init__(self, model: LlamaModel) -> None:
+    def __init__(self, model: LlamaModel, frozen: bool) -> None:
         super().__init__()
         self.model = model
+        # Read in forward, so dynamo guards on it: a frozen and an unfrozen graph of one model are two
+        # compiles (inductor's freezing flag is no part of dynamo's guards).
+        self.frozen = frozen
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         model = self.model
+        if self.frozen:  # the same graph either way; see __init__
+            pass
         h, cos, sin = model.embed(input_ids, positions)
         for layer_idx, layer in enumerate(model.layers):
             q, k, v = layer.before_attention(h, cos, sin)
@@ -119,6 +124,11 @@ def auto_compile(model: LlamaModel, device: torch.device, decode_tokens: int) ->
     return True, f"small fp32 model on CPU, {decode_tokens} decode tokens"
 
 
+def freeze_default(model: LlamaModel) -> bool:
+    """Freeze where the linears pack: a float32 model on a CPU with oneDNN (as LlamaModel.prepack)."""
+    return prepack_supported(model.device, model.dtype)
+
+
 def cxx_compiler() -> str | None:
     """The C++ compiler inductor would use on a CPU (``CXX`` or g++/clang++), if present."""
     for name in (os.environ.get("CXX"), "g++", "clang++"):
@@ -130,18 +140,22 @@ def cxx_compiler() -> str | None:
 class CompiledDecode:
     """Decode logits from the compiled graph; the attention of each layer is ``attention`` (eager)."""
 
-    def __init__(self, model: LlamaModel, max_batch: int) -> None:
+    def __init__(self, model: LlamaModel, max_batch: int, freeze: bool | None = None) -> None:
         if model.device.type != "cpu":
             raise ValueError(f"cpu_compile compiles for a CPU; the model is on {model.device}")
         self.model = model
         self.max_batch = max_batch
+        self.freeze = freeze_default(model) if freeze is None else freeze
         self.steps = 0  # forwards that ran the compiled graph (batches of 1 run eagerly)
         # dynamic=False: only the marked batch dimension is dynamic; the model's own sizes stay constants
         # (a later job's other model recompiles rather than turning hidden sizes symbolic).
-        self._graph = torch.compile(_DecodeGraph(model), backend="inductor", fullgraph=True, dynamic=False)
+        self._graph = torch.compile(_DecodeGraph(model, self.freeze), backend="inductor", fullgraph=True, dynamic=False)
         t0 = time.perf_counter()
         self._warm(max(2, min(max_batch, 8)))
         self.compile_s = time.perf_counter() - t0
+        # A frozen graph holds the weights as they were at compile time: a later in-place change would
+        # go unseen, so each call checks the parameters' version counters (a few microseconds).
+        self._weights = [(p, p._version) for p in model.parameters()] if self.freeze else []
 
     @staticmethod
     def _inputs(input_ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,13 +173,16 @@ class CompiledDecode:
         # One compile thread: inductor's pool of compile workers takes seconds to start, more than the
         # few kernels of one decode graph take to build on a small CPU (warm cache, loaded 2-core host:
         # 10 s against 20 s for the first compile of a process).
-        with _ACTIVE.use(lambda layer, q, k, v: q), torch._inductor.config.patch(compile_threads=1):
+        with _ACTIVE.use(lambda layer, q, k, v: q), torch._inductor.config.patch(compile_threads=1, freezing=self.freeze):
             self._graph(*self._inputs(zeros, zeros))
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
         """Decode logits ``[n, vocab]`` for ``n`` tokens, attending through ``attention``."""
         if input_ids.shape[0] < 2:
             return self.model(input_ids, positions, attention)
+        for p, version in self._weights:
+            if p._version != version:
+                raise RuntimeError("a weight changed after cpu_compile froze it into the graph; compile again")
         self.steps += 1
         with _ACTIVE.use(attention):
             return self._graph(*self._inputs(input_ids, positions))

@@ -40,6 +40,51 @@ def _empty(*shape: int, dtype: torch.dtype, device: Device) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device))
 
 
+# Pre-packed GEMMs on a CPU (LlamaModel.prepack): a linear over this many rows runs oneDNN's
+# inner product on a weight reordered once into its blocked layout; outside it, F.linear (MKL).
+# Measured on a 2-core AMD EPYC (AVX2), fp32, 1 thread: at 2-64 rows (decode batches) the packed
+# GEMM is 1.0-1.4x faster for 0.5-3M-element weights and 2x for a 16M-element lm_head; at 1 row
+# (a GEMV) and at prefill sizes (128+ rows) MKL's plain sgemm is mostly faster.
+PACKED_MIN_ROWS = 2
+PACKED_MAX_ROWS = 64
+
+
+def prepack_supported(device: Device, dtype: torch.dtype) -> bool:
+    """Whether LlamaModel.prepack applies: float32 on a CPU whose torch has oneDNN (mkldnn)."""
+    return (torch.device(device).type == "cpu" and dtype == torch.float32
+            and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
+
+
+class PackedWeight:
+    """A weight reordered once for oneDNN's inner product, repacked if the weight changed in place.
+
+    Not a parameter or buffer: state_dict, parameters() and the weight bytes the rows report are
+    the plain weight's. The packed copy is a second copy of the weight in host memory.
+    """
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+        self._pack()
+
+    def _pack(self) -> None:
+        self.version = self.weight._version
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.weight._version != self.version:  # loaded or edited in place after packing
+            self._pack()
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: PackedWeight | None) -> torch.Tensor:
+    """``F.linear``, or the packed GEMM for decode-sized row counts (eager only: a compiled graph traces
+    F.linear, and inductor's freezing packs its weights itself)."""
+    if (packed is not None and not torch.compiler.is_compiling() and x.dim() == 2
+            and PACKED_MIN_ROWS <= x.shape[0] <= PACKED_MAX_ROWS):
+        return packed.linear(x, bias)
+    return F.linear(x, weight, bias)
+
+
 class Linear(nn.Module):
     """``nn.Linear`` (same parameters, same order), allocated and never initialised.
 
@@ -53,9 +98,10 @@ class Linear(nn.Module):
         super().__init__()
         self.weight = _empty(n_out, n_in, dtype=dtype, device=device)
         self.bias = _empty(n_out, dtype=dtype, device=device) if bias else None
+        self.packed: PackedWeight | None = None  # LlamaModel.prepack
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.packed)
 
 
 class RMSNorm(nn.Module):
@@ -162,6 +208,7 @@ class LlamaModel(nn.Module):
             else Linear(cfg.hidden_size, cfg.vocab_size, False, dtype, device)
         )
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, device)
+        self.head_packed: PackedWeight | None = None  # the logits' weight packed (prepack), tied or not
         self.requires_grad_(False)
 
     @property
@@ -206,5 +253,31 @@ class LlamaModel(nn.Module):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm and the vocab projection, as float32."""
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(self.norm(h), head).float()
+        return linear(self.norm(h), head, None, self.head_packed).float()
+
+    @property
+    def packed(self) -> bool:
+        """Whether eager decode-sized GEMMs run oneDNN on pre-packed weights (``prepack``)."""
+        return self.head_packed is not None
+
+    def prepack(self) -> int:
+        """Reorder every linear's weight (and the logits') once for oneDNN (``prepack_supported``);
+        returns the bytes of the packed copies, which sit beside the plain weights."""
+        if not prepack_supported(self.device, self.dtype):
+            raise ValueError(f"prepack needs float32 on a CPU with oneDNN; the model is {self.dtype} on {self.device}")
+        nbytes = 0
+        for module in self.modules():
+            if isinstance(module, Linear) and module is not self.lm_head:
+                module.packed = PackedWeight(module.weight)
+                nbytes += module.weight.numel() * module.weight.element_size()
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        self.head_packed = PackedWeight(head)
+        return nbytes + head.numel() * head.element_size()
+
+    def unpack(self) -> None:
+        """Back to F.linear everywhere (drops the packed copies)."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.packed = None
+        self.head_packed = None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ import torch
 from harness.errors import ConfigError
 from harness.model.config import ModelConfig
 from harness.model.hf_config import resolve_model_config
-from harness.model.llama import LlamaModel
+from harness.model.llama import LlamaModel, prepack_supported
 
 # Dummy-weight scales (all N(0, std^2), norms = 1, drawn directly in the model dtype):
 #   lm_head           LOGIT_STD / sqrt(hidden): the final RMSNorm gives unit-rms rows,
@@ -165,10 +166,20 @@ def load_safetensors_weights(model: LlamaModel, path: str) -> None:
         raise ConfigError(f"model.path={path}: checkpoint lacks (or repeats) weights for {unfilled[:5]}")
 
 
+def prepack_default(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """build_model's ``prepack=None``: on wherever it applies (a float32 model on a CPU with oneDNN),
+    unless the environment says ``KVBENCH_CPU_PREPACK=0``."""
+    return os.environ.get("KVBENCH_CPU_PREPACK", "1") != "0" and prepack_supported(device, dtype)
+
+
 def build_model(
-    cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str, seed: int
+    cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str, seed: int, prepack: bool | None = None,
 ) -> LlamaModel:
     """Resolve and validate ``cfg``, allocate the model, fill its weights; eval mode.
+
+    ``prepack`` (None: ``prepack_default``): the linears' weights are reordered once for oneDNN,
+    so eager decode steps run packed GEMMs, as a CPU serving engine does (LlamaModel.prepack). It
+    costs milliseconds here, and a second copy of the linear weights in host memory.
 
     On CPU, denormal floats are flushed to zero for the whole process: attention over long
     contexts makes softmax probabilities below 1e-38, and x86 arithmetic on such denormals
@@ -185,4 +196,7 @@ def build_model(
             load_safetensors_weights(model, cfg.path)
         else:
             init_dummy_weights(model, seed)
-    return model.eval().requires_grad_(False)
+    model = model.eval().requires_grad_(False)
+    if prepack_default(device, dtype) if prepack is None else prepack:
+        model.prepack()
+    return model

@@ -49,7 +49,8 @@ def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     for f in FIGURES:
         both[f"{f}_err"] = both[f"{f}_sim"] / both[f"{f}_wall"] - 1
     both["saturated"] = both["achieved_rps"] < SATURATED * both["request_rate"]
-    return both.sort_values(["device_slug", "model", "impl", "request_rate"]).reset_index(drop=True)
+    order = [k for k in ("device_slug", "model", "impl", "chunked_prefill", "request_rate") if k in both]
+    return both.sort_values(order).reset_index(drop=True)
 
 
 def rate_pairs(rows: pd.DataFrame) -> pd.DataFrame:
@@ -94,18 +95,26 @@ def clock_section(rows: pd.DataFrame) -> list[str]:
              "on a profile of this machine's own steps (`scenario=profile`, whose `clock_source` names the "
              "profile): error = simulated / wall - 1. A rate whose wall run achieved under 90% of it is "
              "saturated: its queue, not the clock, sets its latencies.\n"]
-    s = summary(pairs, rates)
+    said = {"tpot_ms_p50": "median TPOT", "e2el_ms_p50": "median E2EL", "ttft_ms_p50": "median TTFT",
+            "max_rate_rps": "max rate within the SLO"}
+    chunked = (pairs["chunked_prefill"].fillna(False).astype(bool) if "chunked_prefill" in pairs
+               else pd.Series(False, index=pairs.index))
+    s = summary(pairs[~chunked], rates)
     if s:
-        said = {"tpot_ms_p50": "median TPOT", "e2el_ms_p50": "median E2EL", "ttft_ms_p50": "median TTFT",
-                "max_rate_rps": "max rate within the SLO"}
         parts.append("Median absolute error below saturation: " +
                      ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
+    s = summary(pairs[chunked], pd.DataFrame())
+    if s:
+        parts.append("With chunked prefill (mixed steps priced as the decode step plus what the chunk adds along "
+                     "the prefill line): " + ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
     if not pairs.empty:
+        pairs = pairs.assign(chunked=chunked.map({True: "yes", False: "no"}))
         t = pairs.assign(**{f"{f} err": pairs[f"{f}_err"].map(_pct) for f in
                             ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
                          saturated=pairs["saturated"].map({True: "yes", False: "no"}))
         parts.append(md_table(pick(t, {
-            "device_slug": "device", "model": "model", "impl": "impl", "request_rate": "offered req/s",
+            "device_slug": "device", "model": "model", "impl": "impl", "chunked": "chunked prefill",
+            "request_rate": "offered req/s",
             "achieved_rps": "achieved req/s", "saturated": "saturated",
             "tpot_ms_p50_wall": "TPOT p50 ms wall", "tpot_ms_p50_sim": "simulated", "tpot_ms_p50 err": "error",
             "e2el_ms_p50_wall": "E2EL p50 ms wall", "e2el_ms_p50_sim": "simulated", "e2el_ms_p50 err": "error ",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.report.attention_share import attention_section
+from harness.report.chunked_prefill import chunked_section
 from harness.report.clock_validation import clock_section
 from harness.report.collect import Collection, burst, contended_rows, ok_rows, unique_points, with_mode
 from harness.report.figures import GB, devices
@@ -360,6 +361,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
         parts += [f"## {MAX_RATE_TITLE}\n", max_rate]
     parts += kv_dtype_section(rows)
     parts += clock_section(rows)
+    parts += chunked_section(rows)
     parts += attention_section(rows)
     parts.append("## Commands that produced the runs\n")
     if not col.commands:

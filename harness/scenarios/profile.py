@@ -44,6 +44,10 @@ class ProfileScenario(ScenarioConfig):
     decode_steps: int = 8  # decode steps timed per (batch, context)
     warmup: int = 1  # untimed passes over the smallest point first (kernels compiled, caches warm)
     rates: List[float] = field(default_factory=list)  # arrival.rate values to simulate on the profile
+    # arrival.rate values also simulated with chunked_prefill=true and max_num_batched_tokens=chunked_budget
+    # (mixed steps priced from the same profile), beside wall-clock runs of those settings
+    chunked_rates: List[float] = field(default_factory=list)
+    chunked_budget: int = 128
     max_rate: bool = False  # also search the largest rate within the SLO on the profiled clock
     start_rps: float = 1.0  # as scenario=max_rate's
     tolerance_rps: float = 0.25
@@ -100,9 +104,13 @@ def check(ctx: JobContext) -> None:
         if not 1 <= t <= cfg.max_num_batched_tokens:
             raise ConfigError(f"scenario.prefill_tokens holds {t}: each must be in "
                               f"[1, max_num_batched_tokens={cfg.max_num_batched_tokens}]")
-    if any(not r > 0 for r in sc.rates):
-        raise ConfigError(f"scenario.rates={list(sc.rates)}: each rate must be > 0 req/s")
-    if (sc.rates or sc.max_rate) and cfg.arrival.name == "burst":
+    for key in ("rates", "chunked_rates"):
+        if any(not r > 0 for r in getattr(sc, key)):
+            raise ConfigError(f"scenario.{key}={list(getattr(sc, key))}: each rate must be > 0 req/s")
+    if sc.chunked_rates and sc.chunked_budget < cfg.batch:
+        raise ConfigError(f"scenario.chunked_budget={sc.chunked_budget} must be >= batch={cfg.batch} (a chunked "
+                          "step's budget holds one decode token per running sequence)")
+    if (sc.rates or sc.chunked_rates or sc.max_rate) and cfg.arrival.name == "burst":
         raise ConfigError("scenario.rates and scenario.max_rate simulate arrivals at a rate: set arrival=poisson "
                           "(or gamma, constant)")
 
@@ -207,18 +215,23 @@ def points_of(rows: list[dict]) -> ProfilePoints:
                          tuple((r["tokens"], r["seconds"]) for r in rows if r["kind"] == "prefill"))
 
 
-def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: float) -> dict:
-    """The job's workload at ``rate`` on the profiled clock, as a capacity run prices it."""
+def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: float,
+               chunked_budget: int | None = None) -> dict:
+    """The job's workload at ``rate`` on the profiled clock, as a capacity run prices it; with
+    ``chunked_budget``, scheduled with chunked prefill under that many tokens a step."""
     from harness.scenarios.capacity import simulated_row
     from harness.serving.profiled_clock import ProfiledClock
 
     cfg = copy.deepcopy(ctx.cfg)
     cfg.arrival.rate = rate
+    if chunked_budget is not None:
+        cfg.chunked_prefill, cfg.max_num_batched_tokens = True, chunked_budget
     probe = ctx.derive(cfg)
     clock = ProfiledClock(points)
     row = simulated_row(probe, impl, clock=clock, source=clock.id)
-    # the identifiers of the workload at this rate (its arrival times), not the job's own
-    return {**row, "workload_digest": probe.identifiers(impl)["workload_digest"]}
+    # the identifiers of the workload at this rate (its arrival times) and of its scheduling, not the job's own
+    ids = probe.identifiers(impl)
+    return {**row, **{k: ids[k] for k in ("workload_digest", "chunked_prefill", "max_num_batched_tokens")}}
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
@@ -247,6 +260,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         summary = with_contention(summary, probe.result())
     out = [summary]
     out += [_simulated(ctx, impl, points, rate) for rate in sc.rates]
+    out += [_simulated(ctx, impl, points, rate, sc.chunked_budget) for rate in sc.chunked_rates]
     if sc.max_rate:
         found, probes = search_rate(lambda r: bool(_simulated(ctx, impl, points, r).get("slo_pass")),
                                     sc.start_rps, sc.search_limit, sc.tolerance_rps)

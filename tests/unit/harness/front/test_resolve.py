@@ -31,6 +31,8 @@ def test_multi_turn_takes_users_x_turns_requests(compose):
     (["workload=system_prompt", "workload.system_prompt_len=2000", "max_seq_len=512"],
      "workload.system_prompt_len=2000 must be in [1, max_seq_len - 2 = 510]"),
     (["workload=system_prompt", "workload.system_prompts=0"], "workload.system_prompts=0 must be >= 1"),
+    (["chunked_prefill=true", "batch=64", "max_num_batched_tokens=32"],
+     "chunked_prefill=true: max_num_batched_tokens=32 must be >= batch=64"),
     (["workload.format=mooncake"], "workload.format=mooncake is a trace file's format"),
     (["workload=mooncake", "workload.path=x.jsonl", "workload.shared_prefix_len=3"],
      "workload.shared_prefix_len=3: workload.format=mooncake takes every prompt token"),

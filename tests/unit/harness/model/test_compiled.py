@@ -1,8 +1,9 @@
 """The decode forward compiled as one inductor graph (harness/model/compiled.py): the same logits and
 tokens as eager, every cache's own attention called inside it, and the auto rule as documented.
 
-One compile serves the whole module (a module fixture): a compile is ~3 s with a warm inductor cache,
-~25 s cold, so the rest of the suite runs with cpu_compile=false (tests/conftest.py).
+One frozen compile (the default on a CPU at fp32) serves most of the module (a module fixture), and one
+unfrozen compile the tests of that mode: a compile is ~3-6 s with a warm inductor cache, ~25 s cold, so
+the rest of the suite runs with cpu_compile=false (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -42,8 +43,25 @@ def model():
 
 
 @pytest.fixture(scope="module")
+def plain_model():
+    """The same weights with plain F.linear everywhere (no oneDNN packing): the eager reference."""
+    cfg = _cfg("contiguous")
+    return build_model(cfg.model, torch.float32, torch.device("cpu"), cfg.seed, prepack=False)
+
+
+@pytest.fixture(scope="module")
 def compiled(model):
-    return CompiledDecode(model, max_batch=5)
+    from torch._dynamo.utils import counters
+
+    before = counters["inductor"]["mkldnn_linear_weight_pack_matcher_count"]
+    graph = CompiledDecode(model, max_batch=5)
+    graph.packed_linears = counters["inductor"]["mkldnn_linear_weight_pack_matcher_count"] - before
+    return graph
+
+
+@pytest.fixture(scope="module")
+def unfrozen(model):
+    return CompiledDecode(model, max_batch=5, freeze=False)
 
 
 def _self_attention(layer, q, k, v):
@@ -108,13 +126,40 @@ def _tokens(model, impl: str, compiled: CompiledDecode | None):
 
 
 @pytest.mark.parametrize("impl", ["contiguous", "paged_torch", "paged_cuda"])
-def test_each_cpu_impl_generates_the_eager_tokens_compiled(model, compiled, impl):
-    """Each cache's own attention (SDPA over lanes, the torch gather, the C++ kernel) runs inside the graph."""
-    eager, steps = _tokens(model, impl, None)
-    before = compiled.steps
-    got, compiled_steps = _tokens(model, impl, compiled)
-    assert got == eager
-    assert compiled_steps == steps and 0 < compiled.steps - before < steps  # the one-sequence steps ran eagerly
+def test_each_cpu_impl_generates_the_eager_tokens_compiled(model, plain_model, compiled, unfrozen, impl):
+    """Each cache's own attention (SDPA over lanes, the torch gather, the C++ kernel) runs inside the graph;
+    the frozen graph (packed GEMMs), the unfrozen one, packed eager and plain eager give the same tokens."""
+    eager, steps = _tokens(plain_model, impl, None)
+    assert _tokens(model, impl, None) == (eager, steps)  # eager on pre-packed weights
+    for graph in (compiled, unfrozen):
+        before = graph.steps
+        got, compiled_steps = _tokens(model, impl, graph)
+        assert got == eager
+        assert compiled_steps == steps and 0 < graph.steps - before < steps  # the one-sequence steps ran eagerly
+
+
+def test_the_default_graph_is_frozen_with_packed_linears(model, compiled, unfrozen):
+    """freezing: inductor swaps every linear (4 per layer and the logits) for a packed oneDNN GEMM;
+    the unfrozen graph of the same model is a compile of its own, not the frozen one reused."""
+    assert compiled.freeze and not unfrozen.freeze
+    assert compiled.packed_linears == 4 * model.cfg.num_layers + 1
+    assert unfrozen.compile_s > 0.2  # compiled, not a cache hit on the frozen graph
+    ids = torch.arange(3)
+    with torch.inference_mode():
+        torch.testing.assert_close(unfrozen(ids, ids, _self_attention), compiled(ids, ids, _self_attention),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_changed_after_freezing_is_an_error():
+    """The frozen graph holds the weights as compiled: an in-place change is refused, not silently ignored."""
+    small = build_model(_cfg("contiguous").model.__class__(num_layers=1, vocab_size=256, hidden_size=64,
+                                                            intermediate_size=128, num_heads=2, num_kv_heads=1),
+                        torch.float32, torch.device("cpu"), 0)
+    graph = CompiledDecode(small, max_batch=4)
+    with torch.no_grad():
+        small.lm_head.weight.mul_(2.0)
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="froze"):
+        graph(torch.arange(3), torch.arange(3), _self_attention)
 
 
 def test_auto_rule(model, monkeypatch):

@@ -38,7 +38,11 @@ def test_named_config_loads_and_validates(path: Path) -> None:
 
 
 def test_named_config_spot_checks() -> None:
-    assert set(PUBLISHED_PARAMETERS) | {"tiny-llama", "tiny-qwen2", "tiny-mistral"} == {p.stem for p in MODEL_YAMLS}
+    assert set(PUBLISHED_PARAMETERS) | {"tiny-llama", "tiny-qwen2", "tiny-mistral", "llama-58m"} == {
+        p.stem for p in MODEL_YAMLS}
+    # issue 23's second CPU shape: hidden 512, 8 layers, 8/4 heads, vocab 32000, 58M parameters
+    m58 = resolve_model_config(load_named("llama-58m"))
+    assert LlamaModel(m58, torch.float32, "meta").num_parameter_bytes() == 4 * 57_942_528
     l2 = load_named("llama-2-7b")
     assert 2 * l2.num_layers * l2.num_kv_heads * l2.head_dim * 2 == 524288
     l70 = load_named("llama-3.1-70b")

@@ -12,7 +12,8 @@ SMALL = ["model=tiny-llama", "device=cpu", "max_seq_len=64", "batch=4", "cpu_thr
          "workload=uniform", "workload.num_requests=8", "workload.prompt_len=12", "workload.output_len=6",
          "device.kv_cache_gb=0.001"]
 PROFILE = ["scenario=profile", "scenario.batches=[1,3]", "scenario.contexts=[8,40]", "scenario.decode_steps=3",
-           "scenario.prefill_tokens=[16,100]", "arrival=poisson", "arrival.rate=40", "scenario.rates=[20,40]"]
+           "scenario.prefill_tokens=[16,100]", "arrival=poisson", "arrival.rate=40", "scenario.rates=[20,40]",
+           "scenario.chunked_rates=[20]", "scenario.chunked_budget=8"]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_the_profile_table_holds_each_grid_point_measured(profiled):
 
 def test_each_rate_is_simulated_on_the_profile_with_the_wall_runs_workload(profiled, compose, tmp_path):
     out, rows = profiled
-    sims = [r for r in rows if r.get("request_rate") is not None]
+    sims = [r for r in rows if r.get("request_rate") is not None and not r["chunked_prefill"]]
     assert [r["request_rate"] for r in sims] == [20, 40]
     assert all(r["clock"] == "simulated" and r["clock_source"] == rows[0]["clock_source"] for r in sims)
     assert all(r["ttft_ms_p50"] > 0 and r["tpot_ms_p50"] > 0 for r in sims)
@@ -62,6 +63,22 @@ def test_each_rate_is_simulated_on_the_profile_with_the_wall_runs_workload(profi
     (wall,), code = run_job(compose(["+impl=paged_torch", *SMALL, "arrival=poisson", "arrival.rate=20",
                                      "scenario.warmup=0"]), tmp_path)
     assert code == 0 and wall["workload_digest"] == sims[0]["workload_digest"]
+
+
+def test_a_chunked_rate_is_simulated_with_mixed_steps_as_a_chunked_wall_run_names_itself(profiled, compose, tmp_path):
+    out, rows = profiled
+    (sim,) = [r for r in rows if r.get("request_rate") is not None and r["chunked_prefill"]]
+    assert sim["request_rate"] == 20 and sim["max_num_batched_tokens"] == 8 and sim["tpot_ms_p50"] > 0
+    plain = next(r for r in rows if r.get("request_rate") == 20 and not r["chunked_prefill"])
+    assert sim["workload_digest"] == plain["workload_digest"] and sim["tpot_ms_p50"] != plain["tpot_ms_p50"]
+    (wall,), code = run_job(compose(["+impl=paged_torch", *SMALL, "arrival=poisson", "arrival.rate=20",
+                                     "scenario.warmup=0", "chunked_prefill=true", "max_num_batched_tokens=8"]), tmp_path)
+    assert code == 0 and all(wall[k] == sim[k] for k in ("workload_digest", "chunked_prefill", "max_num_batched_tokens"))
+
+
+def test_a_chunked_budget_below_the_batch_is_one_line(compose, tmp_path):
+    rows, code = run_job(compose(["+impl=paged_torch", *SMALL, *PROFILE, "scenario.chunked_budget=3"]), tmp_path)
+    assert code == 2 and "scenario.chunked_budget=3 must be >= batch=4" in rows[0]["error"]
 
 
 def test_clock_profile_prices_a_capacity_run_and_names_its_profile(profiled, compose, tmp_path):
