@@ -6,7 +6,9 @@ pays for them. For every ``(batch, context)`` of the grid it serves ``batch`` re
 ``context``-token prompts for ``decode_steps`` tokens each (one burst, nothing preempted) and
 times each step as the engine's clock sees it: from the end of the step before to the end of
 its own. A decode point is the median of its steps, at the mean context they read; a prefill
-point times single forwards of ``tokens`` prompt tokens. The points go into the run folder's
+point times single forwards of ``tokens`` prompt tokens, in prompts of the job's workload's mean
+prompt length (a forward's attention grows with each prompt's length, not only with the tokens:
+one 512-token prompt costs more than eight of 64, so the workload's own shape is the one to price). The points go into the run folder's
 ``profile`` table (harness/serving/profile_table.py); ``clock_profile=RUN_DIR`` prices a
 simulated run from them (harness/serving/profiled_clock.py).
 
@@ -177,7 +179,7 @@ def measure_profile(ctx: JobContext, impl: ImplConfig) -> list[dict]:
             # per sequence, as the simulator counts a step's KV tokens read
             mean_context = context + 1 + (sc.decode_steps - 1) / 2
             rows.append(point(impl.name, "decode", seconds, batch=batch, context=mean_context, attention=attention))
-    longest_prompt = cfg.max_seq_len - 2  # room for the one token a prefill generates
+    longest_prompt = prefill_prompt_len(ctx)
     for tokens in grid_prefill(sc, cfg.max_num_batched_tokens):
         sizes = [longest_prompt] * (tokens // longest_prompt) + ([tokens % longest_prompt] if tokens % longest_prompt else [])
         seconds, attention = [], []
@@ -190,6 +192,18 @@ def measure_profile(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         if seconds:
             rows.append(point(impl.name, "prefill", seconds, tokens=tokens, attention=attention))
     return rows
+
+
+def prefill_prompt_len(ctx: JobContext) -> int:
+    """The prompt length prefill points are made of: the workload's mean, within the context (room
+    for the one token a prefill generates)."""
+    import statistics
+
+    top = ctx.cfg.max_seq_len - 2
+    requests = ctx.requests
+    if not requests:
+        return top
+    return max(1, min(top, round(statistics.mean(len(r.prompt_ids) for r in requests))))
 
 
 def attention_shares(rows: list[dict]) -> dict:

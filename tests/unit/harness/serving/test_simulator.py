@@ -234,21 +234,33 @@ def test_arrival_times_need_a_clock():
         simulate(LaneAllocator(1, 8), [Request(0, (1,), 1)], 1, 8, 10, 1, arrival_s=[0.0])
 
 
-def test_capacity_counts_the_decode_engines_steps(compose, tmp_path):
+@pytest.mark.parametrize("chunked", [[], ["chunked_prefill=true", "max_num_batched_tokens=24"]], ids=["whole", "chunked"])
+def test_capacity_counts_the_decode_engines_steps(compose, tmp_path, chunked):
     """The same scheduler: a capacity run and a real decode run (tiny model, same KV pool) take the
-    same steps, preempt the same sequences and hold the same memory."""
+    same steps, preempt the same sequences and hold the same memory; with chunked prefill too."""
     common = ["+impl=paged_torch", "model=tiny-llama", "dtype=float32", "device=cpu", "max_seq_len=128",
               "batch=6", "workload.num_requests=10", "workload.prompt_len=40", "workload.output_len=24",
-              "device.kv_cache_gb=0.0006"]
+              "device.kv_cache_gb=0.0006", *chunked]
     (decode,), code = run_job(compose(["scenario=decode", "scenario.warmup=0", *common]), tmp_path / "decode")
     assert code == 0, decode.get("error")
-    (capacity,), code = run_job(compose(["scenario=capacity", "scenario.concurrency_points=[1]", *common]),
+    clock = ["gpu=h100-sxm"] if chunked else []  # a priced run writes its steps table
+    (capacity,), code = run_job(compose(["scenario=capacity", "scenario.concurrency_points=[1]", *common, *clock]),
                                 tmp_path / "capacity")
     assert code == 0, capacity.get("error")
     assert decode["preemptions"] > 0  # the pool is tight enough to matter
     for key in ("decode_steps", "preemptions", "peak_concurrency", "max_concurrency", "kv_bytes_reserved",
                 "kv_bytes_used", "cache_hit_tokens"):
         assert capacity[key] == decode[key], key
+    if chunked:  # step by step, kind by kind: the engine's steps table is the simulator's, expanded
+        import pandas as pd
+
+        wall = pd.read_parquet(tmp_path / "decode" / "steps.parquet")
+        sim = pd.read_parquet(tmp_path / "capacity" / "steps.parquet")
+        expanded = sim.loc[sim.index.repeat(sim["steps"])]
+        assert "mixed" in set(wall["kind"]) and list(expanded["kind"]) == list(wall["kind"])
+        single = sim["steps"] == 1
+        assert list(sim[single]["tokens"]) == list(wall[wall.index.isin(
+            (sim["steps"].cumsum() - 1)[single])]["tokens"])
 
 
 # ---- the reuse workloads (harness/serving/conversations.py, system_prompts.py, hash_blocks.py) ----------

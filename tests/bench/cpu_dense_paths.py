@@ -1,0 +1,151 @@
+"""CPU decode throughput of each impl under each way of running the model's dense work, side by side.
+
+Not a test (nothing here asserts a speed): ``python -m tests.bench.cpu_dense_paths --model tiny-llama``.
+The variants (issue 23), all on one model built once, every cache's attention eager and its own:
+
+- ``eager``: plain ``F.linear`` (MKL sgemm) per op, as before pre-packing (``prepack=False``);
+- ``packed``: eager, the linears on oneDNN with weights reordered once (build_model's default on CPU fp32);
+- ``compiled``: cpu_compile's inductor graph without freezing (what cpu_compile ran before);
+- ``frozen``: cpu_compile's graph with inductor's freezing, which packs the linears itself.
+
+The same 32 prompts (fixed length) and fixed output lengths for every run; rounds interleave every
+(variant, impl, batch), so a change in machine load hits all of them; medians over rounds are printed
+with the 1-minute load average read before each run. The compiles happen before the first round and
+are printed, outside every timed run. Each impl's tokens must be identical across the variants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import harness  # noqa: F401  (MKL threading fixed before torch loads)
+import kernels  # noqa: F401  (Triton interpreter switch, before any kernel import)
+import torch
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+
+from harness.front.resolve import resolve
+from harness.front.schemas import register_configs
+from harness.kv.factory import build_cache
+from harness.model.compiled import CompiledDecode
+from harness.model.weights import build_model
+from harness.serving.engine import Engine
+from harness.serving.workload import Request
+from tests.conftest import REPO_ROOT
+
+IMPLS = ("contiguous", "paged_torch", "paged_cuda")
+VARIANTS = ("eager", "packed", "compiled", "frozen")
+
+
+def config(model: str, impl: str, batch: int, block: int, max_seq_len: int, path: str | None = None):
+    register_configs()
+    overrides = ["progress=false", f"+impl={impl}", f"model={model}", "dtype=float32", "device=cpu",
+                 f"block_size={block}", f"batch={batch}", f"max_seq_len={max_seq_len}", "cpu_compile=false",
+                 "cpu_threads=1"]
+    if path:
+        overrides += [f"model.path={path}", "model.weights=path"]
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
+        return resolve(hydra_compose("config", overrides=overrides))
+
+
+def loadavg() -> float:
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def prompts(vocab: int, n: int, length: int, seed: int = 0) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n, length), generator=gen).tolist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny-llama")
+    parser.add_argument("--path", default=None, help="a HF checkpoint folder (model.path)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--block", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--impls", nargs="+", default=list(IMPLS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    max_len = args.prompt_len + args.new_tokens
+    max_seq_len = -(-max_len // args.block) * args.block
+    base = config(args.model, args.impls[0], max(args.batches), args.block, max_seq_len, args.path)
+    model = build_model(base.model, torch.float32, torch.device("cpu"), base.seed, prepack=False)
+    requests = [Request(i, tuple(p), args.new_tokens)
+                for i, p in enumerate(prompts(model.cfg.vocab_size, args.prompts, args.prompt_len))]
+    compiled: dict[str, CompiledDecode] = {}
+    for variant, freeze in (("compiled", False), ("frozen", True)):
+        if variant in args.variants:
+            t0 = time.perf_counter()
+            compiled[variant] = CompiledDecode(model, max(args.batches), freeze=freeze)
+            print(f"{variant}: compile {compiled[variant].compile_s:.2f} s (constructor {time.perf_counter() - t0:.2f} s)",
+                  flush=True)
+    t0 = time.perf_counter()
+    model.prepack()
+    print(f"prepack {1e3 * (time.perf_counter() - t0):.1f} ms", flush=True)
+    packed_state = {m: m.packed for m in model.modules() if hasattr(m, "packed") and not isinstance(m, type(model))}
+    head_packed = model.head_packed
+
+    def set_packed(on: bool) -> None:
+        for m, p in packed_state.items():
+            m.packed = p if on else None
+        model.head_packed = head_packed if on else None
+
+    cfgs = {(impl, b): config(args.model, impl, b, args.block, max_seq_len, args.path)
+            for impl in args.impls for b in args.batches}
+    budget = args.prompts * max_seq_len * model.cfg.num_layers * 2 * model.cfg.num_kv_heads * model.cfg.head_dim * 4 * 2
+
+    def run(variant: str, impl: str, batch: int):
+        cfg = cfgs[(impl, batch)]
+        set_packed(variant == "packed")
+        cache = build_cache(cfg.impl, cfg, budget, torch.device("cpu"))
+        engine = Engine(model, cache, batch, cfg.max_num_batched_tokens, compiled=compiled.get(variant))
+        return engine.run(requests)
+
+    # warm-up: every (variant, impl, batch) once, on two requests
+    for variant in args.variants:
+        for impl in args.impls:
+            for b in args.batches:
+                cfg = cfgs[(impl, b)]
+                set_packed(variant == "packed")
+                Engine(model, build_cache(cfg.impl, cfg, budget, torch.device("cpu")), b, cfg.max_num_batched_tokens,
+                       compiled=compiled.get(variant)).run(
+                    [Request(r.request_id, r.prompt_ids, 4) for r in requests[:2]])
+    rows: dict[tuple[str, str, int], list[tuple[float, float, float]]] = {}
+    tokens: dict[tuple[str, str, int], list] = {}
+    for rnd in range(args.rounds):
+        for b in args.batches:
+            for impl in args.impls:
+                for variant in args.variants:
+                    load = loadavg()
+                    res = run(variant, impl, b)
+                    out = sum(len(s.output_ids) for s in res.sequences)
+                    rows.setdefault((variant, impl, b), []).append((out / res.wall_s, statistics.median(res.step_s), load))
+                    tokens[(variant, impl, b)] = [s.output_ids for s in res.sequences]
+        print(f"round {rnd + 1}/{args.rounds} done, load {loadavg():.2f}", flush=True)
+    print(f"\nmodel={args.model} prompts={args.prompts}x{args.prompt_len} new_tokens={args.new_tokens} block={args.block} "
+          f"threads=1 rounds={args.rounds} (medians; load = 1-min loadavg before each run, min-max)")
+    print(f"{'batch':>5} {'impl':12s} " + " ".join(f"{v:>18s}" for v in args.variants) + "   same tokens as eager")
+    for b in args.batches:
+        for impl in args.impls:
+            cells = []
+            for v in args.variants:
+                r = rows[(v, impl, b)]
+                cells.append(f"{statistics.median(x[0] for x in r):8.1f} ({statistics.median(x[1] for x in r) * 1e3:6.2f}ms)")
+            ref = tokens[(args.variants[0], impl, b)]
+            same = all(tokens[(v, impl, b)] == ref for v in args.variants)
+            loads = [x[2] for v in args.variants for x in rows[(v, impl, b)]]
+            print(f"{b:5d} {impl:12s} " + " ".join(f"{c:>18s}" for c in cells)
+                  + f"   {same}  load {min(loads):.2f}-{max(loads):.2f}")
+    print("cells: output tok/s (median decode step)")
+
+
+if __name__ == "__main__":
+    main()
