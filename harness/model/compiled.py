@@ -15,6 +15,14 @@ The batch dimension is dynamic from 2 up: torch specialises a size of 1, so a ba
 one sequence runs the eager forward rather than compiling a second graph mid-run. The
 compile happens once, in the constructor (outside every timed region), on a stand-in
 attention that touches no cache; ``compile_s`` says how long it took.
+
+Freezing (``freeze``, on by default for a float32 model on a CPU with oneDNN): inductor
+treats the weights as constants and swaps every linear for oneDNN's inner product on a
+weight reordered once (``mkldnn._linear_pointwise``), as a CPU serving engine runs its
+GEMMs. The graph then holds its own packed copy of the weights as they were at compile
+time; a weight changed in place afterwards is an error at the next call, not a silent
+mismatch. Measured on tiny-llama and a 58M Llama (tests/bench/cpu_dense_paths.py), fp32,
+one thread: see the README's "Compiled dense work on CPU".
 """
 
 from __future__ import annotations
@@ -125,8 +133,9 @@ def auto_compile(model: LlamaModel, device: torch.device, decode_tokens: int) ->
 
 
 def freeze_default(model: LlamaModel) -> bool:
-    """Freeze where the linears pack: a float32 model on a CPU with oneDNN (as LlamaModel.prepack)."""
-    return prepack_supported(model.device, model.dtype)
+    """Freeze where the linears pack: a float32 model on a CPU with oneDNN (as LlamaModel.prepack),
+    unless the environment says ``KVBENCH_CPU_FREEZE=0``."""
+    return os.environ.get("KVBENCH_CPU_FREEZE", "1") != "0" and prepack_supported(model.device, model.dtype)
 
 
 def cxx_compiler() -> str | None:

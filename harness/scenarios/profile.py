@@ -44,6 +44,9 @@ class ProfileScenario(ScenarioConfig):
     contexts: List[int] = field(default_factory=list)  # empty: 16 .. max_seq_len - decode_steps - 1, five points
     prefill_tokens: List[int] = field(default_factory=list)  # empty: 16 .. min(max_num_batched_tokens, 4096), x4
     decode_steps: int = 8  # decode steps timed per (batch, context)
+    # prefill forwards timed per token count (each its own served burst: one prefill forward apiece); the
+    # point is their median, as a decode point is its steps'
+    prefill_samples: int = 3
     warmup: int = 1  # untimed passes over the smallest point first (kernels compiled, caches warm)
     rates: List[float] = field(default_factory=list)  # arrival.rate values to simulate on the profile
     # arrival.rate values also simulated with chunked_prefill=true and max_num_batched_tokens=chunked_budget
@@ -92,6 +95,8 @@ def grid_prefill(sc: ProfileScenario, max_num_batched_tokens: int) -> list[int]:
 
 def check(ctx: JobContext) -> None:
     cfg, sc = ctx.cfg, ctx.cfg.scenario
+    if sc.prefill_samples < 1:
+        raise ConfigError(f"scenario.prefill_samples={sc.prefill_samples} must be >= 1")
     if sc.decode_steps < 2:
         raise ConfigError(f"scenario.decode_steps={sc.decode_steps} must be >= 2 (the first step's time is "
                           "the prefill's tail)")
@@ -183,7 +188,7 @@ def measure_profile(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     for tokens in grid_prefill(sc, cfg.max_num_batched_tokens):
         sizes = [longest_prompt] * (tokens // longest_prompt) + ([tokens % longest_prompt] if tokens % longest_prompt else [])
         seconds, attention = [], []
-        for rep in range(repeats):
+        for rep in range(repeats * sc.prefill_samples):
             prompts = [p for i, n in enumerate(sizes) for p in _prompts(ctx, 1, n, 1000 * rep + i)]
             for kind, computed, s, a in _serve(ctx, impl, prompts, 1, len(prompts)):
                 if kind == "prefill" and computed == tokens:
