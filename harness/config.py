@@ -259,4 +259,7 @@ class Config:
     # eager inside it (harness/model/compiled.py). null: on where it repays its compile (compiled.py's
     # auto_compile: small fp32 models, g++ present, a long enough run); true/false force it.
     cpu_compile: Optional[bool] = None
+    # CPU fp32: the linears' weights reordered once for oneDNN, so eager decode steps run packed GEMMs as
+    # a CPU serving engine does (harness/model/llama.py prepack). null: on wherever oneDNN applies.
+    cpu_prepack: Optional[bool] = None
 

@@ -41,11 +41,12 @@ from harness.model.llama import AttentionFn, LlamaModel, prepack_supported
 # Models above this many parameters are GEMM-bound: the element-wise work inductor
 # fuses is a small share of their step, and their compile is longer.
 AUTO_MAX_PARAMS = 100_000_000
-# A run shorter than this many decode tokens does not win its compile back. Measured on tiny-llama,
-# fp32, 1 thread: the graph saves 0.03-0.05 ms per decode token (batch 32 / 8), and a compile costs
-# ~5 s with a warm inductor cache (~25 s cold, a fresh clone), so a warm compile repays itself at
-# ~100k-170k tokens. make sweep's CPU decode jobs decode 2-4k tokens each (and max_rate's probes as
-# many): they stay eager and pay no compile. cpu_compile=true forces it for a short benchmark.
+# A run shorter than this many decode tokens does not win its compile back. Measured (issue 23) on
+# tiny-llama and llama-58m, fp32, 1 thread, against eager on pre-packed weights (build_model's default):
+# the frozen graph saves 0.1-0.15 ms per decode token at batch 8 and 0.02-0.05 ms at batch 32, and its
+# compile costs 9-15 s in a process with a warm inductor cache (the unfrozen graph 3-8 s; freezing
+# folds and packs every weight at compile time), so it repays itself at ~80k-500k tokens. make sweep's CPU decode jobs decode 2-4k tokens each
+# (and max_rate's probes as many): they stay eager and pay no compile. cpu_compile=true forces it.
 AUTO_MIN_DECODE_TOKENS = 200_000
 
 

@@ -135,7 +135,7 @@ class JobContext:
 
             check_host_weights(self.cfg, psutil.virtual_memory().available)
             torch.set_num_threads(self.cpu_threads)
-        return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed)
+        return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed, prepack=self.cfg.cpu_prepack)
 
     @cached_property
     def decode_pieces(self):
@@ -178,7 +178,9 @@ class JobContext:
         if self.device.type != "cpu":
             return {}
         compiled = self.decode_compiled
-        return {"cpu_compile": compiled is not None, "compile_s": compiled.compile_s if compiled else None}
+        return {"cpu_compile": compiled is not None, "compile_s": compiled.compile_s if compiled else None,
+                # which GEMMs the eager dense work ran: oneDNN on packed weights, or torch's F.linear
+                "linear_backend": "onednn_packed" if self.model.packed else "torch"}
 
     def kv_budget(self) -> MemoryBudget:
         """The KV budget (harness/kv/budget.py), measured once per run and shared by its impls."""

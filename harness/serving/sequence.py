@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence as Seq
 
 
 # slots: a 100,000-request simulation keeps every finished sequence (no per-object __dict__)
@@ -33,8 +34,10 @@ class Sequence:
     token_s: list[float] = field(default_factory=list)
 
     @property
-    def token_ids(self) -> list[int]:
-        return [*self.prompt_ids, *self.output_ids]
+    def token_ids(self) -> Seq[int]:
+        """The prompt, then the outputs so far: to read, not to change (before the first output, the prompt
+        itself, not a copy: the scheduler plans a waiting request's admission at every step it waits)."""
+        return [*self.prompt_ids, *self.output_ids] if self.output_ids else self.prompt_ids
 
     @property
     def last_token(self) -> int:

@@ -30,6 +30,7 @@ from harness.front.resolve import resolve
 from harness.front.schemas import register_configs
 from harness.kv.factory import build_cache
 from harness.model.compiled import CompiledDecode
+from harness.model.llama import Linear
 from harness.model.weights import build_model
 from harness.serving.engine import Engine
 from harness.serving.workload import Request
@@ -60,6 +61,54 @@ def prompts(vocab: int, n: int, length: int, seed: int = 0) -> list[list[int]]:
     return torch.randint(0, vocab, (n, length), generator=gen).tolist()
 
 
+class DenseBench:
+    """One model built once (plain weights, packed on demand), its compiled graphs, and one engine run
+    per (variant, impl, batch) over the same requests."""
+
+    def __init__(self, model_name: str, path: str | None, batches: list[int], impls: list[str], variants: list[str],
+                 requests_ids: list[list[int]], new_tokens: int, block: int = 32) -> None:
+        self.batches, self.impls, self.variants = batches, impls, variants
+        max_len = max(len(p) for p in requests_ids) + new_tokens
+        max_seq_len = -(-max_len // block) * block
+        base = config(model_name, impls[0], max(batches), block, max_seq_len, path)
+        self.model = model = build_model(base.model, torch.float32, torch.device("cpu"), base.seed, prepack=False)
+        self.requests = [Request(i, tuple(p), new_tokens) for i, p in enumerate(requests_ids)]
+        self.compiled: dict[str, CompiledDecode] = {}
+        for variant, freeze in (("compiled", False), ("frozen", True)):
+            if variant in variants:
+                t0 = time.perf_counter()
+                self.compiled[variant] = CompiledDecode(model, max(batches), freeze=freeze)
+                print(f"{variant}: compile {self.compiled[variant].compile_s:.2f} s "
+                      f"(constructor {time.perf_counter() - t0:.2f} s)", flush=True)
+        t0 = time.perf_counter()
+        model.prepack()
+        print(f"prepack {1e3 * (time.perf_counter() - t0):.1f} ms", flush=True)
+        self._packed = {m: m.packed for m in model.modules() if isinstance(m, Linear)}
+        self._head_packed = model.head_packed
+        self.cfgs = {(impl, b): config(model_name, impl, b, block, max_seq_len, path) for impl in impls for b in batches}
+        cfg = model.cfg
+        self.budget = len(requests_ids) * max_seq_len * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4 * 2
+        for variant in variants:  # warm-up: every (variant, impl, batch) once, on two short requests
+            for impl in impls:
+                for b in batches:
+                    self.run(variant, impl, b, [Request(r.request_id, r.prompt_ids, 4) for r in self.requests[:2]])
+
+    def _set_packed(self, on: bool) -> None:
+        for m, p in self._packed.items():
+            m.packed = p if on else None
+        self.model.head_packed = self._head_packed if on else None
+
+    def run(self, variant: str, impl: str, batch: int, requests: list[Request] | None = None):
+        """One engine run; returns (output tok/s, median decode step s, each request's output ids)."""
+        cfg = self.cfgs[(impl, batch)]
+        self._set_packed(variant == "packed")
+        cache = build_cache(cfg.impl, cfg, self.budget, torch.device("cpu"))
+        engine = Engine(self.model, cache, batch, cfg.max_num_batched_tokens, compiled=self.compiled.get(variant))
+        res = engine.run(requests or self.requests)
+        out = sum(len(s.output_ids) for s in res.sequences)
+        return out / res.wall_s, statistics.median(res.step_s), [s.output_ids for s in res.sequences]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny-llama")
@@ -74,50 +123,9 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    max_len = args.prompt_len + args.new_tokens
-    max_seq_len = -(-max_len // args.block) * args.block
-    base = config(args.model, args.impls[0], max(args.batches), args.block, max_seq_len, args.path)
-    model = build_model(base.model, torch.float32, torch.device("cpu"), base.seed, prepack=False)
-    requests = [Request(i, tuple(p), args.new_tokens)
-                for i, p in enumerate(prompts(model.cfg.vocab_size, args.prompts, args.prompt_len))]
-    compiled: dict[str, CompiledDecode] = {}
-    for variant, freeze in (("compiled", False), ("frozen", True)):
-        if variant in args.variants:
-            t0 = time.perf_counter()
-            compiled[variant] = CompiledDecode(model, max(args.batches), freeze=freeze)
-            print(f"{variant}: compile {compiled[variant].compile_s:.2f} s (constructor {time.perf_counter() - t0:.2f} s)",
-                  flush=True)
-    t0 = time.perf_counter()
-    model.prepack()
-    print(f"prepack {1e3 * (time.perf_counter() - t0):.1f} ms", flush=True)
-    packed_state = {m: m.packed for m in model.modules() if hasattr(m, "packed") and not isinstance(m, type(model))}
-    head_packed = model.head_packed
-
-    def set_packed(on: bool) -> None:
-        for m, p in packed_state.items():
-            m.packed = p if on else None
-        model.head_packed = head_packed if on else None
-
-    cfgs = {(impl, b): config(args.model, impl, b, args.block, max_seq_len, args.path)
-            for impl in args.impls for b in args.batches}
-    budget = args.prompts * max_seq_len * model.cfg.num_layers * 2 * model.cfg.num_kv_heads * model.cfg.head_dim * 4 * 2
-
-    def run(variant: str, impl: str, batch: int):
-        cfg = cfgs[(impl, batch)]
-        set_packed(variant == "packed")
-        cache = build_cache(cfg.impl, cfg, budget, torch.device("cpu"))
-        engine = Engine(model, cache, batch, cfg.max_num_batched_tokens, compiled=compiled.get(variant))
-        return engine.run(requests)
-
-    # warm-up: every (variant, impl, batch) once, on two requests
-    for variant in args.variants:
-        for impl in args.impls:
-            for b in args.batches:
-                cfg = cfgs[(impl, b)]
-                set_packed(variant == "packed")
-                Engine(model, build_cache(cfg.impl, cfg, budget, torch.device("cpu")), b, cfg.max_num_batched_tokens,
-                       compiled=compiled.get(variant)).run(
-                    [Request(r.request_id, r.prompt_ids, 4) for r in requests[:2]])
+    vocab = config(args.model, args.impls[0], 8, args.block, 64, args.path).model.vocab_size
+    bench = DenseBench(args.model, args.path, args.batches, args.impls, args.variants,
+                       prompts(vocab, args.prompts, args.prompt_len), args.new_tokens, args.block)
     rows: dict[tuple[str, str, int], list[tuple[float, float, float]]] = {}
     tokens: dict[tuple[str, str, int], list] = {}
     for rnd in range(args.rounds):
@@ -125,10 +133,9 @@ def main() -> None:
             for impl in args.impls:
                 for variant in args.variants:
                     load = loadavg()
-                    res = run(variant, impl, b)
-                    out = sum(len(s.output_ids) for s in res.sequences)
-                    rows.setdefault((variant, impl, b), []).append((out / res.wall_s, statistics.median(res.step_s), load))
-                    tokens[(variant, impl, b)] = [s.output_ids for s in res.sequences]
+                    tps, step, ids = bench.run(variant, impl, b)
+                    rows.setdefault((variant, impl, b), []).append((tps, step, load))
+                    tokens[(variant, impl, b)] = ids
         print(f"round {rnd + 1}/{args.rounds} done, load {loadavg():.2f}", flush=True)
     print(f"\nmodel={args.model} prompts={args.prompts}x{args.prompt_len} new_tokens={args.new_tokens} block={args.block} "
           f"threads=1 rounds={args.rounds} (medians; load = 1-min loadavg before each run, min-max)")
@@ -144,6 +151,14 @@ def main() -> None:
             loads = [x[2] for v in args.variants for x in rows[(v, impl, b)]]
             print(f"{b:5d} {impl:12s} " + " ".join(f"{c:>18s}" for c in cells)
                   + f"   {same}  load {min(loads):.2f}-{max(loads):.2f}")
+    # paired ratios against the first variant, per round (the figure least moved by load)
+    print("\npaired speed-up over " + args.variants[0] + " (median over rounds of the per-round ratio)")
+    for b in args.batches:
+        for impl in args.impls:
+            base_r = rows[(args.variants[0], impl, b)]
+            cells = [f"{v} {statistics.median(x[0] / y[0] for x, y in zip(rows[(v, impl, b)], base_r)):.2f}x"
+                     for v in args.variants[1:]]
+            print(f"{b:5d} {impl:12s} " + "  ".join(cells))
     print("cells: output tok/s (median decode step)")
 
 

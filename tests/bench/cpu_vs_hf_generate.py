@@ -1,7 +1,8 @@
 """CPU decode throughput of every impl next to Hugging Face ``generate``, side by side.
 
 Not a test (nothing here asserts a speed): ``python -m tests.bench.cpu_vs_hf_generate``.
-One tiny-llama-shaped checkpoint (random O(1) weights, saved once), one batch of
+One checkpoint of a kvbench CPU shape (``--model``: tiny-llama or llama-58m; random O(1) weights,
+saved once), one batch of
 fixed-length prompts (so ``generate`` batches them without padding), one thread for
 both sides. Rounds interleave the contenders (HF, then each impl), so a change in
 machine load hits all of them; medians over rounds are printed, and ``x hf`` is the
@@ -34,29 +35,15 @@ from impls.contiguous import ContiguousCache
 from impls.paged import PagedCache
 from impls.lane_allocator import LaneAllocator
 from kernels.registry import get_paged_kernel
+from harness.model.compiled import CompiledDecode
+from tests.helpers.checkpoints import SHAPES, write_llama_checkpoint
 
 IMPLS = ("contiguous", "paged_torch", "paged_cuda")
 
 
-def tiny_llama_checkpoint(folder: Path) -> None:
-    """conf/model/tiny-llama.yaml's shape as a HF LlamaForCausalLM, weights O(1) as in tests/unit/harness/model/test_llama.py."""
-    import transformers
-
-    config = transformers.LlamaConfig(
-        vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64, rope_theta=10000.0, rms_norm_eps=1e-5, max_position_embeddings=4096,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.3 * torch.randn_like(p))
-            elif "embed_tokens" in name:
-                p.normal_(0.0, 1.0)
-            else:
-                p.normal_(0.0, p.shape[1] ** -0.5)
-    model.save_pretrained(folder)
+def tiny_llama_checkpoint(folder: Path, shape: str = "tiny-llama") -> None:
+    """conf/model/<shape>.yaml's shape as a HF LlamaForCausalLM, weights O(1) (tests/helpers/checkpoints.py)."""
+    write_llama_checkpoint(folder, shape)
 
 
 def make_cache(impl: str, cfg: ModelConfig, max_len: int, batch: int) -> KVCache:
@@ -92,15 +79,19 @@ def hf_runner(folder: Path, prompts: torch.Tensor, new_tokens: int) -> Callable[
     return run
 
 
-def engine_runner(impl: str, folder: Path, prompts: torch.Tensor, new_tokens: int) -> Callable[[], EngineResult]:
+def engine_runner(impl: str, folder: Path, prompts: torch.Tensor, new_tokens: int,
+                  compiled: bool = False) -> Callable[[], EngineResult]:
+    """kvbench's default CPU model (eager, linears pre-packed for oneDNN); ``compiled``: cpu_compile's
+    frozen inductor graph, compiled here (outside every timed run)."""
     cfg = resolve_model_config(ModelConfig(path=str(folder)))
     model = build_model(cfg, torch.float32, "cpu", seed=0)
     batch, max_len = prompts.shape[0], prompts.shape[1] + new_tokens
+    graph = CompiledDecode(model, batch) if compiled else None
     requests = [Request(i, tuple(p), new_tokens) for i, p in enumerate(prompts.tolist())]
     budget = batch * max_len  # the whole batch prefilled in one forward, as generate() does
-    Engine(model, make_cache(impl, cfg, max_len, batch), batch, budget).run(
+    Engine(model, make_cache(impl, cfg, max_len, batch), batch, budget, compiled=graph).run(
         [Request(r.request_id, r.prompt_ids[:8], 4) for r in requests])  # warm-up
-    return lambda: Engine(model, make_cache(impl, cfg, max_len, batch), batch, budget).run(requests)
+    return lambda: Engine(model, make_cache(impl, cfg, max_len, batch), batch, budget, compiled=graph).run(requests)
 
 
 def main() -> None:
@@ -111,15 +102,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--impls", nargs="+", default=list(IMPLS))
+    parser.add_argument("--model", default="tiny-llama", choices=list(SHAPES))
+    parser.add_argument("--cpu-compile", action="store_true", help="also each impl under cpu_compile's frozen graph")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    prompts = torch.randint(0, 4096, (args.batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
+    vocab = SHAPES[args.model]["vocab_size"]
+    prompts = torch.randint(0, vocab, (args.batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
     tokens = args.batch * args.new_tokens
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        tiny_llama_checkpoint(folder)
+        tiny_llama_checkpoint(folder, args.model)
         hf = hf_runner(folder, prompts, args.new_tokens)
         ours = {impl: engine_runner(impl, folder, prompts, args.new_tokens) for impl in args.impls}
+        if args.cpu_compile:
+            ours |= {f"{impl}+compile": engine_runner(impl, folder, prompts, args.new_tokens, compiled=True)
+                     for impl in args.impls}
         hf_rounds, our_rounds = [], {impl: [] for impl in args.impls}
         for _ in range(args.rounds):
             hf_rounds.append(hf())
@@ -130,7 +127,7 @@ def main() -> None:
     wall = statistics.median(r[0] for r in hf_rounds)
     prefill = statistics.median(r[1] for r in hf_rounds)
     # HF's decode step: (generate - its 1-token run) / the other new tokens.
-    print(f"{'hf_generate':12s} {tokens / wall:7.1f} output tok/s  wall {wall * 1e3:6.1f} ms  "
+    print(f"{'hf_generate':18s} {tokens / wall:7.1f} output tok/s  wall {wall * 1e3:6.1f} ms  "
           f"prefill {prefill * 1e3:5.1f} ms  step {(wall - prefill) / (args.new_tokens - 1) * 1e3:.3f} ms")
     hf_tokens = hf_rounds[-1][2]
     for impl, results in our_rounds.items():
@@ -140,7 +137,7 @@ def main() -> None:
         host = statistics.median(statistics.median(r.host_s) for r in results)
         paired = statistics.median(h[0] / r.wall_s for h, r in zip(hf_rounds, results))
         same = all([s.output_ids for s in r.sequences] == hf_tokens for r in results)
-        print(f"{impl:12s} {tokens / wall:7.1f} output tok/s  wall {wall * 1e3:6.1f} ms  prefill {prefill * 1e3:5.1f} ms"
+        print(f"{impl:18s} {tokens / wall:7.1f} output tok/s  wall {wall * 1e3:6.1f} ms  prefill {prefill * 1e3:5.1f} ms"
               f"  step p50 {step * 1e3:.3f} ms  host p50 {host * 1e3:.3f} ms  x hf {paired:.3f}  "
               f"{'same tokens' if same else 'TOKENS DIFFER'}")
 

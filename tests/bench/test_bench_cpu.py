@@ -66,3 +66,70 @@ def test_bench_block_manager_decode_steps(benchmark):
 
     bm = benchmark(steps)
     bm.check_invariants()
+
+
+# ------------------------------------------------------------ decode next to transformers' generate (and vLLM)
+# The same random-weight checkpoint (tests/helpers/checkpoints.py) and fixed-length prompts for every
+# contender; each benchmark's extra_info carries output tok/s and whether its tokens equal generate's.
+# Full-size comparisons: python -m tests.bench.cpu_vs_hf_generate and tests.bench.vllm_cpu_ratio.
+E2E_BATCH, E2E_PROMPT, E2E_NEW = 8, 32, 16
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory):
+    from tests.bench import cpu_vs_hf_generate as hfbench
+    from tests.helpers.checkpoints import write_llama_checkpoint
+
+    folder = write_llama_checkpoint(tmp_path_factory.mktemp("ckpt"), "tiny-llama")
+    prompts = torch.randint(0, 4096, (E2E_BATCH, E2E_PROMPT), generator=torch.Generator().manual_seed(0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    hf = hfbench.hf_runner(folder, prompts, E2E_NEW)
+    yield folder, prompts, hf, hf()[2]
+    torch.set_num_threads(threads)
+
+
+def _tok_s(benchmark, wall: float) -> None:
+    benchmark.extra_info["output_tok_s"] = round(E2E_BATCH * E2E_NEW / wall, 1)
+
+
+def test_bench_hf_generate(benchmark, e2e):
+    _, _, hf, _ = e2e
+    wall, _, _ = benchmark.pedantic(hf, rounds=3, iterations=1)
+    _tok_s(benchmark, wall)
+
+
+@pytest.mark.parametrize("impl", ["contiguous", "paged_torch", "paged_cuda"])
+def test_bench_decode_next_to_hf_generate(benchmark, e2e, impl):
+    from tests.bench import cpu_vs_hf_generate as hfbench
+
+    folder, prompts, _, hf_tokens = e2e
+    run = hfbench.engine_runner(impl, folder, prompts, E2E_NEW)
+    result = benchmark.pedantic(run, rounds=3, iterations=1)
+    _tok_s(benchmark, result.wall_s)
+    same = [s.output_ids for s in result.sequences] == hf_tokens
+    benchmark.extra_info["same_tokens_as_hf"] = same
+    assert same
+
+
+def test_bench_vllm_cpu_generate(benchmark, e2e, tmp_path):
+    """vLLM's CPU engine on the same checkpoint and prompts, where a Python with vLLM is given
+    (KVBENCH_VLLM_PYTHON); skipped otherwise. vLLM runs in that Python, never imported here."""
+    import json
+
+    from tests.bench.vllm_cpu_ratio import VllmProcess, vllm_python
+
+    python = vllm_python(None)
+    if python is None:
+        pytest.skip("no vLLM: set KVBENCH_VLLM_PYTHON to a Python that imports vllm (e.g. a venv with vllm-cpu)")
+    folder, prompts, _, hf_tokens = e2e
+    prompts_file = tmp_path / "prompts.json"
+    prompts_file.write_text(json.dumps(prompts.tolist()))
+    vllm = VllmProcess(python, folder, prompts_file, E2E_BATCH, E2E_NEW, 32, tmp_path / "vllm.log")
+    try:
+        result = benchmark.pedantic(vllm.run, rounds=3, iterations=1)
+    finally:
+        vllm.close()
+    _tok_s(benchmark, result["wall_s"])
+    benchmark.extra_info["same_tokens_as_hf"] = result["tokens"] == hf_tokens
+    benchmark.extra_info["startup_s"] = round(vllm.startup_s, 1)

@@ -185,6 +185,7 @@ def test_bad_block_size(bad):
 
 
 def _state(bm: BlockManager) -> tuple:
+    bm.materialize()  # pending blocks hashed (lazy hashing): the tables as eager hashing has them
     return (bm.tables, bm.tokens, bm.ref, bm.filled, bm.block_hash, bm.block_tokens, bm.hash_to_block,
             list(bm.free), list(bm.evictable), bm._filled_in_use, bm._logical, bm.usage())
 
@@ -244,17 +245,49 @@ def hash_calls(monkeypatch) -> list[int]:
 
 
 @pytest.mark.parametrize("caching", [True, False])
-def test_an_admission_hashes_each_full_block_of_the_prompt_once(hash_calls, caching):
-    """Planning hashes up to the first block not cached, admitting the rest: each block once, hits or not.
-    Without prefix caching no hash is ever looked up, so none is made."""
+def test_a_block_is_hashed_once_and_only_once_a_lookup_could_reach_it(hash_calls, caching):
+    """Planning hashes up to the first block not cached, admitting the rest. A new chain (its first block's
+    contents never cached before) hashes only that first block: nothing could look the others up until a
+    prompt hits it, and then they are hashed once. Without prefix caching no hash is ever made."""
     bm = BlockManager(64, 4, prefix_caching=caching)
     prompt = list(range(18))  # 4 full blocks and 2 tokens
-    for sid, toks in enumerate([prompt, prompt, prompt[:8] + [99] * 9, prompt[:16]]):  # miss, hits, partial, exact
+    # (prompt, hashes): a new chain: its first block only; the same prompt: the walk (4) and, once it hits the
+    # first block, the chain's 4 pending blocks (3 of the prompt, 1 filled below), then its own filled block;
+    # a partial hit (3 looked up, 1 admitted, 1 filled); an exact prompt (3 looked up, its last block, 1 filled).
+    for sid, (toks, hashes) in enumerate([(prompt, 1), (prompt, 9), (prompt[:8] + [99] * 9, 5), (prompt[:16], 5)]):
         hash_calls.clear()
         bm.admit(sid, bm.plan_admit(toks))
-        bm.append(sid, [7] * (4 - len(toks) % 4))  # fills a block: hashed as it enters the cache
-        assert len(hash_calls) == (len(toks) // 4 + 1 if caching else 0)
-    bm.check_invariants()
+        bm.append(sid, [7] * (4 - len(toks) % 4))  # fills a block: it enters the cache
+        assert len(hash_calls) == (hashes if caching else 0)
+        bm.check_invariants()
+    hash_calls.clear()
+    bm.materialize()
+    assert not hash_calls  # nothing left pending: the first chain was hashed when the second prompt hit it
+
+
+def test_a_chain_nobody_shares_is_never_hashed(hash_calls):
+    """Random prompts in a pool that evicts: each admission hashes its first block (the lookup that misses),
+    and nothing else is ever hashed, filled blocks included, while the answers are eager hashing's."""
+    rng = random.Random(7)
+    lazy, eager = BlockManager(40, 4), BlockManager(40, 4)
+    eager._lazy = False
+    for sid in range(60):
+        prompt = [rng.randrange(10**6) for _ in range(rng.randint(4, 30))]
+        calls = len(hash_calls)
+        for bm in (lazy, eager):
+            while bm.num_free_blocks < (len(prompt) + 9 + 3) // 4:  # room for the prompt and the appends
+                bm.release(min(bm.tables))
+            plan = bm.plan_admit(prompt)
+            bm.admit(sid, plan)
+            bm.append(sid, [5] * 9)
+            bm.check_invariants()
+        if sid == 0:
+            lazy_calls = len(hash_calls) - calls - 1 - (len(prompt) + 9) // 4  # eager hashed every full block
+            assert lazy_calls == 0
+        assert lazy.evicted_blocks == eager.evicted_blocks and lazy.num_free_blocks == eager.num_free_blocks
+    assert lazy.evicted_blocks > 0
+    hashed_by_lazy = len(hash_calls)
+    assert _state(lazy) == _state(eager) and len(hash_calls) > hashed_by_lazy  # materialize hashed the rest
 
 
 def test_a_scheduler_step_hashes_each_admitted_prompt_once(hash_calls):
@@ -329,3 +362,103 @@ def test_try_append_equals_can_append_then_append(seed, block_size, caching, num
             fused.release(seq), stepwise.release(seq)
         assert _state(fused) == _state(stepwise) and fused.cache_hit_tokens == stepwise.cache_hit_tokens
         fused.check_invariants()
+
+
+def _lazy_and_eager(num_blocks: int, block_size: int, eviction: str) -> tuple[BlockManager, BlockManager]:
+    lazy = BlockManager(num_blocks, block_size, eviction=eviction)
+    eager = BlockManager(num_blocks, block_size, eviction=eviction)
+    eager._lazy = False  # every full block hashed as it is registered
+    return lazy, eager
+
+
+def _answers(bm: BlockManager) -> tuple:
+    """What the pool tells its users, without hashing anything pending."""
+    return (bm.tables, bm.tokens, bm.ref, bm.filled, list(bm.free), list(bm.evictable), bm.num_free_blocks,
+            bm.evicted_blocks, bm.cache_hit_tokens, bm.usage())
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), num_blocks=st.sampled_from([4, 9, 24]), block_size=st.sampled_from([1, 2, 4]),
+       eviction=st.sampled_from(POLICIES))
+def test_lazy_hashing_answers_as_eager_hashing(seed, num_blocks, block_size, eviction):
+    """Random admissions (shared prefixes, prompts of exactly one block, recomputed preempted sequences),
+    appends that fill blocks, forks and releases in a pool that evicts: lazy hashing gives the plans, hits,
+    free lists, evictions and usage of eager hashing after every operation, and the same tables once its
+    pending blocks are hashed (``materialize``, at random moments too: hashing early changes nothing)."""
+    rng = random.Random(seed)
+    lazy, eager = _lazy_and_eager(num_blocks, block_size, eviction)
+    prefixes = [[rng.randrange(3) for _ in range(4 * block_size)] for _ in range(2)]
+    live: list[int] = []
+    next_id = 0
+    for _ in range(150):
+        op = rng.choice(["admit", "admit", "readmit", "copy", "append", "append", "append", "fill", "mimic", "fork",
+                         "release", "drop"])
+        if op in ("admit", "readmit", "copy"):
+            if op == "readmit" and live:  # preempted: released, then its prompt and outputs admitted again
+                sid = live.pop(rng.randrange(len(live)))
+                prompt = list(lazy.tokens[sid])
+                lazy.release(sid), eager.release(sid)
+            elif op == "copy" and live:  # the first block (or more) of a running sequence: a chain of the same contents
+                prompt = lazy.tokens[rng.choice(live)][: block_size * rng.choice([1, 1, 2])]
+            else:
+                shape = rng.random()
+                if shape < 0.2:
+                    prompt = rng.choice(prefixes)[:block_size]  # exactly one block: never looked up
+                else:
+                    prompt = rng.choice(prefixes)[: rng.randint(0, 4 * block_size)]
+                    prompt = prompt + [rng.randrange(3) for _ in range(rng.randint(0 if prompt else 1, 2 * block_size))]
+            plans = lazy.plan_admit(prompt), eager.plan_admit(prompt)
+            assert plans[0] == plans[1]
+            if plans[0].fits:
+                assert lazy.admit(next_id, plans[0]) == eager.admit(next_id, plans[1])
+                live.append(next_id)
+                next_id += 1
+        elif op in ("append", "fill", "mimic") and live:
+            sid = rng.choice(live)
+            k = (lazy.appendable_without_alloc(sid) or 1) if op == "fill" else rng.randint(1, 2 * block_size)
+            toks = [rng.randrange(3)] * k
+            if op == "mimic":  # go on as another sequence went on: the same contents in two chains
+                have, other = lazy.tokens[sid], lazy.tokens[rng.choice(live)]
+                toks = other[len(have) : len(have) + k] or toks
+            assert lazy.try_append(sid, toks) == eager.try_append(sid, toks)
+        elif op == "fork" and live:
+            parent = rng.choice(live)
+            lazy.fork(parent, next_id), eager.fork(parent, next_id)
+            live.append(next_id)
+            next_id += 1
+        elif op == "release" and live:
+            sid = live.pop(rng.randrange(len(live)))
+            lazy.release(sid), eager.release(sid)
+        elif op == "drop" and live:  # chunked prefill's preemption: the blocks past what was written leave the cache
+            sid = live.pop(rng.randrange(len(live)))
+            written = rng.randint(0, lazy.num_tokens(sid))
+            for bm in (lazy, eager):
+                bm.drop_unwritten(sid, written)
+                bm.release(sid)
+        assert _answers(lazy) == _answers(eager)
+        lazy.check_invariants()
+        if rng.random() < 0.05:
+            lazy.materialize()
+    assert _state(lazy) == _state(eager)
+
+
+def test_plans_and_usage_made_without_init_are_the_frozen_dataclasses():
+    """The hot paths build ``PagedAdmitPlan`` and ``CacheUsage`` without their ``__init__``
+    (impls/allocator.py frozen_instance): equal to, hashing as and as frozen as ones built the usual way."""
+    import dataclasses
+
+    from impls.allocator import CacheUsage
+    from impls.block_manager import PagedAdmitPlan
+
+    bm = BlockManager(8, 4)
+    prompt = (1, 2, 3, 4, 5)
+    plan = bm.plan_admit(prompt, 2, 9)
+    usual = PagedAdmitPlan(prompt, 2, 9, cached_tokens=0, fits=True, generation=0, hits=(), next_hash=plan.next_hash,
+                           new_blocks=2, host_hits=())
+    assert plan == usual and hash(plan) == hash(usual) and repr(plan) == repr(usual)
+    bm.admit(0, plan)
+    u = bm.usage()
+    assert u == CacheUsage(32, 8, 5, 5, 3, 0, 1, 24, 0) and hash(u) == hash(dataclasses.replace(u))
+    for obj, field in ((plan, "fits"), (u, "used_tokens")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, field, 0)

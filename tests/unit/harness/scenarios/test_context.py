@@ -32,7 +32,7 @@ def test_null_is_the_auto_rule_over_every_repeats_decode_tokens(compose, tmp_pat
     assert ctx.cpu_compile is False and ctx.decode_compiled is None
     assert seen == [3 * 5 * 3]  # 3 requests x 5 output tokens x 3 repeats, asked once
     assert ctx.cpu_compile is False and len(seen) == 1
-    assert ctx.decode_mode_columns() == {"cpu_compile": False, "compile_s": None}
+    assert ctx.decode_mode_columns() == {"cpu_compile": False, "compile_s": None, "linear_backend": "onednn_packed"}
 
 
 def test_the_default_sweeps_short_runs_stay_eager(compose, tmp_path):
@@ -88,3 +88,9 @@ def test_a_compiled_job_gives_the_eager_tokens_and_records_its_compile(compose, 
     assert code == 0, row.get("error")
     assert row["cpu_compile"] is True and row["compile_s"] >= 0
     assert row["output_digest"] == eager["output_digest"]
+
+
+
+def test_cpu_prepack_false_runs_torch_linears_and_says_so(compose, tmp_path):
+    ctx = JobContext(resolve(compose([*SMALL, "cpu_prepack=false"])), tmp_path, None)
+    assert not ctx.model.packed and ctx.decode_mode_columns()["linear_backend"] == "torch"
