@@ -109,10 +109,8 @@ class DenseBench:
         return out / res.wall_s, statistics.median(res.step_s), [s.output_ids for s in res.sequences]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny-llama")
-    parser.add_argument("--path", default=None, help="a HF checkpoint folder (model.path)")
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """The workload and rounds both side-by-side scripts take (this one and vllm_cpu_ratio.py)."""
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--prompt-len", type=int, default=32)
@@ -120,6 +118,13 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--impls", nargs="+", default=list(IMPLS))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny-llama")
+    parser.add_argument("--path", default=None, help="a HF checkpoint folder (model.path)")
+    add_run_args(parser)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     args = parser.parse_args()
     torch.set_num_threads(1)

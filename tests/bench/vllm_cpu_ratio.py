@@ -30,7 +30,7 @@ from pathlib import Path
 import harness  # noqa: F401  (MKL threading fixed before torch loads)
 import torch
 
-from tests.bench.cpu_dense_paths import IMPLS, DenseBench, loadavg, prompts
+from tests.bench.cpu_dense_paths import DenseBench, add_run_args, loadavg, prompts
 from tests.helpers.checkpoints import SHAPES, write_llama_checkpoint
 
 HERE = Path(__file__).resolve().parent
@@ -90,13 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--models", nargs="+", default=list(SHAPES))
-    parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--prompt-len", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--block", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--impls", nargs="+", default=list(IMPLS))
+    add_run_args(parser)
     parser.add_argument("--variants", nargs="+", default=["packed", "frozen"],
                         help="kvbench's ways of running the dense work (cpu_dense_paths.py): packed is the eager "
                              "default, frozen is cpu_compile=true")
