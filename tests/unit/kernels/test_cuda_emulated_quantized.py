@@ -18,7 +18,7 @@ from kernels import cuda_emulated
 from tests.helpers.byte_decode_cases import BYTE_DTYPES, check_every_byte
 from tests.helpers.kernel_cases import MIXED_LENS
 from tests.helpers.kv_quant_cases import KV_CASES, check_quantized_decode, check_quantized_write
-from tests.unit.kernels.write_quant_cases import check_write_boundaries, check_write_quant
+from tests.helpers.write_quant_cases import check_write_boundaries, check_write_quant
 
 SPLIT_LENS = [1, 511, 513, 1100]  # split-K with a ragged end, on an emulated H200's 132 SMs
 

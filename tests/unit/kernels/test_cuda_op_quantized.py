@@ -17,7 +17,7 @@ from kernels.validate import KernelArgumentError
 from tests.helpers.byte_decode_cases import BYTE_DTYPES, check_every_byte
 from tests.helpers.kernel_cases import MIXED_LENS, make_decode_inputs
 from tests.helpers.kv_quant_cases import KV_CASES, check_quantized_decode, check_quantized_write, quantized_copy
-from tests.unit.kernels.write_quant_cases import check_write_boundaries, check_write_quant
+from tests.helpers.write_quant_cases import check_write_boundaries, check_write_quant
 
 LONG_LENS = [1, 511, 513, 1500]
 
