@@ -203,6 +203,28 @@ def expand(overrides: list, max_batch_size: int | None, first: Sequence[str] | N
     return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 
 
+class ComposedOnce:
+    """The config loader, keeping the config the sweeper's check composed for each job until the
+    launcher asks for that job's: Hydra's launcher composes every job itself, so each job was composed
+    twice (about 0.35 s each on these machines, half a minute over a sweep of ~80 jobs). Anything
+    else goes to the loader."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._kept: dict[tuple[str, ...], DictConfig] = {}
+
+    def compose(self, master_config: DictConfig, overrides: Sequence[str]) -> None:
+        """Compose the job (raising what composing it raises) and keep its config for the launcher."""
+        self._kept[tuple(overrides)] = self._loader.load_sweep_config(master_config, list(overrides))
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        kept = self._kept.pop(tuple(sweep_overrides), None)  # handed out once: the launcher edits it
+        return kept if kept is not None else self._loader.load_sweep_config(master_config, sweep_overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
 class GuardedSweeper(Sweeper):
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None,
                  first: Sequence[str] | None = None) -> None:
@@ -217,6 +239,8 @@ class GuardedSweeper(Sweeper):
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
 
+        hydra_context = HydraContext(config_loader=ComposedOnce(hydra_context.config_loader),
+                                     callbacks=hydra_context.callbacks)
         self.hydra_context, self.config = hydra_context, config
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=ReportingTask(task_function, self.progress), config=config)
@@ -285,7 +309,7 @@ class GuardedSweeper(Sweeper):
         from harness.front.compose_errors import describe
 
         try:
-            self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            self.hydra_context.config_loader.compose(self.config, overrides)
         except (HydraException, OmegaConfBaseException, AssertionError) as e:
             return describe(e, list(overrides))
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.collect import ok_rows
+from harness.report.collect import measured_as
 from harness.report.tables import md_table, pick
 
 CHUNKED_TITLE = "Chunked prefill against whole-prompt prefill"
@@ -22,7 +22,7 @@ FIGURES = ["ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p
 
 def chunked_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per setting served both ways: each figure whole (``_whole``) and chunked (``_chunked``)."""
-    frames = [ok_rows(rows, s) for s in ("decode", "capacity")]
+    frames = [measured_as(rows, s) for s in ("decode", "capacity")]
     df = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(not f.empty for f in frames) \
         else pd.DataFrame()
     if df.empty or "chunked_prefill" not in df or "request_rate" not in df:

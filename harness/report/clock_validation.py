@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.collect import ok_rows
+from harness.report.collect import measured_as, ok_rows
 from harness.report.tables import md_table, pick
 
 CLOCK_TITLE = "The simulated clock against the wall clock"
@@ -32,7 +32,7 @@ def _keys(df: pd.DataFrame, keys: list[str]) -> list[str]:
 
 def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (setting, rate) served on both clocks: each figure on each, and its error."""
-    wall = ok_rows(rows, "decode")
+    wall = measured_as(rows, "decode")
     sim = ok_rows(rows, "profile")
     need = {"clock", "request_rate", *FIGURES}
     if wall.empty or sim.empty or not need <= set(wall) or not need <= set(sim):
@@ -46,6 +46,7 @@ def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
                                    suffixes=("_wall", "_sim"))
     if both.empty:
         return both
+    both = _one_wall_run(both, keys)
     for f in FIGURES:
         both[f"{f}_err"] = both[f"{f}_sim"] / both[f"{f}_wall"] - 1
     both["saturated"] = both["achieved_rps"] < SATURATED * both["request_rate"]
@@ -53,18 +54,27 @@ def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     return both.sort_values(order).reset_index(drop=True)
 
 
+def _one_wall_run(both: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One wall run per simulated row: the one its own job served in its process when there is one
+    (scenario.wall: the same machine state), else the first other (a separate sweep's)."""
+    both = both.assign(same_process=both["run_dir_wall"] == both["run_dir_sim"])
+    return (both.sort_values("same_process", ascending=False, kind="stable")
+            .drop_duplicates([*keys, "run_dir_sim"]).reset_index(drop=True))
+
+
 def rate_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """The max rate within the SLO on each clock, per setting."""
-    wall, sim = ok_rows(rows, "max_rate"), ok_rows(rows, "profile")
+    wall, sim = measured_as(rows, "max_rate"), ok_rows(rows, "profile")
     if wall.empty or sim.empty or "max_rate_rps" not in sim or "clock" not in wall:
         return pd.DataFrame()
     wall = wall[(wall["clock"] == "wall") & wall["max_rate_rps"].notna()]
     sim = sim[sim["max_rate_rps"].notna()]
     keys = [k for k in _keys(wall, RATE_PAIR) if k in sim]
-    both = wall[keys + ["max_rate_rps"]].merge(sim[keys + ["max_rate_rps", "clock_source"]], on=keys,
-                                               suffixes=("_wall", "_sim"))
+    both = wall[keys + ["max_rate_rps", "run_dir"]].merge(sim[keys + ["max_rate_rps", "clock_source", "run_dir"]],
+                                                          on=keys, suffixes=("_wall", "_sim"))
     if both.empty:
         return both
+    both = _one_wall_run(both, keys)
     both["max_rate_err"] = both["max_rate_rps_sim"] / both["max_rate_rps_wall"] - 1
     return both.sort_values(["device_slug", "model", "impl"]).reset_index(drop=True)
 
@@ -83,6 +93,22 @@ def summary(pairs: pd.DataFrame, rates: pd.DataFrame) -> dict[str, float]:
 
 def _pct(v) -> str:
     return "–" if v is None or pd.isna(v) else f"{100 * v:+.0f}%"
+
+
+def _drift_lines(rows: pd.DataFrame) -> list[str]:
+    """How far each validating profile job's machine moved while its wall runs ran (``profile_drift``)."""
+    if "profile_drift" not in rows:
+        return []
+    jobs = ok_rows(rows, "profile").dropna(subset=["profile_drift"])
+    if jobs.empty:
+        return []
+    said = ", ".join(f"{r.device_slug} {r.impl} {_pct(r.profile_drift)}" for r in
+                     jobs.sort_values(["device_slug", "impl"]).itertuples())
+    return ["Rows marked one process were served on the wall clock by the profile's own job, right after it "
+            "measured the profile (`scenario.wall=true`): a profile and wall runs from two processes compare two "
+            "states of the machine (on the 2-core CPU machines the same profile differs by 5-15% from one fresh "
+            "process to the next). Each such job then re-times part of its profile; the drift (re-timed / first, "
+            f"less 1, median over the points) was: {said}.\n"]
 
 
 def clock_section(rows: pd.DataFrame) -> list[str]:
@@ -111,16 +137,18 @@ def clock_section(rows: pd.DataFrame) -> list[str]:
         pairs = pairs.assign(chunked=chunked.map({True: "yes", False: "no"}))
         t = pairs.assign(**{f"{f} err": pairs[f"{f}_err"].map(_pct) for f in
                             ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
-                         saturated=pairs["saturated"].map({True: "yes", False: "no"}))
+                         saturated=pairs["saturated"].map({True: "yes", False: "no"}),
+                         one_process=pairs["same_process"].map({True: "yes", False: "no"}))
         parts.append(md_table(pick(t, {
             "device_slug": "device", "model": "model", "impl": "impl", "chunked": "chunked prefill",
             "request_rate": "offered req/s",
-            "achieved_rps": "achieved req/s", "saturated": "saturated",
+            "achieved_rps": "achieved req/s", "saturated": "saturated", "one_process": "one process",
             "tpot_ms_p50_wall": "TPOT p50 ms wall", "tpot_ms_p50_sim": "simulated", "tpot_ms_p50 err": "error",
             "e2el_ms_p50_wall": "E2EL p50 ms wall", "e2el_ms_p50_sim": "simulated", "e2el_ms_p50 err": "error ",
             "ttft_ms_p50_wall": "TTFT p50 ms wall", "ttft_ms_p50_sim": "simulated", "ttft_ms_p50 err": "error  ",
             "tpot_ms_p99 err": "TPOT p99 error", "e2el_ms_p99 err": "E2EL p99 error", "ttft_ms_p99 err": "TTFT p99 error",
         })))
+    parts += _drift_lines(rows)
     if not rates.empty:
         t = rates.assign(error=rates["max_rate_err"].map(_pct))
         parts += ["Max rate within the SLO on each clock:\n",

@@ -285,6 +285,20 @@ def ok_rows(df: pd.DataFrame, scenario: str | None = None) -> pd.DataFrame:
     return df[sel].copy()
 
 
+def measured_as(df: pd.DataFrame, scenario: str) -> pd.DataFrame:
+    """Ok rows that measured what ``scenario`` measures: its own, and a validating profile job's wall-clock
+    rows of that kind (harness/scenarios/wall_check.py: ``decode``, a rate served; ``max_rate``, the search),
+    which keep ``scenario=profile``, the job that ran them."""
+    own = ok_rows(df, scenario)
+    if scenario not in ("decode", "max_rate") or "clock" not in df:
+        return own
+    wall = ok_rows(df, "profile")
+    wall = wall[wall["clock"] == "wall"]
+    searched = wall["max_rate_rps"].notna() if "max_rate_rps" in wall else pd.Series(False, index=wall.index)
+    wall = wall[searched] if scenario == "max_rate" else wall[~searched]
+    return pd.concat([f for f in (own, wall) if not f.empty], ignore_index=True) if not wall.empty else own
+
+
 def contended_rows(df: pd.DataFrame) -> pd.Series:
     """True for rows measured while the process did not get the CPU it asked for (harness/measure/contention.py);
     rows from before the column existed are not flagged."""

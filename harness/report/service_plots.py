@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.collect import ok_rows, with_mode
+from harness.report.collect import measured_as, ok_rows, with_mode
 from harness.report.figures import MAX_FACETS, devices, facet_labels, grid, log_axis, wrap
 from harness.report.palette import colour_of, dash_handle, figure_legend, impl_lines, impl_style
 
@@ -26,7 +26,7 @@ RATE_GROUP = ["device_slug", "model", "workload", "dtype", "batch", "max_seq_len
 def service_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """Ok rows measured under an arrival process at an offered rate (burst rows have none): decode
     runs on the wall clock and capacity runs on the simulated one (``clock``, ``gpu``)."""
-    df = with_mode(pd.concat([ok_rows(rows, "decode"), ok_rows(rows, "capacity")]))
+    df = with_mode(pd.concat([measured_as(rows, "decode"), ok_rows(rows, "capacity")]))
     if "request_rate" not in df:
         return df.iloc[0:0]
     df = df.dropna(subset=["request_rate"])
@@ -216,7 +216,7 @@ def kv_over_time(steps: pd.DataFrame, rows: pd.DataFrame, palette: dict) -> Figu
 
 def max_rate_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Per setting and impl: the largest rate that passed the SLO (median over runs) and its ratio to contiguous."""
-    df = with_mode(ok_rows(rows, "max_rate"))
+    df = with_mode(measured_as(rows, "max_rate"))
     if df.empty or "max_rate_rps" not in df:
         return pd.DataFrame()
     df = df.dropna(subset=["max_rate_rps"])

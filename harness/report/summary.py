@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.report.collect import Collection, ok_rows
+from harness.report.collect import Collection, measured_as, ok_rows
 from harness.report.figures import GB
 
 SEEDS_WORKLOAD = "seeds"  # the seeds' own experiment: Llama-2-7B, 100 users
@@ -91,8 +91,9 @@ def rate_headlines(col: Collection, table: pd.DataFrame) -> list[Headline]:
             [c for c in ("device_slug", "gpu", "model", "workload", "slo") if c in paged], dropna=False).tail(1).iterrows():
         simulated = isinstance(best.get("gpu"), str) and best.get("clock") == "simulated"
         device = f"simulated {best['gpu']}" if simulated else str(best["device_slug"])
-        src = ok_rows(col.rows, "max_rate")
-        src = src[(src["model"] == best["model"]) & (src["workload"] == best["workload"])]
+        src = measured_as(col.rows, "max_rate")
+        src = src[(src["model"] == best["model"]) & (src["workload"] == best["workload"])
+                  & (src["device_slug"] == best["device_slug"])]
         if simulated and "gpu" in src:
             src = src[src["gpu"] == best["gpu"]]
         out.append(Headline(
@@ -100,7 +101,20 @@ def rate_headlines(col: Collection, table: pd.DataFrame) -> list[Headline]:
             f"{best['impl']} {best['max_rate_rps']:.3g} vs contiguous {best['contiguous_rps']:.3g} req/s "
             f"({best['workload']} workload, SLO {best['slo']}, {'simulated' if simulated else 'wall'} clock)",
             "max_rate", _first(src)))
-    return sorted(out, key=lambda h: (h.device, h.model, h.detail))
+    return unique(sorted(out, key=lambda h: (h.device, h.model, h.detail)))
+
+
+def unique(headlines: list[Headline]) -> list[Headline]:
+    """One headline per figure: a simulated GPU's figure computed on two machines (each one's folder
+    holds the simulated sweeps) is the same figure, said once, from the first folder."""
+    seen: set[tuple[str, ...]] = set()
+    out = []
+    for h in headlines:
+        key = (h.device, h.model, h.fact, h.value, h.detail)
+        if key not in seen:
+            seen.add(key)
+            out.append(h)
+    return out
 
 
 def _size(n) -> str:

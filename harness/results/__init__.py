@@ -64,6 +64,8 @@ METRICS = [
     "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
     # scenario=profile: the median share of a step spent in the cache's attention (K/V write and kernel)
     "attention_share_decode", "attention_share_prefill", "attention_share_decode_top",
+    # scenario=profile with scenario.wall: re-timed points over first timed ones, less 1, at the job's end
+    "profile_drift",
     # decode at a quantized kv_dtype (harness/serving/kv_accuracy.py): against the same run at kv_dtype=auto
     "kv_top1_agreement", "kv_kl_mean", "kv_greedy_agreement", "kv_perplexity", "kv_ref_perplexity",
     "kv_accuracy_positions", "kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights",

@@ -1,6 +1,7 @@
 """scenarios/: what a job measures. Each scenario is one module here (its schema and its ``run``).
 
-context.py holds what every scenario of one job shares (``JobContext``). A scenario
+context.py holds what every scenario of one job shares (``JobContext``); wall_check.py, the wall
+runs a validating profile job serves (scenario=profile's part, beside it). A scenario
 module imports serving/, kv/, measure/, model/ and the schema at call time (its top
 stays light: reading a config never loads torch); nothing from job/ or front/.
 """
@@ -12,7 +13,7 @@ import pkgutil
 from functools import cache
 from types import ModuleType
 
-NOT_SCENARIOS = ("context",)  # modules of this package that are not scenarios
+NOT_SCENARIOS = ("context", "wall_check")  # modules of this package that are not scenarios (shared parts)
 
 
 def module(name: str) -> ModuleType:

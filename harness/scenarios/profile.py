@@ -15,7 +15,10 @@ simulated run from them (harness/serving/profiled_clock.py).
 Then, to validate the clock where it can be checked, the job simulates its own workload on the
 profile at each of ``rates`` (the rows a wall-clock run of the same config at that
 ``arrival.rate`` is compared with), and with ``max_rate=true`` searches the largest rate within
-the SLO on the profiled clock, as ``scenario=max_rate`` does on the wall clock.
+the SLO on the profiled clock, as ``scenario=max_rate`` does on the wall clock. With ``wall=true``
+it also serves each rate on the wall clock and searches the max rate there, in its own process
+(harness/scenarios/wall_check.py: a profile and wall runs from two processes compare two states of
+the machine), and re-times part of the profile at the end (``profile_drift``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class ProfileScenario(ScenarioConfig):
     chunked_rates: List[float] = field(default_factory=list)
     chunked_budget: int = 128
     max_rate: bool = False  # also search the largest rate within the SLO on the profiled clock
+    # Also serve the workload on the wall clock at every rate above (and search the max rate on it), in
+    # this job's process right after the profile: the rows the validation compares the simulated ones with
+    # (harness/scenarios/wall_check.py says why one process); then re-time part of the profile (drift).
+    wall: bool = False
     start_rps: float = 1.0  # as scenario=max_rate's
     tolerance_rps: float = 0.25
     search_limit: float = 256
@@ -162,14 +169,17 @@ def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], ou
     return out
 
 
-def measure_profile(ctx: JobContext, impl: ImplConfig) -> list[dict]:
-    """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points."""
+def measure_profile(ctx: JobContext, impl: ImplConfig,
+                    grid: tuple[list[int], list[int], list[int]] | None = None) -> list[dict]:
+    """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points;
+    ``grid``: (batches, contexts, prefill token counts) instead of the scenario's (no warm-up then)."""
     from harness.serving.profile_table import point
 
     cfg, sc = ctx.cfg, ctx.cfg.scenario
     repeats = max(1, cfg.repeat)
-    batches, contexts = grid_batches(sc, cfg.batch), grid_contexts(sc, cfg.max_seq_len)
-    for _ in range(sc.warmup):
+    batches, contexts, prefill_grid = grid or (grid_batches(sc, cfg.batch), grid_contexts(sc, cfg.max_seq_len),
+                                               grid_prefill(sc, cfg.max_num_batched_tokens))
+    for _ in range(0 if grid else sc.warmup):
         _serve(ctx, impl, _prompts(ctx, batches[0], contexts[0], 999_999), 3, batches[0])
     rows = []
     for batch in batches:
@@ -185,7 +195,7 @@ def measure_profile(ctx: JobContext, impl: ImplConfig) -> list[dict]:
             mean_context = context + 1 + (sc.decode_steps - 1) / 2
             rows.append(point(impl.name, "decode", seconds, batch=batch, context=mean_context, attention=attention))
     longest_prompt = prefill_prompt_len(ctx)
-    for tokens in grid_prefill(sc, cfg.max_num_batched_tokens):
+    for tokens in prefill_grid:
         sizes = [longest_prompt] * (tokens // longest_prompt) + ([tokens % longest_prompt] if tokens % longest_prompt else [])
         seconds, attention = [], []
         for rep in range(repeats * sc.prefill_samples):
@@ -239,23 +249,26 @@ def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: f
     """The job's workload at ``rate`` on the profiled clock, as a capacity run prices it; with
     ``chunked_budget``, scheduled with chunked prefill under that many tokens a step."""
     from harness.scenarios.capacity import simulated_row
+    from harness.scenarios.wall_check import at_rate, probe_identifiers
     from harness.serving.profiled_clock import ProfiledClock
 
-    cfg = copy.deepcopy(ctx.cfg)
-    cfg.arrival.rate = rate
-    if chunked_budget is not None:
-        cfg.chunked_prefill, cfg.max_num_batched_tokens = True, chunked_budget
-    probe = ctx.derive(cfg)
+    probe = at_rate(ctx, rate, chunked_budget)
     clock = ProfiledClock(points)
-    row = simulated_row(probe, impl, clock=clock, source=clock.id)
-    # the identifiers of the workload at this rate (its arrival times) and of its scheduling, not the job's own
-    ids = probe.identifiers(impl)
-    return {**row, **{k: ids[k] for k in ("workload_digest", "chunked_prefill", "max_num_batched_tokens")}}
+    return {**simulated_row(probe, impl, clock=clock, source=clock.id), **probe_identifiers(probe, impl)}
+
+
+def recheck_grid(ctx: JobContext) -> tuple[list[int], list[int], list[int]]:
+    """The part of the profile re-timed at a validating job's end: every context at the middle batch of
+    the grid, and the second smallest prefill point (a few seconds at tiny scale)."""
+    sc = ctx.cfg.scenario
+    batches, prefill = grid_batches(sc, ctx.cfg.batch), grid_prefill(sc, ctx.cfg.max_num_batched_tokens)
+    return [batches[len(batches) // 2]], grid_contexts(sc, ctx.cfg.max_seq_len), prefill[1:2] or prefill
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     from harness.measure.contention import probe_for, with_contention
     from harness.scenarios.max_rate import search_rate
+    from harness.scenarios.wall_check import drift, wall_max_rate, wall_row
     from harness.serving.profile_table import profile_frame
     from harness.serving.profiled_clock import profile_id
     from harness.serving.service_metrics import slo_label
@@ -278,12 +291,20 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     if probe is not None:
         summary = with_contention(summary, probe.result())
     out = [summary]
-    out += [_simulated(ctx, impl, points, rate) for rate in sc.rates]
-    out += [_simulated(ctx, impl, points, rate, sc.chunked_budget) for rate in sc.chunked_rates]
+    # Each rate on both clocks, the wall run first (its warm-up: the first one's), then the simulated one.
+    runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
+    for i, (rate, budget) in enumerate(runs):
+        if sc.wall:
+            out.append(wall_row(ctx, impl, rate, budget, warmup=int(i == 0)))
+        out.append(_simulated(ctx, impl, points, rate, budget))
     if sc.max_rate:
+        if sc.wall:
+            out.append(wall_max_rate(ctx, impl))
         found, probes = search_rate(lambda r: bool(_simulated(ctx, impl, points, r).get("slo_pass")),
                                     sc.start_rps, sc.search_limit, sc.tolerance_rps)
         out.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": ctx.cfg.arrival.name,
                     "slo": slo_label(ctx.cfg.slo), "max_rate_rps": found, "probes": probes,
                     "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})
+    if sc.wall:  # how far the machine moved while the wall runs ran: part of the profile, timed again
+        summary["profile_drift"] = drift(rows, measure_profile(ctx, impl, recheck_grid(ctx)))
     return out

@@ -243,19 +243,24 @@ class Scheduler:
         plan.admitted.append(admission)
         return admission
 
-    def _admit(self, plan: StepPlan) -> None:
-        batched = 0  # tokens this step's prefill computes (prefix-cache hits are not computed)
+    def _next_admission(self, plan: StepPlan) -> AdmitPlan | None:
+        """Swapped-out heads of the queue resumed and never-fitting ones rejected, on to the first request
+        to admit: its admission plan when it fits now, else None (it, and all behind it, wait)."""
         while self.waiting:
-            seq, samples = self.waiting[0]
+            seq = self.waiting[0][0]
             if seq.seq_id in self._swapped:
                 if not self._resume(seq, plan):
-                    break
+                    return None
                 continue
             admit_plan = self._plan_head(plan)
-            if admit_plan is True:
-                continue
-            if admit_plan is False:
-                break
+            if admit_plan is not True:
+                return admit_plan if admit_plan is not False else None
+        return None
+
+    def _admit(self, plan: StepPlan) -> None:
+        batched = 0  # tokens this step's prefill computes (prefix-cache hits are not computed)
+        while (admit_plan := self._next_admission(plan)) is not None:
+            seq = self.waiting[0][0]
             # The first admission of a step ignores the budget: a prompt longer than it then
             # runs alone instead of waiting forever (without chunked prefill).
             new_tokens = seq.num_tokens - admit_plan.cached_tokens
@@ -273,17 +278,7 @@ class Scheduler:
                 break
             budget -= self._chunk(plan, adm, budget)
         # As vLLM's engine: nothing new in a step that had to preempt (memory is short).
-        while self.waiting and budget > 0 and not plan.preempted:
-            seq = self.waiting[0][0]
-            if seq.seq_id in self._swapped:
-                if not self._resume(seq, plan):
-                    break
-                continue
-            admit_plan = self._plan_head(plan)
-            if admit_plan is True:
-                continue
-            if admit_plan is False:
-                break
+        while budget > 0 and not plan.preempted and (admit_plan := self._next_admission(plan)) is not None:
             adm = self._admit_first(plan, admit_plan)
             adm.seq.num_computed = adm.seq.num_cached
             budget -= self._chunk(plan, adm, budget)

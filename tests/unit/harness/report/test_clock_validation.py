@@ -46,3 +46,23 @@ def test_the_section_says_the_errors_and_nothing_without_pairs():
     assert "Median absolute error below saturation: median TPOT 10%" in text and "max rate within the SLO 15%" in text
     assert "| +80% |" in text and "profile-a" in text
     assert clock_section(_rows()[lambda d: d.scenario != "profile"]) == []
+
+
+def test_a_profile_jobs_own_wall_run_is_preferred_to_another_processes():
+    own = {**_service("profile", "wall", 10, 2.1), "run_dir": "profile/10"}
+    rows = pd.concat([_rows(), pd.DataFrame([own])], ignore_index=True)
+    rows.loc[rows.scenario == "profile", "run_dir"] = "profile/10"  # the simulated rows' job
+    pairs = service_pairs(rows)
+    ten = pairs[pairs.request_rate == 10]
+    assert len(ten) == 1 and ten["same_process"].item() and ten["tpot_ms_p50_wall"].item() == pytest.approx(2.1)
+    assert not pairs[pairs.request_rate == 20]["same_process"].item()  # no own wall run there: the decode sweep's
+    text = "\n".join(clock_section(rows))
+    header = next(line for line in text.splitlines() if "offered req/s" in line)
+    assert "one process" in header
+
+
+def test_the_drift_of_a_validating_job_is_said():
+    rows = pd.concat([_rows(), pd.DataFrame([{**SETUP, "scenario": "profile", "clock_source": "profile-a",
+                                              "profile_drift": 0.031, "run_dir": "p/0"}])], ignore_index=True)
+    text = "\n".join(clock_section(rows))
+    assert "cpu-x-2core paged_cuda +3%" in text

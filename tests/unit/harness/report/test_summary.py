@@ -57,3 +57,20 @@ def test_report_opens_with_the_answer_and_every_link_has_a_target():
 def test_anchor_is_githubs():
     assert anchor("1. KV memory needed vs concurrent requests") == "1-kv-memory-needed-vs-concurrent-requests"
     assert anchor("3. Max concurrency: measured vs predicted") == "3-max-concurrency-measured-vs-predicted"
+
+
+def test_a_simulated_gpus_figure_from_two_machines_folders_is_said_once_each_machines_own_twice():
+    from harness.report.service_plots import max_rate_table
+    from harness.report.summary import rate_headlines
+
+    def rows(slug: str, clock: str, gpu, scale: float) -> list[dict]:
+        return [{**ENV, "device_slug": slug, "run_dir": f"results/{slug}/m/0", "scenario": "max_rate",
+                 "model": "m", "workload": "chat", "dtype": "float32", "batch": 32, "max_seq_len": 512,
+                 "arrival": "poisson", "slo": "s", "clock": clock, "gpu": gpu, "impl": impl, "max_rate_rps": r * scale,
+                 "probes": 3} for impl, r in (("contiguous", 2.0), ("paged_torch", 6.0))]
+
+    table = pd.DataFrame(rows("cpu-a", "simulated", "1x a100-40gb", 1) + rows("cpu-b", "simulated", "1x a100-40gb", 1)
+                         + rows("cpu-a", "wall", None, 1) + rows("cpu-b", "wall", None, 2))
+    said = rate_headlines(Collection(table, pd.DataFrame()), max_rate_table(table))
+    assert [h.device for h in said] == ["cpu-a", "cpu-b", "simulated 1x a100-40gb"]
+    assert [h.run_dir for h in said] == ["results/cpu-a/m/0", "results/cpu-b/m/0", "results/cpu-a/m/0"]  # its own folder

@@ -136,3 +136,56 @@ def test_a_non_positive_or_non_finite_point_is_refused(tmp_path):
                        {"impl": "x", "kind": "prefill", "batch": None, "context": None, "tokens": 16, "seconds": 0.01}])
     with pytest.raises(ConfigError, match="not a positive, finite measurement"):
         clock_from_table(df, "x", "t.csv")
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    """A profile job that also serves its rates on the wall clock and searches the max rate on both clocks."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.front.schemas import register_configs
+    from harness.paths import CONF_DIR
+
+    register_configs()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", ["progress=false", "+impl=paged_torch", *SMALL, *PROFILE, "scenario.wall=true",
+                                 "scenario.max_rate=true", "scenario.start_rps=20", "scenario.search_limit=40",
+                                 "scenario.tolerance_rps=20", "slo.normalized_latency_s=10"])
+    out = tmp_path_factory.mktemp("validated")
+    rows, code = run_job(cfg, out)
+    assert code == 0, [r.get("error") for r in rows]
+    return out, rows
+
+
+def test_with_wall_each_rate_is_served_in_the_profiles_process_beside_its_simulation(validated):
+    out, rows = validated
+    served = [r for r in rows if r.get("clock") == "wall" and r.get("max_rate_rps") is None]
+    sims = [r for r in rows if r.get("clock") == "simulated" and r.get("max_rate_rps") is None]
+    key = [(r["request_rate"], r["chunked_prefill"]) for r in sims]
+    assert [(r["request_rate"], r["chunked_prefill"]) for r in served] == key == [(20, False), (40, False), (20, True)]
+    for wall, sim in zip(served, sims):  # the very requests, scheduled alike, measured on the wall clock
+        assert all(wall[k] == sim[k] for k in ("workload_digest", "chunked_prefill", "max_num_batched_tokens"))
+        assert wall["scenario"] == "profile" and wall["tpot_ms_p50"] > 0 and wall["wall_s"] > 0
+        assert "profile's process" in wall["notes"]
+    # every wall run's steps and requests, told apart by rate and scheduling
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert sorted(set(zip(steps.request_rate, steps.chunked_prefill))) == [(20, False), (20, True), (40, False)]
+    assert (steps.duration_s > 0).all()
+    requests = pd.read_parquet(out / "requests.parquet")
+    assert len(requests) == 3 * 8
+
+
+def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_recorded(validated):
+    out, rows = validated
+    searched = {r["clock"]: r for r in rows if r.get("max_rate_rps") is not None}
+    assert set(searched) == {"wall", "simulated"} and searched["wall"]["probes"] >= 1
+    assert searched["wall"]["max_rate_rps"] in (0.0, 20.0, 40.0)  # the search's bracket: start 20, limit 40
+    drift = rows[0]["profile_drift"]
+    assert isinstance(drift, float) and -0.9 < drift < 9  # re-timed points over first ones, less 1: finite
+    table = pd.read_parquet(out / "profile.parquet")
+    assert len(table) == 6  # the re-timed points are not added to the profile
+
+
+def test_without_wall_no_wall_rows_and_no_drift(profiled):
+    out, rows = profiled
+    assert not any(r.get("clock") == "wall" for r in rows) and rows[0].get("profile_drift") is None

@@ -1,0 +1,86 @@
+"""The wall-clock half of the simulated clock's validation, served in the profile's own process.
+
+``scenario=profile`` with ``scenario.wall=true`` serves its workload for real at each rate it
+simulates (and searches the max rate within the SLO on the wall clock), right after it measured
+the profile, with the same model object, so both clocks see one machine state. Measured on the
+2-core CPU machines here: the same code's step times differ by 5-15% from one process to the next
+(the same profile measured in three fresh processes, minutes apart), and by 1-3% within one
+process over the minutes a validation takes. A profile taken in one process and wall runs taken in
+another compare two states of the machine, not the clock with the wall. The job re-times part of its
+profile at the end (``profile_drift``), so a row says how far the machine moved meanwhile.
+
+A wall row here is the row ``scenario=decode`` writes for the same config at that rate (its
+``clock`` is ``wall``); the report pairs it with the simulated row of the same job and rate.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from typing import TYPE_CHECKING
+
+from harness.config import ImplConfig
+
+if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    from harness.scenarios.context import JobContext
+
+WALL_NOTE = "served on the wall clock by scenario=profile's validation, in the profile's process"
+
+
+def at_rate(ctx: JobContext, rate: float, chunked_budget: int | None = None, tables: bool = True) -> JobContext:
+    """A probe context serving the job's workload at ``rate`` (its arrival times); with ``chunked_budget``,
+    scheduled with chunked prefill under that many tokens a step. The built model is shared."""
+    cfg = copy.deepcopy(ctx.cfg)
+    cfg.arrival.rate = rate
+    if chunked_budget is not None:
+        cfg.chunked_prefill, cfg.max_num_batched_tokens = True, chunked_budget
+    cfg.timeline_tables = cfg.timeline_tables and tables
+    return ctx.derive(cfg)
+
+
+def probe_identifiers(probe: JobContext, impl: ImplConfig) -> dict:
+    """The identifiers a probe's row differs in from the job's: the workload at its rate (its arrival
+    times) and its scheduling."""
+    ids = probe.identifiers(impl)
+    return {k: ids[k] for k in ("workload_digest", "chunked_prefill", "max_num_batched_tokens")}
+
+
+def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int | None = None,
+             warmup: int = 0) -> dict:
+    """The job's workload served at ``rate`` on the wall clock: scenario=decode's row, its steps and
+    requests tables added to the job's with the rate and scheduling that tell them apart."""
+    from harness.scenarios import decode
+    from harness.serving.timeline import append_table
+
+    probe = at_rate(ctx, rate, chunked_budget)
+    (row,) = decode.measure(probe, impl, warmup)
+    for name, frame in probe.tables.items():
+        append_table(ctx.tables, name, frame.assign(request_rate=rate, chunked_prefill=probe.cfg.chunked_prefill))
+    notes = " | ".join(n for n in (WALL_NOTE, row.get("notes")) if n)
+    return {**row, **probe_identifiers(probe, impl), "notes": notes}
+
+
+def wall_max_rate(ctx: JobContext, impl: ImplConfig) -> dict:
+    """The largest rate within the SLO on the wall clock, searched as scenario=max_rate does (no tables)."""
+    from harness.scenarios import decode
+    from harness.scenarios.max_rate import search_rate
+    from harness.serving.service_metrics import slo_label
+
+    sc = ctx.cfg.scenario
+
+    def passes(rate: float) -> bool:
+        (row,) = decode.measure(at_rate(ctx, rate, tables=False), impl, warmup=0)
+        return bool(row.get("slo_pass"))
+
+    found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
+    return {"status": "ok", "clock": "wall", "arrival": ctx.cfg.arrival.name, "slo": slo_label(ctx.cfg.slo),
+            "max_rate_rps": found, "probes": probes, "request_rate": found or None,
+            "notes": f"max rate within the SLO on the wall clock; {probes} probes | {WALL_NOTE}"}
+
+
+def drift(before: list[dict], after: list[dict]) -> float | None:
+    """Median over the points re-timed at the job's end of (seconds after / seconds before) - 1."""
+    key = ("kind", "batch", "context", "tokens")
+    first = {tuple(p[k] for k in key): p["seconds"] for p in before}
+    ratios = [p["seconds"] / first[k] for p in after if (k := tuple(p[k] for k in key)) in first and first[k] > 0]
+    return statistics.median(ratios) - 1 if ratios else None
