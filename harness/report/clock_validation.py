@@ -57,6 +57,8 @@ def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
 def _one_wall_run(both: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One wall run per simulated row: the one its own job served in its process when there is one
     (scenario.wall: the same machine state), else the first other (a separate sweep's)."""
+    if not {"run_dir_wall", "run_dir_sim"} <= set(both):  # rows not read from run folders: nothing to prefer
+        return both.assign(same_process=False)
     both = both.assign(same_process=both["run_dir_wall"] == both["run_dir_sim"])
     return (both.sort_values("same_process", ascending=False, kind="stable")
             .drop_duplicates([*keys, "run_dir_sim"]).reset_index(drop=True))
@@ -70,8 +72,9 @@ def rate_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     wall = wall[(wall["clock"] == "wall") & wall["max_rate_rps"].notna()]
     sim = sim[sim["max_rate_rps"].notna()]
     keys = [k for k in _keys(wall, RATE_PAIR) if k in sim]
-    both = wall[keys + ["max_rate_rps", "run_dir"]].merge(sim[keys + ["max_rate_rps", "clock_source", "run_dir"]],
-                                                          on=keys, suffixes=("_wall", "_sim"))
+    where = ["run_dir"] if "run_dir" in wall and "run_dir" in sim else []
+    both = wall[keys + ["max_rate_rps", *where]].merge(sim[keys + ["max_rate_rps", "clock_source", *where]],
+                                                       on=keys, suffixes=("_wall", "_sim"))
     if both.empty:
         return both
     both = _one_wall_run(both, keys)
