@@ -222,7 +222,12 @@ class ComposedOnce:
         return kept if kept is not None else self._loader.load_sweep_config(master_config, sweep_overrides)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not set yet (unpickling in a launcher's worker): never the loader's
+            raise AttributeError(name)
         return getattr(self._loader, name)
+
+    def __getstate__(self) -> dict:
+        return {"_loader": self._loader, "_kept": {}}  # a worker process composes for itself
 
 
 class GuardedSweeper(Sweeper):

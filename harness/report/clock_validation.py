@@ -114,13 +114,47 @@ def _drift_lines(rows: pd.DataFrame) -> list[str]:
             f"less 1, median over the points) was: {said}.\n"]
 
 
-def clock_section(rows: pd.DataFrame) -> list[str]:
-    """Each rate served on both clocks (harness/report/clock_validation.py), and the max rates."""
+def step_prices(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per validating job, impl, scheduling and step kind (over its rates): its wall runs' steps as the
+    profile the same job measured priced them (``price_s``, written by the job), against each step's wall
+    time. This is the clock's own error, apart from the queue's: a different schedule moves latencies,
+    not this."""
+    need = {"run_dir", "impl", "kind", "price_s", "duration_s", "request_rate"}
+    if steps.empty or not need <= set(steps):
+        return pd.DataFrame()
+    mine = steps[steps["price_s"].notna() & (steps["duration_s"] > 0)]
+    chunked = mine["chunked_prefill"].fillna(False).astype(bool) if "chunked_prefill" in mine else False
+    out = []
+    for (run_dir, impl, chunk, kind), g in mine.assign(chunked=chunked).groupby(["run_dir", "impl", "chunked", "kind"]):
+        out.append({"run_dir": run_dir, "impl": impl, "chunked": chunk, "kind": kind, "rates": g["request_rate"].nunique(),
+                    "steps": len(g), "ratio_p50": (g["price_s"] / g["duration_s"]).median(),
+                    "sum_ratio": g["price_s"].sum() / g["duration_s"].sum()})
+    return pd.DataFrame(out)
+
+
+def _step_lines(steps: pd.DataFrame) -> list[str]:
+    priced = step_prices(steps)
+    if priced.empty:
+        return []
+    t = priced.assign(chunked=priced["chunked"].map({True: "yes", False: "no"}),
+                      ratio_p50=priced["ratio_p50"].map(lambda v: f"{v:.2f}"),
+                      sum_ratio=priced["sum_ratio"].map(lambda v: f"{v:.2f}"))
+    return ["Each step of those wall runs priced by its job's profile, against its wall time (the clock's own "
+            "error, apart from the queue's): price / wall, the median step and the sum of the steps.\n",
+            md_table(pick(t, {"run_dir": "run", "impl": "impl", "chunked": "chunked prefill",
+                              "rates": "rates", "kind": "step", "steps": "steps",
+                              "ratio_p50": "median price / wall", "sum_ratio": "sum price / sum wall"}))]
+
+
+def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list[str]:
+    """Each rate served on both clocks (harness/report/clock_validation.py), and the max rates; with the
+    validating jobs' steps tables, each wall step against its price on the job's profile."""
     pairs, rates = service_pairs(rows), rate_pairs(rows)
     if pairs.empty and rates.empty:
         return []
     parts = [f"## {CLOCK_TITLE}\n",
-             "The same requests served on the wall clock (`scenario=decode`, `scenario=max_rate`) and simulated "
+             "The same requests served on the wall clock (`scenario=decode`, `scenario=max_rate`, or the profile "
+             "job's own wall runs with `scenario.wall=true`) and simulated "
              "on a profile of this machine's own steps (`scenario=profile`, whose `clock_source` names the "
              "profile): error = simulated / wall - 1. A rate whose wall run achieved under 90% of it is "
              "saturated: its queue, not the clock, sets its latencies.\n"]
@@ -152,6 +186,8 @@ def clock_section(rows: pd.DataFrame) -> list[str]:
             "tpot_ms_p99 err": "TPOT p99 error", "e2el_ms_p99 err": "E2EL p99 error", "ttft_ms_p99 err": "TTFT p99 error",
         })))
     parts += _drift_lines(rows)
+    if steps is not None:
+        parts += _step_lines(steps)
     if not rates.empty:
         t = rates.assign(error=rates["max_rate_err"].map(_pct))
         parts += ["Max rate within the SLO on each clock:\n",

@@ -360,7 +360,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
     if max_rate:
         parts += [f"## {MAX_RATE_TITLE}\n", max_rate]
     parts += kv_dtype_section(rows)
-    parts += clock_section(rows)
+    parts += clock_section(rows, col.steps)
     parts += chunked_section(rows)
     parts += attention_section(rows)
     parts.append("## Commands that produced the runs\n")

@@ -270,7 +270,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     from harness.scenarios.max_rate import search_rate
     from harness.scenarios.wall_check import drift, wall_max_rate, wall_row
     from harness.serving.profile_table import profile_frame
-    from harness.serving.profiled_clock import profile_id
+    from harness.serving.profiled_clock import ProfiledClock, profile_id
     from harness.serving.service_metrics import slo_label
     from harness.serving.timeline import append_table
 
@@ -295,7 +295,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
     for i, (rate, budget) in enumerate(runs):
         if sc.wall:
-            out.append(wall_row(ctx, impl, rate, budget, warmup=int(i == 0)))
+            out.append(wall_row(ctx, impl, rate, budget, warmup=int(i == 0), clock=ProfiledClock(points)))
         out.append(_simulated(ctx, impl, points, rate, budget))
     if sc.max_rate:
         if sc.wall:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 from harness.config import ImplConfig
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    import pandas as pd
+
     from harness.scenarios.context import JobContext
 
 WALL_NOTE = "served on the wall clock by scenario=profile's validation, in the profile's process"
@@ -45,16 +47,32 @@ def probe_identifiers(probe: JobContext, impl: ImplConfig) -> dict:
     return {k: ids[k] for k in ("workload_digest", "chunked_prefill", "max_num_batched_tokens")}
 
 
+def priced(steps: pd.DataFrame, clock) -> pd.DataFrame:
+    """The steps table with ``price_s``: what ``clock`` (the job's profile) prices each decode and prefill
+    step's shape at, beside its wall ``duration_s`` (a mixed step's split into decodes and chunk is not
+    recorded: left empty)."""
+    def price(kind: str, batch: int, tokens: int, read) -> float | None:
+        if kind == "decode":
+            return clock.decode_s(int(batch), int(read))
+        return clock.prefill_s(int(tokens)) if kind == "prefill" else None
+
+    return steps.assign(price_s=[price(k, b, t, r) for k, b, t, r in
+                                 zip(steps["kind"], steps["batch"], steps["tokens"], steps["kv_tokens_read"])])
+
+
 def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int | None = None,
-             warmup: int = 0) -> dict:
+             warmup: int = 0, clock=None) -> dict:
     """The job's workload served at ``rate`` on the wall clock: scenario=decode's row, its steps and
-    requests tables added to the job's with the rate and scheduling that tell them apart."""
+    requests tables added to the job's with the rate and scheduling that tell them apart (and, with
+    the profile's ``clock``, each step's price)."""
     from harness.scenarios import decode
     from harness.serving.timeline import append_table
 
     probe = at_rate(ctx, rate, chunked_budget)
     (row,) = decode.measure(probe, impl, warmup)
     for name, frame in probe.tables.items():
+        if name == "steps" and clock is not None:
+            frame = priced(frame, copy.copy(clock))  # a copy: its count of steps outside the profile stays the job's
         append_table(ctx.tables, name, frame.assign(request_rate=rate, chunked_prefill=probe.cfg.chunked_prefill))
     notes = " | ".join(n for n in (WALL_NOTE, row.get("notes")) if n)
     return {**row, **probe_identifiers(probe, impl), "notes": notes}

@@ -66,3 +66,26 @@ def test_the_drift_of_a_validating_job_is_said():
                                               "profile_drift": 0.031, "run_dir": "p/0"}])], ignore_index=True)
     text = "\n".join(clock_section(rows))
     assert "cpu-x-2core paged_cuda +3%" in text
+
+
+def test_each_wall_step_is_set_beside_its_price_on_its_own_jobs_profile():
+    from harness.report.clock_validation import step_prices
+
+    def step(kind, price, wall, rate=10.0, chunked=False, run_dir="p/0"):
+        return {"run_dir": run_dir, "impl": "paged_cuda", "kind": kind, "price_s": price, "duration_s": wall,
+                "request_rate": rate, "chunked_prefill": chunked}
+
+    steps = pd.DataFrame([
+        step("decode", 0.002, 0.004), step("decode", 0.003, 0.003, rate=20.0), step("decode", 0.001, 0.004),
+        step("prefill", 0.01, 0.01),
+        step("mixed", None, 0.01, chunked=True),  # a mixed step's split is not recorded: not priced
+        {**step("decode", None, 0.005, run_dir="d/0"), "request_rate": None},  # a decode sweep's: no price
+    ])
+    priced = step_prices(steps).set_index("kind")
+    assert list(priced.index) == ["decode", "prefill"] and (priced["run_dir"] == "p/0").all()
+    assert priced.loc["decode", "steps"] == 3 and priced.loc["decode", "rates"] == 2
+    assert priced.loc["decode", "ratio_p50"] == pytest.approx(0.5)  # of 0.5, 1.0 and 0.25
+    assert priced.loc["decode", "sum_ratio"] == pytest.approx(0.006 / 0.011)
+    assert step_prices(steps.drop(columns="price_s")).empty
+    text = "\n".join(clock_section(_rows(), steps))
+    assert "| p/0 | paged_cuda | no | 2 | decode | 3 | 0.50 | 0.55 |" in text

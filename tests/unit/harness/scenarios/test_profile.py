@@ -171,6 +171,9 @@ def test_with_wall_each_rate_is_served_in_the_profiles_process_beside_its_simula
     steps = pd.read_parquet(out / "steps.parquet")
     assert sorted(set(zip(steps.request_rate, steps.chunked_prefill))) == [(20, False), (20, True), (40, False)]
     assert (steps.duration_s > 0).all()
+    # each decode and prefill step beside its price on the job's profile (the report's per-step error)
+    whole = steps[steps.kind.isin(["decode", "prefill"])]
+    assert (whole.price_s > 0).all() and steps[steps.kind == "mixed"].price_s.isna().all()
     requests = pd.read_parquet(out / "requests.parquet")
     assert len(requests) == 3 * 8
 
