@@ -78,7 +78,8 @@ class JobContext:
             first = {ids[0]: t for ids, t in zip(wl.conversations, times)}
             return [replace(r, arrival_s=first.get(r.request_id, 0.0)) for r in wl.requests]
         times = arrival_times(self.cfg.arrival, len(wl.requests), self.cfg.seed, wl.trace_arrivals)
-        return [replace(r, arrival_s=t) for r, t in zip(wl.requests, times)]
+        # Request(...) rather than dataclasses.replace, which reads every field by name: 0.4 s per 100,000.
+        return [Request(r.request_id, r.prompt_ids, r.output_len, r.n, t) for r, t in zip(wl.requests, times)]
 
     def request_source(self):
         """A fresh closed-loop source for one run of the requests (harness/serving/closed_loop.py), or

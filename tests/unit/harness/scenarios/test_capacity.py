@@ -118,3 +118,19 @@ def test_fp8_kv_doubles_what_the_same_budget_holds(compose, tmp_path, model):
     assert heads["max_concurrency_analytic"] / bf16["max_concurrency_analytic"] == pytest.approx(256 / 132, rel=0.01)
     assert fp8["kv_bytes_reserved"] * 2 == bf16["kv_bytes_reserved"]  # the same 16 requests, half the bytes
     assert (fp8["kv_dtype"], heads["kv_scale"], bf16["kv_scale"]) == ("fp8_e4m3", "token_head", None)
+
+
+def test_a_sweeps_jobs_share_one_points_table_per_setting_each_naming_its_own_run(compose, tmp_path, monkeypatch):
+    from harness.scenarios import capacity as capacity_mod
+
+    computed = []
+    real = capacity_mod._concurrency_points
+    monkeypatch.setattr(capacity_mod, "_POINTS", {})
+    monkeypatch.setattr(capacity_mod, "_concurrency_points", lambda ctx, kv: computed.append(1) or real(ctx, kv))
+    _, first = capacity(compose, tmp_path / "a", "contiguous", SEEDS)
+    _, again = capacity(compose, tmp_path / "b", "paged_torch", SEEDS)  # another impl of the same setting
+    assert len(computed) == 1
+    assert first.drop(columns="run_id").equals(again.drop(columns="run_id"))
+    assert first.run_id.str.contains("/a/").all() and again.run_id.str.contains("/b/").all()
+    _, other = capacity(compose, tmp_path / "c", "contiguous", [*SEEDS, "workload.prompt_len=200"])  # its own
+    assert len(computed) == 2 and not other.kv_bytes_reserved.equals(first.kv_bytes_reserved)

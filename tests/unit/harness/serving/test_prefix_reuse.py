@@ -47,3 +47,43 @@ def test_an_unbounded_block_manager_agrees():
         ideal = ideal_prefix_reuse(prompts, bs)
         assert ideal.hit_tokens == bm.cache_hit_tokens, bs
         assert ideal.prompt_tokens == sum(map(len, prompts))
+
+
+def _eager_reuse(prompts, bs):
+    """ideal_prefix_reuse as first written: every full block of every prompt hashed in turn."""
+    seen, hits, total = set(), 0, 0
+    for prompt in prompts:
+        n = len(prompt)
+        total += n
+        full = n // bs
+        lookup = full - 1 if full * bs == n else full
+        key, hitting = 0, True
+        for i in range(full):
+            key = hash((key, tuple(prompt[i * bs:(i + 1) * bs])))
+            if hitting and i < lookup and key in seen:
+                hits += bs
+            else:
+                hitting = False
+                seen.add(key)
+    return hits, total
+
+
+def test_lazy_chains_give_the_eager_hits():
+    """Chains left unhashed until a later prompt reaches them: the same hits as hashing every block, on
+    prompts that repeat, extend, cut short and branch off each other (tiny vocabularies: many equal blocks)."""
+    rng = random.Random(11)
+    for trial in range(60):
+        bs = rng.choice((1, 2, 3, 4, 16))
+        vocab = rng.choice((1, 2, 3, 50))
+        pool: list[tuple[int, ...]] = []
+        for _ in range(rng.randint(1, 50)):
+            if pool and rng.random() < 0.6:  # from an earlier prompt: repeated, cut, extended or branched
+                base = rng.choice(pool)
+                cut = rng.randint(0, len(base))
+                tail = tuple(rng.randrange(vocab) for _ in range(rng.choice((0, 1, bs, 3 * bs + 1))))
+                prompt = base[:cut] + tail if rng.random() < 0.7 else base
+            else:
+                prompt = tuple(rng.randrange(vocab) for _ in range(rng.randint(0, 6 * bs)))
+            pool.append(prompt)
+        got = ideal_prefix_reuse(pool, bs)
+        assert (got.hit_tokens, got.prompt_tokens) == _eager_reuse(pool, bs), (trial, bs, vocab)
