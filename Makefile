@@ -61,8 +61,8 @@ FRESH ?=
 sweep: setup
 	@slug=$$($(PY) -c "from harness.measure.fingerprint import auto_device_slug as s; print(s())"); \
 	failed=""; \
+	if [ "$(FRESH)" = 1 ]; then rm -rf "results/$$slug"; fi; \
 	for s in $(SWEEPS); do \
-	  if [ "$(FRESH)" = 1 ]; then rm -rf "results/$$slug/$${s#$(DEVICE_KIND)_}"; fi; \
 	  echo "== sweep $$s -> results/$$slug/$${s#$(DEVICE_KIND)_}"; \
 	  $(PY) -m harness -m +sweep=$$s resume=true hydra/job_logging=disabled || failed="$$failed $$s"; \
 	done; \

@@ -292,7 +292,8 @@ def answer_section(col: Collection, drawn: list[str], has_max_rate: bool) -> lis
     titles = section_titles(drawn)
     available = set(drawn) | ({"max_rate"} if has_max_rate else set())
     table = pd.DataFrame([{
-        "device": h.device, "model": h.model, "paging buys": f"**{h.value}** {h.fact}", "how": h.detail,
+        "device": h.device, "model": h.model, "paging buys": f"**{h.value}** {h.fact}",
+        "how": h.detail + (f"; **stale**: {why}" if (why := _stale_reason(col.rows, h.run_dir)) else ""),
         "section": f"[{titles[h.section]}](#{anchor(titles[h.section])})" if h.section in available else "–",
         "command": f"[`{h.run_dir}`](#{command_anchor(h.run_dir)})" if h.run_dir else "–",
     } for h in found])
@@ -301,6 +302,14 @@ def answer_section(col: Collection, drawn: list[str], has_max_rate: bool) -> lis
             "and its command re-makes it. The KV accounting does not depend on the device; a simulated GPU's "
             "figures come from the simulated clock, not from that GPU.\n",
             md_table(table)]
+
+
+def _stale_reason(rows: pd.DataFrame, run_dir: str | None) -> str | None:
+    """Why a headline's run folder no longer describes this checkout (harness/report/stale.py), if it does not."""
+    if run_dir is None or "stale" not in rows:
+        return None
+    why = rows.loc[rows["run_dir"] == run_dir, "stale"].dropna()
+    return str(why.iloc[0]) if len(why) else None
 
 
 def stale_section(rows: pd.DataFrame) -> list[str]:

@@ -18,7 +18,8 @@ import pandas as pd
 from harness.paths import REPO_ROOT
 
 # What a row's figures depend on; documentation and the results themselves do not count.
-CODE_PATHS = ("harness", "impls", "kernels", "conf", "hydra_plugins", "pyproject.toml")
+CODE_PATHS = ("harness", "impls", "kernels", "conf", "hydra_plugins", "pyproject.toml",
+              ":(exclude)harness/report")  # the report reads finished rows: a change there measures nothing
 RESULTS_FOLDER = "results"  # results/<device slug>/<sweep>/<job>: the slug a row is filed under
 
 

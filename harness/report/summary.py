@@ -96,12 +96,22 @@ def rate_headlines(col: Collection, table: pd.DataFrame) -> list[Headline]:
                   & (src["device_slug"] == best["device_slug"])]
         if simulated and "gpu" in src:
             src = src[src["gpu"] == best["gpu"]]
+        if "measured_at" in src:  # the newest run first: the one unique() keeps when two folders agree
+            src = src.sort_values("measured_at", ascending=False, kind="stable")
         out.append(Headline(
             device, str(best["model"]), "max rate within the SLO", f"{best['ratio']:.2f}×",
             f"{best['impl']} {best['max_rate_rps']:.3g} vs contiguous {best['contiguous_rps']:.3g} req/s "
             f"({best['workload']} workload, SLO {best['slo']}, {'simulated' if simulated else 'wall'} clock)",
             "max_rate", _first(src)))
-    return unique(sorted(out, key=lambda h: (h.device, h.model, h.detail)))
+    return unique(sorted(out, key=lambda h: (h.device, h.model, h.detail, -_newest(col, h.run_dir))))
+
+
+def _newest(col: Collection, run_dir: str | None) -> float:
+    """When a run folder's rows were measured (epoch seconds; 0 when unknown)."""
+    if run_dir is None or "measured_at" not in col.rows:
+        return 0.0
+    at = pd.to_datetime(col.rows.loc[col.rows["run_dir"] == run_dir, "measured_at"], errors="coerce", utc=True).max()
+    return 0.0 if pd.isna(at) else at.timestamp()
 
 
 def unique(headlines: list[Headline]) -> list[Headline]:

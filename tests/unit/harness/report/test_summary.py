@@ -74,3 +74,26 @@ def test_a_simulated_gpus_figure_from_two_machines_folders_is_said_once_each_mac
     said = rate_headlines(Collection(table, pd.DataFrame()), max_rate_table(table))
     assert [h.device for h in said] == ["cpu-a", "cpu-b", "simulated 1x a100-40gb"]
     assert [h.run_dir for h in said] == ["results/cpu-a/m/0", "results/cpu-b/m/0", "results/cpu-a/m/0"]  # its own folder
+
+
+def test_of_two_folders_agreeing_on_a_simulated_figure_the_newest_is_named():
+    from harness.report.service_plots import max_rate_table
+    from harness.report.summary import rate_headlines
+
+    rows = pd.DataFrame([{**ENV, "device_slug": slug, "run_dir": f"results/{slug}/m/0", "scenario": "max_rate",
+                          "model": "m", "workload": "chat", "dtype": "float32", "batch": 32, "max_seq_len": 512,
+                          "arrival": "poisson", "slo": "s", "clock": "simulated", "gpu": "1x h200", "impl": impl,
+                          "max_rate_rps": r, "probes": 3, "measured_at": at}
+                         for slug, at in (("cpu-a", "2026-01-01T00:00:00+00:00"), ("cpu-b", "2026-06-01T00:00:00+00:00"))
+                         for impl, r in (("contiguous", 2.0), ("paged_torch", 6.0))])
+    (said,) = rate_headlines(Collection(rows, pd.DataFrame()), max_rate_table(rows))
+    assert said.run_dir == "results/cpu-b/m/0"
+
+
+def test_a_headline_from_stale_rows_says_so():
+    col = _collection()
+    col.rows["stale"] = [None] * 3 + ["code changed since abc1234 (3 commits, 2 code files)"] * 3
+    text = "\n".join(answer_section(col, ["memory_vs_concurrency", "max_concurrency"], has_max_rate=True))
+    rate = next(line for line in text.splitlines() if "max rate within the SLO" in line)
+    concurrency = next(line for line in text.splitlines() if "max concurrency" in line)
+    assert "**stale**: code changed since abc1234" in rate and "stale" not in concurrency
