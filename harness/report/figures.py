@@ -65,6 +65,7 @@ def fmt_bytes(b: float) -> str:
 
 _SHOW_TEXT = {  # text values that read better with their column named
     "clock": lambda v: f"{v} clock",
+    "chunked_prefill": lambda v: "chunked prefill" if v else "whole-prompt prefill",
     "gpu": lambda v: f"GPU {v}",
 }
 _SHOW = {
@@ -75,6 +76,7 @@ _SHOW = {
     "budget_kv_bytes": lambda v: f"KV budget {fmt_bytes(v)}",
     "n": lambda v: f"n={v:g}",
     "shared_prefix_len": lambda v: f"prefix {v:g}",
+    "chunked_prefill": lambda v: "chunked prefill" if v else "whole-prompt prefill",  # a bool is a Number
 }
 
 

@@ -16,7 +16,7 @@ from harness.report.figures import MAX_FACETS, devices, facet_labels, grid, log_
 from harness.report.palette import colour_of, dash_handle, figure_legend, impl_lines, impl_style
 
 # Panels per model, workload and device (as the paper's Figure 12), split further by what else varies.
-FACETS = ["model", "workload", "dtype", "batch", "arrival", "clock", "gpu", "mode", "device_slug"]
+FACETS = ["model", "workload", "dtype", "batch", "chunked_prefill", "arrival", "clock", "gpu", "mode", "device_slug"]
 ALWAYS = ("model", "workload", "device_slug")
 # Impls are compared at one setting: the max-rate ratio is taken among rows equal in all of these.
 RATE_GROUP = ["device_slug", "model", "workload", "dtype", "batch", "max_seq_len", "arrival", "slo", "clock", "gpu",
@@ -45,7 +45,13 @@ def _vs_rate(rows: pd.DataFrame, y: str, ylabel: str, palette: dict, log: bool =
         return None
     # the clock always named: a simulated GPU's latency is a model's, not a measurement
     df["facet"] = facet_labels(df, [c for c in FACETS if c in df], always=(*ALWAYS, "clock", "gpu"))
-    facets = sorted(df["facet"].unique())[:MAX_FACETS]
+    # Measured panels first (the wall clock), then rows this checkout's code measured, then the rest: past
+    # MAX_FACETS panels are left out, and a simulated GPU's or an older run's are the ones to lose.
+    stale = df["stale"].notna() if "stale" in df else pd.Series(False, index=df.index)
+    rank = df.assign(simulated=df.get("clock", pd.Series("wall", index=df.index)) != "wall", stale=stale) \
+        .groupby("facet")[["simulated", "stale"]].max()
+    facets = sorted(df["facet"].unique(), key=lambda f: (bool(rank.loc[f, "simulated"]), bool(rank.loc[f, "stale"]), f))
+    facets = facets[:MAX_FACETS]
     fig, axes = grid(len(facets), size=(5.4, 4.2))
     drawn: set[str] = set()
     for ax, facet in zip(axes, facets):

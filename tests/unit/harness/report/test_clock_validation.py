@@ -89,3 +89,12 @@ def test_each_wall_step_is_set_beside_its_price_on_its_own_jobs_profile():
     assert step_prices(steps.drop(columns="price_s")).empty
     text = "\n".join(clock_section(_rows(), steps))
     assert "| p/0 | paged_cuda | no | 2 | decode | 3 | 0.50 | 0.55 |" in text
+
+
+def test_each_machine_gets_its_own_summary():
+    other = _rows().assign(device_slug="cpu-y-2core")
+    other[["tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p50"]] *= [1.0, 1.0, 1.0]
+    other.loc[other.clock == "simulated", "tpot_ms_p50"] *= 1.5
+    text = "\n".join(clock_section(pd.concat([_rows(), other], ignore_index=True)))
+    assert "below saturation on cpu-x-2core: median TPOT 10%" in text
+    assert "below saturation on cpu-y-2core: median TPOT" in text and "on cpu-y-2core: median TPOT 10%" not in text

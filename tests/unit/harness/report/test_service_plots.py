@@ -71,3 +71,14 @@ def test_kv_over_time_takes_the_batch_most_impls_ran_then_each_ones_highest_rate
     assert chosen == {("poisson", "wall", "contiguous"): "poisson/c/45", ("poisson", "wall", "paged_torch"): "poisson/p/45",
                       ("burst", "wall", "contiguous"): "burst/c/32", ("burst", "wall", "paged_torch"): "burst/p/32",
                       ("burst", "Triton interpreter", "paged_triton"): "burst/t/8"}
+
+
+def test_past_the_panel_limit_the_wall_clocks_panels_stay_and_simulated_ones_go():
+    sims = [{**r, "model": f"sim-{k}"} for k in range(7)
+            for r in rate_rows(("contiguous", "paged_torch"), "simulated", "1x a100")]
+    wall = [{**r, "model": "zz-tiny", "scenario": "profile"}  # a validating profile job's wall runs
+            for r in rate_rows(("contiguous", "paged_cuda"), "wall", None)]
+    fig = normalized_latency(pd.DataFrame(sims + wall), {})
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert len(titles) == 6 and "zz-tiny" in titles[0]
+    plt.close(fig)
