@@ -70,7 +70,7 @@ def rate_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     if wall.empty or sim.empty or "max_rate_rps" not in sim or "clock" not in wall:
         return pd.DataFrame()
     wall = wall[(wall["clock"] == "wall") & wall["max_rate_rps"].notna()]
-    sim = sim[sim["max_rate_rps"].notna()]
+    sim = sim[(sim["clock"] == "simulated") & sim["max_rate_rps"].notna()]  # not the job's own wall search
     keys = [k for k in _keys(wall, RATE_PAIR) if k in sim]
     where = ["run_dir"] if "run_dir" in wall and "run_dir" in sim else []
     both = wall[keys + ["max_rate_rps", *where]].merge(sim[keys + ["max_rate_rps", "clock_source", *where]],

@@ -98,3 +98,14 @@ def test_each_machine_gets_its_own_summary():
     text = "\n".join(clock_section(pd.concat([_rows(), other], ignore_index=True)))
     assert "below saturation on cpu-x-2core: median TPOT 10%" in text
     assert "below saturation on cpu-y-2core: median TPOT" in text and "on cpu-y-2core: median TPOT 10%" not in text
+
+
+def test_a_profile_jobs_wall_search_is_compared_with_its_simulated_one_never_with_itself():
+    rows = pd.DataFrame([
+        {**SETUP, "scenario": "profile", "clock": "wall", "max_rate_rps": 7.5, "run_dir": "p/0"},
+        {**SETUP, "scenario": "profile", "clock": "simulated", "max_rate_rps": 10.0, "clock_source": "profile-a",
+         "run_dir": "p/0"},
+    ])
+    (pair,) = rate_pairs(rows).to_dict("records")
+    assert (pair["max_rate_rps_wall"], pair["max_rate_rps_sim"]) == (7.5, 10.0) and pair["same_process"]
+    assert pair["max_rate_err"] == pytest.approx(1 / 3)
