@@ -29,6 +29,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness.front.composed_once import ComposedOnce
 from harness.front.portable import portable
 
 SHOWN_FAILURES = 5  # failing folders named in the summary line
@@ -201,33 +202,6 @@ def expand(overrides: list, max_batch_size: int | None, first: Sequence[str] | N
     jobs.sort(key=lambda job: next((i for i, pat in enumerate(patterns) if pat <= set(job)), len(patterns)))
     size = max_batch_size if max_batch_size and max_batch_size > 0 else max(1, len(jobs))
     return [jobs[i:i + size] for i in range(0, len(jobs), size)]
-
-
-class ComposedOnce:
-    """The config loader, keeping the config the sweeper's check composed for each job until the
-    launcher asks for that job's: Hydra's launcher composes every job itself, so each job was composed
-    twice (about 0.35 s each on these machines, half a minute over a sweep of ~80 jobs). Anything
-    else goes to the loader."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-        self._kept: dict[tuple[str, ...], DictConfig] = {}
-
-    def compose(self, master_config: DictConfig, overrides: Sequence[str]) -> None:
-        """Compose the job (raising what composing it raises) and keep its config for the launcher."""
-        self._kept[tuple(overrides)] = self._loader.load_sweep_config(master_config, list(overrides))
-
-    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        kept = self._kept.pop(tuple(sweep_overrides), None)  # handed out once: the launcher edits it
-        return kept if kept is not None else self._loader.load_sweep_config(master_config, sweep_overrides)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # not set yet (unpickling in a launcher's worker): never the loader's
-            raise AttributeError(name)
-        return getattr(self._loader, name)
-
-    def __getstate__(self) -> dict:
-        return {"_loader": self._loader, "_kept": {}}  # a worker process composes for itself
 
 
 class GuardedSweeper(Sweeper):

@@ -16,10 +16,9 @@ PROFILE = ["scenario=profile", "scenario.batches=[1,3]", "scenario.contexts=[8,4
            "scenario.chunked_rates=[20]", "scenario.chunked_budget=8"]
 
 
-@pytest.fixture(scope="module")
-def profiled(tmp_path_factory):
-    from tests.conftest import compose as _compose  # noqa: F401 (the fixture's function, for a module scope)
-
+def _profile_job(tmp_path_factory, name: str, *extra: str):
+    """One profile job of paged_torch on SMALL with PROFILE and ``extra``: its folder and rows (module-scoped
+    fixtures compose with Hydra themselves, as the ``compose`` fixture is function-scoped)."""
     from hydra import compose, initialize_config_dir
 
     from harness.front.schemas import register_configs
@@ -27,11 +26,16 @@ def profiled(tmp_path_factory):
 
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("config", ["progress=false", "+impl=paged_torch", *SMALL, *PROFILE])
-    out = tmp_path_factory.mktemp("profile")
+        cfg = compose("config", ["progress=false", "+impl=paged_torch", *SMALL, *PROFILE, *extra])
+    out = tmp_path_factory.mktemp(name)
     rows, code = run_job(cfg, out)
     assert code == 0, [r.get("error") for r in rows]
     return out, rows
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    return _profile_job(tmp_path_factory, "profile")
 
 
 def test_the_profile_table_holds_each_grid_point_measured(profiled):
@@ -141,20 +145,9 @@ def test_a_non_positive_or_non_finite_point_is_refused(tmp_path):
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory):
     """A profile job that also serves its rates on the wall clock and searches the max rate on both clocks."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.front.schemas import register_configs
-    from harness.paths import CONF_DIR
-
-    register_configs()
-    with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("config", ["progress=false", "+impl=paged_torch", *SMALL, *PROFILE, "scenario.wall=true",
-                                 "scenario.max_rate=true", "scenario.start_rps=20", "scenario.search_limit=40",
-                                 "scenario.tolerance_rps=20", "slo.normalized_latency_s=10"])
-    out = tmp_path_factory.mktemp("validated")
-    rows, code = run_job(cfg, out)
-    assert code == 0, [r.get("error") for r in rows]
-    return out, rows
+    return _profile_job(tmp_path_factory, "validated", "scenario.wall=true", "scenario.max_rate=true",
+                        "scenario.start_rps=20", "scenario.search_limit=40", "scenario.tolerance_rps=20",
+                        "slo.normalized_latency_s=10")
 
 
 def test_with_wall_each_rate_is_served_in_the_profiles_process_beside_its_simulation(validated):
