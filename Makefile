@@ -57,17 +57,33 @@ ALL_SWEEPS := $(sort $(basename $(notdir $(wildcard conf/sweep/$(DEVICE_KIND)_*.
 COVERED := $(if $(filter cpu,$(DEVICE_KIND)),cpu_service cpu_service_chunked cpu_max_rate)
 SWEEPS ?= $(filter-out $(COVERED),$(ALL_SWEEPS))
 FRESH ?=
+# Sweeps whose every job is bookkeeping only (scenario.bookkeeping: a simulated clock, nothing timed on
+# this machine). After the timed sweeps, which run alone, these run SWEEP_JOBS at a time, each one's
+# output printed whole when it ends. tests/unit/harness/front/test_resolve_every_sweep.py keeps this
+# list equal to the sweeps whose jobs say so.
+BOOKKEEPING := cpu_capacity cpu_chunked_prefill cpu_fig12_alpaca cpu_fig12_block_size cpu_fig12_max_rate \
+  cpu_fig12_plan_70b cpu_fig12_sharegpt cpu_kv_dtype_capacity cpu_reuse cpu_reuse_policies cpu_swap
+SWEEP_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+TIMED_SWEEPS := $(filter-out $(BOOKKEEPING),$(SWEEPS))
+BOOKED_SWEEPS := $(filter $(BOOKKEEPING),$(SWEEPS))
+RUN_SWEEP = $(PY) -m harness -m +sweep=$$s resume=true hydra/job_logging=disabled
 
 sweep: setup
 	@slug=$$($(PY) -c "from harness.measure.fingerprint import auto_device_slug as s; print(s())"); \
-	failed=""; \
+	failed=$$(mktemp); logs=$$(mktemp -d); \
 	if [ "$(FRESH)" = 1 ]; then rm -rf "results/$$slug"; fi; \
-	for s in $(SWEEPS); do \
+	for s in $(TIMED_SWEEPS); do \
 	  echo "== sweep $$s -> results/$$slug/$${s#$(DEVICE_KIND)_}"; \
-	  $(PY) -m harness -m +sweep=$$s resume=true hydra/job_logging=disabled || failed="$$failed $$s"; \
+	  $(RUN_SWEEP) || echo "$$s" >> $$failed; \
 	done; \
+	export slug failed logs; \
+	printf '%s\n' $(BOOKED_SWEEPS) | xargs -r -P $(SWEEP_JOBS) -I{} bash -c 's={}; \
+	  { echo "== sweep $$s -> results/$$slug/$${s#$(DEVICE_KIND)_} (bookkeeping: $(SWEEP_JOBS) sweeps at a time)"; \
+	    $(RUN_SWEEP) 2>&1 || echo "$$s" >> $$failed; } > $$logs/$$s.log; cat $$logs/$$s.log'; \
+	rm -rf $$logs; \
 	$(PY) -m harness.report || exit 1; \
-	if [ -n "$$failed" ]; then echo "kvbench: sweeps with a failed job:$$failed (their rows say why)"; exit 1; fi
+	if [ -s $$failed ]; then echo "kvbench: sweeps with a failed job: $$(tr '\n' ' ' < $$failed)(their rows say why)"; \
+	  rm -f $$failed; exit 1; fi; rm -f $$failed
 
 report: setup
 	$(PY) -m harness.report

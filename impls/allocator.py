@@ -87,6 +87,11 @@ class KVAllocator(ABC):
     """Bookkeeping of KV slots; check/act pairs so the scheduler never half-admits."""
 
     cache_hit_tokens: int = 0  # prompt tokens served from a prefix cache over the run
+    # Whether this pool's cache attends over a padded slab: every decoding sequence's keys up to
+    # the batch's longest context, the rest masked (the slab caches' SDPA). Both clocks then
+    # price a decode step's attention by batch x longest context, the KV it really reads, not
+    # by the sum of contexts (``decode_read_tokens``).
+    padded_decode_read: bool = False
     # Counts changes of state (admit, append, fork, release): an ``AdmitPlan`` is valid for one.
     generation: int = 0
 
@@ -109,6 +114,12 @@ class KVAllocator(ABC):
         ``plan`` must come from this allocator's ``plan_admit`` with no change of state since
         (``StalePlanError`` otherwise) and must fit (``ValueError`` otherwise).
         """
+
+    def decode_read_tokens(self, lengths: Sequence[int]) -> int:
+        """KV tokens a decode step's attention reads for sequences of these lengths (tokens each)."""
+        if not lengths:
+            return 0
+        return len(lengths) * max(lengths) if self.padded_decode_read else sum(lengths)
 
     def can_admit(self, token_ids: Sequence[int], num_samples: int = 1, total_len: int | None = None) -> bool:
         """Whether a new sequence (and its ``num_samples - 1`` forks) fits now."""

@@ -17,6 +17,8 @@ from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 
 
 class LaneAllocator(KVAllocator):
+    padded_decode_read = True  # ContiguousCache attends over lanes[:, :longest], masked
+
     def __init__(self, num_lanes: int, max_seq_len: int) -> None:
         if num_lanes < 1:
             raise ValueError(f"num_lanes must be >= 1, got {num_lanes}")

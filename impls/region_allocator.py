@@ -38,6 +38,8 @@ class RegionAdmitPlan(AdmitPlan):
 
 
 class RegionAllocator(KVAllocator):
+    padded_decode_read = True  # RegionCache gathers every region to the batch's longest, masked
+
     def __init__(self, pool_tokens: int, max_seq_len: int, reservation: Reservation) -> None:
         if pool_tokens < 1:
             raise ValueError(f"pool_tokens must be >= 1, got {pool_tokens}")

@@ -11,6 +11,7 @@ in a fresh environment pays for the compile.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -238,3 +239,32 @@ def compile_cuda_source(arch: str, out_dir: str | os.PathLike, ptxas_level: int 
     if proc.returncode != 0:
         raise KernelBuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
     return out
+
+
+def cuda_check_key(arch: str, ptxas_level: int, nvcc_version: str, inputs=(CUDA_SOURCE, *HEADERS)) -> str:
+    """What decides ``compile_cuda_source``'s outcome: the .cu and its headers byte for byte, nvcc's
+    version and the flags."""
+    digest = hashlib.sha256(f"{arch}\0{ptxas_level}\0{nvcc_version}".encode())
+    for path in inputs:
+        digest.update(b"\0" + Path(path).name.encode() + b"\0" + Path(path).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def checked_cuda_object(arch: str, ptxas_level: int = 0) -> tuple[Path, bool]:
+    """``compile_cuda_source``'s object, kept in the build folder under ``cuda_check_key``: nvcc runs only
+    when the sources, nvcc or the flags changed since it last succeeded on this machine (as ccache would:
+    the outcome of identical inputs is known). Returns the object and whether nvcc ran now."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise CompilerNotFoundError("nvcc not found (PATH, CUDA_HOME) — install the CUDA toolkit")
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    folder = build_dir() / f"cuda-check-{cuda_check_key(arch, ptxas_level, version)}"
+    obj = folder / f"paged_attention_{arch}.o"
+    if obj.is_file() and obj.stat().st_size > 0:
+        return obj, False
+    scratch = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+    built = compile_cuda_source(arch, scratch, ptxas_level)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.replace(built, obj)  # whole or absent: a killed compile leaves only its scratch folder
+    shutil.rmtree(scratch, ignore_errors=True)
+    return obj, True

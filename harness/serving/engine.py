@@ -339,7 +339,7 @@ class Engine:
         usage = alloc.usage()
         run.peaks.update(usage)
         start = ts - run.t0
-        read = sum(map(alloc.num_tokens, [s.seq_id for s in decodes])) if decodes else None
+        read = alloc.decode_read_tokens([alloc.num_tokens(s.seq_id) for s in decodes]) if decodes else None
         run.steps.append(StepRecord(kind, 1, len(touched), computed, len(sched.running), len(sched.waiting),
                                     usage.used_tokens * cache.bytes_per_token,
                                     usage.reserved_tokens * cache.bytes_per_token, preemptions, t_s=run.now,

@@ -194,11 +194,30 @@ def test_every_csrc_file_is_a_listed_build_input():
 
 
 @needs_nvcc
-def test_cuda_source_compiles(tmp_path):
+def test_cuda_source_compiles():
     """For sm_90 (the H200's), assembled at ptxas -O0: every kernel generated and fitted to the arch, in
-    about 2 minutes here instead of -O3's 3.5 (the GPU check builds the op at -O3 on the GPU's own arch)."""
-    obj = cuda_op.compile_cuda_source("sm_90", tmp_path, ptxas_level=0)
+    about 3 minutes here instead of -O3's 4-5 (the GPU check builds the op at -O3 on the GPU's own arch).
+    nvcc runs when the .cu, a header, nvcc or the flags changed since its last success on this machine
+    (``checked_cuda_object``); identical inputs reuse that outcome."""
+    obj, _ = cuda_op.checked_cuda_object("sm_90", ptxas_level=0)
     assert obj.is_file() and obj.stat().st_size > 0
+
+
+def test_the_cuda_check_reruns_nvcc_when_any_input_changes(tmp_path):
+    """The key of a kept CUDA check covers every byte of the .cu and each header, nvcc's version and flags."""
+    inputs = [tmp_path / p.name for p in (cuda_op.CUDA_SOURCE, *cuda_op.HEADERS)]
+    for src, dst in zip((cuda_op.CUDA_SOURCE, *cuda_op.HEADERS), inputs):
+        dst.write_bytes(src.read_bytes())
+    base = cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", inputs)
+    assert base == cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", (cuda_op.CUDA_SOURCE, *cuda_op.HEADERS))
+    assert len({base, cuda_op.cuda_check_key("sm_80", 0, "nvcc 12.8", inputs),
+                cuda_op.cuda_check_key("sm_90", 3, "nvcc 12.8", inputs),
+                cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.9", inputs)}) == 4
+    for path in inputs:
+        kept = path.read_bytes()
+        path.write_bytes(kept + b" ")
+        assert cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", inputs) != base, path.name
+        path.write_bytes(kept)
 
 
 @needs_nvcc

@@ -30,3 +30,34 @@ def test_sweep_composes_and_resolves(compose, name):
     firsts = [f"{k}={str(v).split(',')[0]}" for k, v in params.items()]
     cfg = resolve(compose([f"+sweep={name}", *firsts]))
     assert cfg.impl is not None
+
+
+def _makefile_list(name: str) -> set[str]:
+    """A ``NAME := a b \\`` list of the Makefile, continuation lines included."""
+    text = (REPO_ROOT / "Makefile").read_text().replace("\\\n", " ")
+    line = next(l for l in text.splitlines() if l.startswith(f"{name} :="))
+    return set(line.split(":=", 1)[1].split())
+
+
+def test_the_makefile_runs_side_by_side_exactly_the_bookkeeping_sweeps(compose):
+    """`make sweep` runs the BOOKKEEPING sweeps several at a time: every job of each must time nothing
+    on this machine (its scenario is bookkeeping only), and no such CPU sweep may be left to run alone."""
+    booked = set()
+    for name in (n for n in SWEEPS if n.startswith("cpu_")):
+        from hydra import compose as hydra_compose
+        from hydra import initialize_config_dir
+
+        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
+            params = OmegaConf.to_container(hydra_compose("config", overrides=[f"+sweep={name}"],
+                                                          return_hydra_config=True).hydra.sweeper.params)
+        # The first value of every swept key, then each value of a swept scenario key (the others at
+        # their first value): only the scenario decides whether a job times anything.
+        firsts = {k: str(v).split(",")[0] for k, v in params.items()}
+        variants = [firsts] + [dict(firsts, **{k: value}) for k, v in params.items() if "scenario" in k
+                               for value in str(v).split(",")]
+        kinds = {resolve(compose([f"+sweep={name}", *(f"{k}={v}" for k, v in o.items())])).scenario.bookkeeping
+                 for o in variants}
+        assert len(kinds) == 1, f"{name}: some jobs are bookkeeping and some are timed"
+        if kinds.pop():
+            booked.add(name)
+    assert _makefile_list("BOOKKEEPING") == booked

@@ -52,8 +52,9 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
             continue
         plan = sched.schedule()
         if chunked and (plan.chunks or (plan.resumed and plan.decodes)):
-            # One step: the decodes (each read its whole context) and the chunks; a last chunk samples.
-            read = sum(alloc.num_tokens(s.seq_id) for s in plan.decodes)
+            # One step: the decodes (each read its whole context; a slab, the longest) and the chunks;
+            # a last chunk samples.
+            read = alloc.decode_read_tokens([alloc.num_tokens(s.seq_id) for s in plan.decodes])
             chunk_tokens = sum(c.end - c.start for c in plan.chunks)
             tokens = len(plan.decodes) + chunk_tokens
             touched = [*plan.decodes, *(s for c in plan.chunks if c.last for s in (c.seq, *c.admission.forks))]
@@ -64,7 +65,10 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
         elif plan.decodes:
             touched = plan.decodes
             tokens = len(touched)
-            read = sum(alloc.num_tokens(s.seq_id) for s in touched) if chunked else alloc.usage().logical_tokens
+            lens = [alloc.num_tokens(s.seq_id) for s in touched]
+            read = alloc.decode_read_tokens(lens)
+            if not alloc.padded_decode_read:  # a pool's read is every sequence's context: its logical tokens
+                assert chunked or read == alloc.usage().logical_tokens
         else:  # everything preempted: no forward
             peaks.update(alloc.usage())
             continue
