@@ -154,7 +154,7 @@ class GpuConfig:
     step_overhead_us: Optional[float] = None
     interconnect_gbps: Optional[float] = None  # per GPU and direction, GB/s
     interconnect_latency_us: Optional[float] = None
-    # Roofline version 2 (harness/serving/cost_model.py): a measured copy bandwidth (null: none known),
+    # Roofline version 2 and later (harness/serving/cost_model.py): a measured copy bandwidth (null: none known),
     # decode attention's fraction of it, a per-layer cost of every step, a small prefill's floor.
     copy_bandwidth_gbps: Optional[float] = None  # measured device-to-device copy, read + write, GB/s
     attn_bw_efficiency: Optional[float] = None

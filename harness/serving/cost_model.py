@@ -1,4 +1,4 @@
-"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 2).
+"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 3).
 
 Every input is a plain number; conf/gpu/*.yaml gives them per GPU, each with its source.
 Symbols (bytes, seconds, FLOP):
@@ -25,7 +25,8 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
     comm(T)        = 0 if n == 1, else 2*L * (lat + 2*(n-1)/n * T*h*e / link)
     decode_s(B, R) = fixed(B) + max(W / (n*A),  2*P*B / (n*F*ef)) + R*kvb / (n*A*ea)
         B sequences make one token each; R = KV tokens the step's attention reads
-        (every sequence's context, its new token included). The matmuls stream the
+        (every sequence's context, its new token included; a slab cache reads B x the
+        longest of them, version 3 below). The matmuls stream the
         weights or are compute-bound; attention runs in kernels of its own after them,
         so its KV read adds to the step instead of hiding under the weights' read.
     prefill_s(T)   = fixed(T) + max(2*P*T / (n*F*ef),  mp * W / (n*A))
@@ -43,7 +44,11 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
 
 Version 1 (before 2026-12-02) had no attention term of its own (the KV read shared the weights'
 max with the compute), no per-layer cost, no prefill floor, and the datasheet bandwidth times
-bw_efficiency everywhere. ``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
+bw_efficiency everywhere. Version 2 (before 2026-12-03) priced every cache's decode attention by
+the sum of its sequences' contexts; version 3 prices what the cache's kernel reads (``R`` is the
+allocator's ``decode_read_tokens``): a slab cache (contiguous, Orca) attends over a padded batch,
+every sequence up to the longest context, so its R is B x the longest; a paged cache's is the sum.
+The formulas are unchanged. ``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 
 A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
@@ -79,7 +84,7 @@ from harness.kv.sizes import DTYPE_BYTES, kv_bytes_per_token, parameter_count, w
 from harness.model.config import ModelConfig
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 2
+ROOFLINE_VERSION = 3
 
 # Figures that divide or scale the cost: 0 or below has no meaning.
 _POSITIVE = ("memory_gb", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",

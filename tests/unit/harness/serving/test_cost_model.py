@@ -1,4 +1,4 @@
-"""The simulated clock's formulas (harness/serving/cost_model.py, roofline version 2) on steps worked out by hand.
+"""The simulated clock's formulas (harness/serving/cost_model.py, roofline version 3) on steps worked out by hand.
 
 ``clock()`` leaves the version-2 terms at their neutral defaults (no per-layer cost, attention at the
 weights' rate, a prefill floor of one weight read, no copy measurement); each term has a test of its own."""
