@@ -15,7 +15,7 @@ from impls.base import KVCache, PrefillSpan
 from impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
 from impls.lane_allocator import LaneAllocator
 from impls.staging import StagingBuffer
-from kernels.sdpa import decode_sdpa
+from kernels.sdpa import additive_mask, decode_sdpa
 
 
 @dataclass
@@ -30,6 +30,9 @@ class _Decode:
     order: torch.Tensor | None
     inverse: torch.Tensor | None
     lanes: torch.Tensor | None  # [B] lane (slab index) of each sequence, when not dense
+    # ``mask`` as SDPA's additive float mask (0 / -inf in the queries' dtype), made at the step's first
+    # layer: given a boolean mask, SDPA would convert it again at every layer.
+    bias: torch.Tensor | None = None
 
 
 class ContiguousCache(FlatSlotPrefill, KVCache):
@@ -87,5 +90,7 @@ class ContiguousCache(FlatSlotPrefill, KVCache):
                 q = q[meta.order]
         else:
             keys, values = self.read(layer, (meta.lanes, slice(None, meta.max_len)))
-        out = decode_sdpa(q, keys, values, self.scale, meta.mask)
+        if meta.bias is None or meta.bias.dtype != q.dtype:
+            meta.bias = additive_mask(meta.mask, q.dtype)
+        out = decode_sdpa(q, keys, values, self.scale, meta.bias)
         return out[meta.inverse] if meta.inverse is not None else out

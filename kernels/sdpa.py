@@ -44,7 +44,8 @@ def grouped_sdpa(
 ) -> torch.Tensor:
     """q ``[B, H, Tq, D]``, k/v ``[B, KVH, L, D]`` with ``H % KVH == 0`` -> ``[B, H, Tq, D]``.
 
-    ``mask`` is boolean ``[B or 1, 1, Tq, L]`` (True = visible), shared by every head.
+    ``mask`` is boolean ``[B or 1, 1, Tq, L]`` (True = visible), or additive_mask's float version of
+    one, shared by every head.
     ``is_causal`` (no mask, ``Tq == L``) keeps SDPA's own GQA flag: the flash backend
     takes causal grouped-query attention as it is, and folding would need a mask.
     ``varying_shapes`` (decode) keeps CUDA calls off backends that re-plan per shape.
@@ -69,10 +70,16 @@ def _grouped_sdpa(q, k, v, scale, mask, is_causal) -> torch.Tensor:
     return out.reshape(batch, heads, tq, dim)
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean SDPA mask (True = visible) as the float mask SDPA itself converts it to (0 where
+    visible, -inf elsewhere, in ``dtype``), so one conversion can serve every layer of a step."""
+    return torch.where(mask.logical_not(), float("-inf"), torch.zeros((), dtype=dtype, device=mask.device))
+
+
 def decode_sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float,
                 mask: torch.Tensor) -> torch.Tensor:
     """One decode token per sequence over its keys: q ``[B, H, D]``, keys/values ``[B, L, KVH, D]``
-    (the layout a slab or a gather gives), ``mask`` ``[B, 1, 1, L]`` -> ``[B, H, D]``."""
+    (the layout a slab or a gather gives), ``mask`` ``[B, 1, 1, L]`` (boolean, or additive_mask's) -> ``[B, H, D]``."""
     return grouped_sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), scale,
                         mask=mask, varying_shapes=True).squeeze(2)
 

@@ -114,8 +114,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        # HF's x32 * rsqrt(mean(x32^2) + eps), op for op; the [T, 1] statistics updated in place, which
+        # saves two allocations per norm (17 norms a step in a small model's eager decode).
+        var = x32.pow(2).mean(-1, keepdim=True)
+        var += self.eps
+        return self.weight * (x32 * var.rsqrt_()).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -131,12 +134,14 @@ class Attention(nn.Module):
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
         """What the cache's attention takes: q and k with RoPE applied, v; each dense ``[T, heads, D]``."""
         tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rotary(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
-        k = apply_rotary(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
-        # v is a strided view into the fused output; kernels want dense rows.
+        qk, v = self.qkv_proj(x).split([self.q_size + self.kv_size, self.kv_size], dim=-1)
+        # q's and k's heads rotate in one pass (per element the same arithmetic as one at a time):
+        # RoPE's five element-wise kernels run once a layer rather than twice.
+        qk = apply_rotary(qk.view(tokens, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
+        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+        # q, k and v are strided views (of the rotated heads, of the fused output); kernels want dense rows.
         v = v.reshape(tokens, self.num_kv_heads, self.head_dim).contiguous()
-        return q, k, v
+        return q.contiguous(), k.contiguous(), v
 
     def project_out(self, attn: torch.Tensor) -> torch.Tensor:
         """``[T, heads, D]`` attention output -> ``[T, hidden]``."""

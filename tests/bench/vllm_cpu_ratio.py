@@ -96,6 +96,9 @@ def main() -> None:
                              "default, frozen is cpu_compile=true")
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM with enforce_eager (no compilation)")
     parser.add_argument("--workdir", default=None, help="keep checkpoints, prompts and vLLM's log here")
+    parser.add_argument("--core", default=str(min(os.sched_getaffinity(0))),
+                        help="the core vLLM's one OpenMP thread is bound to (default: the first core this process "
+                             "may run on, so `taskset -c 1 ...` puts both sides on core 1)")
     args = parser.parse_args()
     python = vllm_python(args.vllm_python)
     if python is None:
@@ -113,7 +116,7 @@ def main() -> None:
                            args.block)
         for b in args.batches:
             vllm = VllmProcess(python, ckpt, prompts_file, b, args.new_tokens, args.block, work / "vllm.log",
-                               eager=args.vllm_eager)
+                               eager=args.vllm_eager, core=args.core)
             print(f"{model_name} batch {b}: vLLM ready after {vllm.startup_s:.1f} s", flush=True)
             v_rounds, k_rounds = [], {}
             try:

@@ -270,3 +270,34 @@ def test_varying_shape_sdpa_drops_only_cudnn_and_respects_an_outer_choice():
         assert shape_stable_backends() == [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
     with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
         assert shape_stable_backends() == [SDPBackend.EFFICIENT_ATTENTION]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens", [1, 5])
+def test_qkv_and_norm_equal_the_op_at_a_time_formulation(dtype: torch.dtype, tokens: int) -> None:
+    """Attention.qkv rotates q's and k's heads in one pass and RMSNorm updates its statistics in place
+    (issue 23's lean step): both give HF's op-at-a-time arithmetic bit for bit, and q, k, v are dense."""
+    from harness.model.rope import apply_rotary
+
+    cfg = load_named("tiny-llama")
+    model = build_model(cfg, dtype, "cpu", seed=3)
+    layer = model.layers[0]
+    gen = torch.Generator().manual_seed(3)
+    h = torch.randn(tokens, cfg.hidden_size, generator=gen).to(dtype)
+    positions = torch.arange(7, 7 + tokens)
+    cos, sin = model.rotary(positions, dtype)
+
+    norm = layer.input_layernorm
+    x32 = h.float()
+    want_norm = norm.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.eps)).to(dtype)
+    x = norm(h)
+    assert torch.equal(x, want_norm)
+
+    attn = layer.self_attn
+    q, k, v = attn.qkv_proj(x).split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
+    want = (apply_rotary(q.view(tokens, attn.num_heads, attn.head_dim), cos, sin),
+            apply_rotary(k.view(tokens, attn.num_kv_heads, attn.head_dim), cos, sin),
+            v.reshape(tokens, attn.num_kv_heads, attn.head_dim))
+    got = attn.qkv(x, cos, sin)
+    for g, w in zip(got, want):
+        assert g.is_contiguous() and torch.equal(g, w)
