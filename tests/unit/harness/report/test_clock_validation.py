@@ -109,3 +109,29 @@ def test_a_profile_jobs_wall_search_is_compared_with_its_simulated_one_never_wit
     (pair,) = rate_pairs(rows).to_dict("records")
     assert (pair["max_rate_rps_wall"], pair["max_rate_rps_sim"]) == (7.5, 10.0) and pair["same_process"]
     assert pair["max_rate_err"] == pytest.approx(1 / 3)
+
+
+def _validating(drift: float) -> pd.DataFrame:
+    """_rows() with its simulated rows made one validating job's, which re-timed its profile at ``drift``."""
+    rows = _rows()
+    rows.loc[rows.scenario == "profile", "run_dir"] = "p/0"
+    job = {**SETUP, "scenario": "profile", "clock_source": "profile-a", "profile_drift": drift, "run_dir": "p/0"}
+    return pd.concat([rows, pd.DataFrame([job])], ignore_index=True)
+
+
+def test_a_job_whose_machine_drifted_is_marked_and_left_out_of_the_medians():
+    steady = service_pairs(_validating(0.05))
+    assert steady["drift"].tolist() == pytest.approx([0.05] * 3) and not steady["drifted"].any()
+    assert summary(steady, rate_pairs(_validating(0.05)))["tpot_ms_p50"] == pytest.approx(0.1)
+    moved = _validating(-0.4)
+    pairs, rates = service_pairs(moved), rate_pairs(moved)
+    assert pairs["drifted"].all() and rates["drifted"].all()
+    assert summary(pairs, rates) == {}  # nothing the machine did not move under
+    text = "\n".join(clock_section(moved))
+    assert "Median absolute error below saturation" not in text
+    assert "Every pair came from a job whose machine drifted more than 15%" in text and "-40% (out)" in text
+    # Another job's steady pairs keep their median; the drifted job's are counted out.
+    other = _rows().assign(run_dir=lambda d: d.run_dir + "-steady", device_slug="cpu-x-2core")
+    both = pd.concat([moved, other], ignore_index=True)
+    text = "\n".join(clock_section(both))
+    assert "median TPOT 10%" in text and "4 of 8 pairs came from a job whose machine drifted" in text
