@@ -126,8 +126,8 @@ def _drifted_line(pairs: pd.DataFrame, rates: pd.DataFrame, on: str) -> list[str
     total = sum(len(f) for f in out)
     head = (f"Every pair{on}" if left == total else f"{left} of {total} pairs{on}") + \
         f" came from a job whose machine drifted more than {100 * MAX_DRIFT:.0f}% while it ran"
-    tail = (": no error above can be told from the machine's own, and no median is given." if left == total else
-            ": they are in the tables (their `drift` column) and out of the medians above.")
+    tail = (": no error in the table below can be told from the machine's own, and no median is given." if left == total else
+            ": they are in the table below (its `drift` column) and out of the median above.")
     return [head + tail + "\n"]
 
 
