@@ -117,6 +117,11 @@ def _pct(v) -> str:
     return "–" if v is None or pd.isna(v) else f"{100 * v:+.0f}%"
 
 
+def _drift_said(frame: pd.DataFrame) -> pd.Series:
+    """The table's drift column: the job's drift, ``(out)`` when it left the medians."""
+    return frame["drift"].map(_pct) + frame["drifted"].map({True: " (out)", False: ""})
+
+
 def _drifted_line(pairs: pd.DataFrame, rates: pd.DataFrame, on: str) -> list[str]:
     """What the medians left out because the machine moved under the job (MAX_DRIFT)."""
     out = [f for f in (pairs, rates) if not f.empty and "drifted" in f]
@@ -217,7 +222,7 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
                             ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
                          saturated=pairs["saturated"].map({True: "yes", False: "no"}),
                          one_process=pairs["same_process"].map({True: "yes", False: "no"}),
-                         drift_said=pairs["drift"].map(_pct) + pairs["drifted"].map({True: " (out)", False: ""}))
+                         drift_said=_drift_said(pairs))
         parts.append(md_table(pick(t, {
             "device_slug": "device", "model": "model", "impl": "impl", "chunked": "chunked prefill",
             "request_rate": "offered req/s",
@@ -233,7 +238,7 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
         parts += _step_lines(steps)
     if not rates.empty:
         t = rates.assign(error=rates["max_rate_err"].map(_pct),
-                         drift_said=rates["drift"].map(_pct) + rates["drifted"].map({True: " (out)", False: ""}))
+                         drift_said=_drift_said(rates))
         parts += ["Max rate within the SLO on each clock:\n",
                   md_table(pick(t, {"device_slug": "device", "model": "model", "impl": "impl", "slo": "SLO",
                                      "max_rate_rps_wall": "wall req/s", "max_rate_rps_sim": "simulated req/s",
