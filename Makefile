@@ -38,11 +38,17 @@ $(STAMP): pyproject.toml
 	@$(PIP) install -q $(PIP_LOCAL) -e ".[test]"
 	@touch $(STAMP)
 
+# The suite runs in TEST_JOBS processes (pytest-xdist), a test file to a process so that a file's shared
+# fixtures are built once: 13 min on a 2-core machine where one process took 21. At most 4, so that
+# the GPU-only tests of a GPU machine with many cores do not all share its one GPU at once.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+
 test: setup
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The default sweep for this device (conf/sweep/<device>_*.yaml) into
 # results/<device-slug>/<sweep>/, then the report. It resumes: a job whose folder already

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.build_cache import BuildError, BuildSpec, build_timeout_s, ensure_built
+from kernels.build_cache import BuildError, BuildSpec, build_key, build_timeout_s, ensure_built
 from kernels.quant import KVScales
 from kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
@@ -241,13 +241,13 @@ def compile_cuda_source(arch: str, out_dir: str | os.PathLike, ptxas_level: int 
     return out
 
 
-def cuda_check_key(arch: str, ptxas_level: int, nvcc_version: str, inputs=(CUDA_SOURCE, *HEADERS)) -> str:
-    """What decides ``compile_cuda_source``'s outcome: the .cu and its headers byte for byte, nvcc's
-    version and the flags."""
-    digest = hashlib.sha256(f"{arch}\0{ptxas_level}\0{nvcc_version}".encode())
-    for path in inputs:
-        digest.update(b"\0" + Path(path).name.encode() + b"\0" + Path(path).read_bytes())
-    return digest.hexdigest()[:16]
+def cuda_check_key(arch: str, ptxas_level: int, nvcc_version: str, source: Path = CUDA_SOURCE) -> str:
+    """What decides ``compile_cuda_source``'s outcome: the op build's own key (``build_key``: the .cu and the
+    headers beside it byte for byte, the flags, the compiler) with nvcc's version."""
+    spec = BuildSpec(name=f"cuda-check-{arch}", sources=(str(source),), extra_cflags=(),
+                     extra_cuda_cflags=(f"-arch={arch}", "-std=c++17", "-O3", f"-Xptxas=-O{ptxas_level}"),
+                     with_cuda=True, cxx="nvcc")
+    return hashlib.sha256(f"{build_key(spec)}\0{nvcc_version}".encode()).hexdigest()[:16]
 
 
 def checked_cuda_object(arch: str, ptxas_level: int = 0) -> tuple[Path, bool]:

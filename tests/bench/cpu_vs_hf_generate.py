@@ -57,7 +57,9 @@ def make_cache(impl: str, cfg: ModelConfig, max_len: int, batch: int) -> KVCache
 
 def hf_runner(folder: Path, prompts: torch.Tensor, new_tokens: int) -> Callable[[], tuple[float, float, list]]:
     """One round of ``generate``: (wall, wall of a 1-token generate = its prefill, new tokens)."""
-    import transformers
+    from tests.helpers.hf_transformers import import_transformers
+
+    transformers = import_transformers()
 
     model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     model.generation_config.eos_token_id = None

@@ -46,7 +46,9 @@ HF_CLASSES = {
 def make_hf_model(case: str, seed: int = 0) -> Any:
     """A tiny random HF model whose weights are all O(1) (HF's own 0.02 init would make
     every logit ~0 and the comparison vacuous); norms random too, to catch swaps."""
-    import transformers
+    from tests.helpers.hf_transformers import import_transformers
+
+    transformers = import_transformers()
 
     arch, extra = HF_CASES[case]
     config_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])

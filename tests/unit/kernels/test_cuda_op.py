@@ -208,15 +208,16 @@ def test_the_cuda_check_reruns_nvcc_when_any_input_changes(tmp_path):
     inputs = [tmp_path / p.name for p in (cuda_op.CUDA_SOURCE, *cuda_op.HEADERS)]
     for src, dst in zip((cuda_op.CUDA_SOURCE, *cuda_op.HEADERS), inputs):
         dst.write_bytes(src.read_bytes())
-    base = cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", inputs)
-    assert base == cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", (cuda_op.CUDA_SOURCE, *cuda_op.HEADERS))
-    assert len({base, cuda_op.cuda_check_key("sm_80", 0, "nvcc 12.8", inputs),
-                cuda_op.cuda_check_key("sm_90", 3, "nvcc 12.8", inputs),
-                cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.9", inputs)}) == 4
+    copy = inputs[0]  # the .cu, its headers beside it
+    base = cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", copy)
+    assert base == cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", cuda_op.CUDA_SOURCE)
+    assert len({base, cuda_op.cuda_check_key("sm_80", 0, "nvcc 12.8", copy),
+                cuda_op.cuda_check_key("sm_90", 3, "nvcc 12.8", copy),
+                cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.9", copy)}) == 4
     for path in inputs:
         kept = path.read_bytes()
         path.write_bytes(kept + b" ")
-        assert cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", inputs) != base, path.name
+        assert cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", copy) != base, path.name
         path.write_bytes(kept)
 
 

@@ -301,3 +301,24 @@ def test_qkv_and_norm_equal_the_op_at_a_time_formulation(dtype: torch.dtype, tok
     got = attn.qkv(x, cos, sin)
     for g, w in zip(got, want):
         assert g.is_contiguous() and torch.equal(g, w)
+
+
+def test_the_hf_reference_imports_beside_kvbench_kernels():
+    """transformers >= 5.25 brings Hugging Face's own `kernels`, whose import name is kvbench's kernels/:
+    the test extra keeps it out, so every comparison above runs against a transformers that imports."""
+    from tests.helpers.hf_transformers import hub_kernels_version, import_transformers
+
+    assert hub_kernels_version() is None
+    assert hasattr(import_transformers(), "LlamaForCausalLM")
+
+
+def test_a_hub_kernels_clash_is_named_with_its_fix(monkeypatch):
+    import importlib.metadata
+
+    from tests.helpers import hf_transformers
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "0.19.1" if name == "kernels" else real(name))
+    with pytest.raises(ImportError, match=r"'kernels' distribution 0\.19\.1 .*kvbench's own kernels/.*<5\.25"):
+        hf_transformers.import_transformers()
