@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from harness.report.collect import Collection, collect, contended_rows
-from harness.report.figures import impl_palette, save, theme
+from harness.report.figures import impl_palette, save_all, theme
 from harness.report.markdown import SECTIONS, render
 from harness.report.memory_plots import kv_breakdown, max_concurrency, memory_vs_concurrency, memory_vs_concurrency_more
 from harness.report.reuse_plots import hit_rate_vs_cache, ttft_vs_hit_rate
@@ -94,10 +94,8 @@ def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = 
             "reuse_hit_rate": hit_rate_vs_cache(drawn_rows),
             "reuse_ttft": ttft_vs_hit_rate(drawn_rows),
         }
-        for name, fig in drawn.items():
-            if fig is not None:
-                report.files += save(fig, plots, name)
-                report.figures[name] = fig
+        report.figures.update((name, fig) for name, fig in drawn.items() if fig is not None)
+        report.files += save_all(report.figures, plots)
     (out / "REPORT.md").write_text(render(col, list(report.figures), command, notes, max_spread, include_contended))
     report.files.append(out / "REPORT.md")
     return report

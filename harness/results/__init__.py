@@ -122,18 +122,26 @@ def as_bool(v):
 
 def typed(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with counts and byte columns as nullable integers and true/false columns as nullable
-    booleans (in place, and returned). A column that holds a fraction or text is left as it is:
-    a value is never rounded or invented to fit a type."""
+    booleans (returned; the columns are replaced in one assignment). A column that holds a fraction or
+    text is left as it is: a value is never rounded or invented to fit a type."""
+    changed: dict[str, pd.Series] = {}
+    present = df.notna().any()  # per column, in one pass: most of a row's columns are empty
     for col in df.columns:
-        values = df[col]
         if col in BOOLEANS:
-            df[col] = values.map(as_bool, na_action="ignore").astype("boolean")
-        elif is_count(col) and str(values.dtype) != "Int64":
+            if str(df[col].dtype) != "boolean":
+                changed[col] = df[col].map(as_bool, na_action="ignore").astype("boolean")
+        elif is_count(col) and str(df[col].dtype) != "Int64":
+            if not present[col]:  # no numbers to check
+                changed[col] = pd.Series(pd.array([pd.NA] * len(df), dtype="Int64"), index=df.index)
+                continue
+            values = df[col]
             numbers = pd.to_numeric(values, errors="coerce")
             whole = numbers.dropna()
             if numbers.notna().sum() == values.notna().sum() and (whole == whole.round()).all() \
                     and (whole.abs() < 2**63).all():
-                df[col] = numbers.round().astype("Int64")
+                changed[col] = numbers.round().astype("Int64")
+    if changed:  # one assignment: a column at a time copies the frame's blocks once per column
+        df[list(changed)] = pd.DataFrame(changed, index=df.index)
     return df
 
 

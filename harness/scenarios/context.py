@@ -251,7 +251,9 @@ class JobContext:
             "n": w.n,
             "seed": cfg.seed,
             "repeat": cfg.repeat,
-            "cpu_threads": self.cpu_threads if self.cfg.device.name == "cpu" else None,
+            # a bookkeeping run computes nothing on threads: the configured number, not a 0.25 s sample of the load
+            "cpu_threads": (cfg.cpu_threads if cfg.scenario.bookkeeping else self.cpu_threads)
+            if cfg.device.name == "cpu" else None,
             "cuda_graph": cfg.cuda_graph,
             "workload_digest": workload_digest(self.requests) if workload else None,
             "trace_sha256": self.workload.trace_sha256 if workload else None,

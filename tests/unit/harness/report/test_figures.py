@@ -34,3 +34,46 @@ def test_log_axis_labels_are_plain_numbers():
     assert "0.01" in labels and "1" in labels
     assert not any("10^" in t or "times" in t or "$" in t for t in labels)
     plt.close(fig)
+
+
+def _two_figures():
+    import matplotlib.pyplot as plt
+
+    figs = {}
+    for name, ys in (("a", [1, 3, 2]), ("b", [5, 4, 6])):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1, 2], ys, label=name)
+        ax.legend()
+        figs[name] = fig
+    return figs
+
+
+def test_save_all_writes_the_pngs_save_writes_and_the_same_files_every_time(tmp_path):
+    """The PNGs come from a second process: the same bytes as drawing them here; the SVGs the same each run."""
+    from harness.report.figures import save, save_all, theme
+
+    with theme():
+        got = save_all(_two_figures(), tmp_path / "all")
+        again = save_all(_two_figures(), tmp_path / "again")
+        for name, fig in _two_figures().items():
+            save(fig, tmp_path / "one", name)
+    assert [p.name for p in got] == ["a.png", "a.svg", "b.png", "b.svg"] and all(p.stat().st_size for p in got)
+    for name in ("a.png", "b.png"):
+        assert (tmp_path / "all" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    for p in got:
+        assert p.read_bytes() == (tmp_path / "again" / p.name).read_bytes()
+
+
+def test_save_all_draws_the_pngs_itself_when_a_figure_cannot_be_pickled(tmp_path, monkeypatch):
+    import pickle
+
+    from harness.report.figures import save_all, theme
+
+    def refuse(*a, **k):
+        raise pickle.PicklingError("an artist that does not pickle")
+
+    monkeypatch.setattr(pickle, "dumps", refuse)
+    with theme():
+        got = save_all(_two_figures(), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "a.svg", "b.png", "b.svg"]
+    assert all(p.stat().st_size for p in got)

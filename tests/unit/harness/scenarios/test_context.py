@@ -94,3 +94,25 @@ def test_a_compiled_job_gives_the_eager_tokens_and_records_its_compile(compose, 
 def test_cpu_prepack_false_runs_torch_linears_and_says_so(compose, tmp_path):
     ctx = JobContext(resolve(compose([*SMALL, "cpu_prepack=false"])), tmp_path, None)
     assert not ctx.model.packed and ctx.decode_mode_columns()["linear_backend"] == "torch"
+
+
+@pytest.mark.parametrize("threads", [None, 3])
+def test_a_bookkeeping_row_records_the_configured_threads_without_sampling_the_load(compose, tmp_path, monkeypatch,
+                                                                                    threads):
+    """A capacity run computes nothing on threads: free_cores' quarter-second sample would only cost a job time."""
+    from harness.measure import contention
+
+    def sampled(*a, **k):
+        raise AssertionError("a bookkeeping job sampled the load")
+
+    monkeypatch.setattr(contention, "free_cores", sampled)
+    from types import SimpleNamespace
+
+    no_fingerprint = SimpleNamespace(as_dict=dict)  # the machine's fields are not what is checked here
+    extra = [] if threads is None else [f"cpu_threads={threads}"]
+    ctx = JobContext(resolve(compose(["scenario=capacity", "model=tiny-llama", "workload.num_requests=4", *extra])),
+                     tmp_path, no_fingerprint)
+    assert ctx.cfg.scenario.bookkeeping and ctx.identifiers(None)["cpu_threads"] == threads
+    timed = JobContext(resolve(compose(SMALL)), tmp_path, no_fingerprint)  # a decode job samples, when not set
+    monkeypatch.setattr(contention, "free_cores", lambda *a, **k: 1)
+    assert timed.identifiers(None)["cpu_threads"] == 1
