@@ -15,7 +15,7 @@ from impls.base import KVCache, PrefillSpan
 from impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
 from impls.lane_allocator import LaneAllocator
 from impls.staging import StagingBuffer
-from kernels.sdpa import additive_mask, decode_sdpa
+from kernels.sdpa import decode_sdpa, step_bias
 
 
 @dataclass
@@ -90,7 +90,5 @@ class ContiguousCache(FlatSlotPrefill, KVCache):
                 q = q[meta.order]
         else:
             keys, values = self.read(layer, (meta.lanes, slice(None, meta.max_len)))
-        if meta.bias is None or meta.bias.dtype != q.dtype:
-            meta.bias = additive_mask(meta.mask, q.dtype)
-        out = decode_sdpa(q, keys, values, self.scale, meta.bias)
+        out = decode_sdpa(q, keys, values, self.scale, step_bias(meta, q.dtype))
         return out[meta.inverse] if meta.inverse is not None else out

@@ -19,7 +19,7 @@ from impls.base import KVCache, PrefillSpan
 from impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
 from impls.region_allocator import RegionAllocator
 from impls.staging import StagingBuffer
-from kernels.sdpa import decode_sdpa
+from kernels.sdpa import decode_sdpa, step_bias
 
 
 @dataclass
@@ -27,6 +27,7 @@ class _Decode:
     slot_mapping: torch.Tensor  # [B] flat slot of each new token
     gather: torch.Tensor  # [B, max_len] flat slot of each key (past a sequence's length: its last slot, masked)
     mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
+    bias: torch.Tensor | None = None  # ``mask`` as SDPA's float mask, made once a step (kernels/sdpa.py step_bias)
 
 
 class RegionCache(FlatSlotPrefill, KVCache):
@@ -61,4 +62,4 @@ class RegionCache(FlatSlotPrefill, KVCache):
                        meta: _Decode) -> torch.Tensor:
         self.write_flat(layer, k, v, meta.slot_mapping)
         keys, values = self.read(layer, meta.gather, flat=True)  # [B, max_len, KVH, D], dequantized if quantized
-        return decode_sdpa(q, keys, values, self.scale, meta.mask)
+        return decode_sdpa(q, keys, values, self.scale, step_bias(meta, q.dtype))

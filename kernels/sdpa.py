@@ -76,6 +76,15 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(mask.logical_not(), float("-inf"), torch.zeros((), dtype=dtype, device=mask.device))
 
 
+def step_bias(meta, dtype: torch.dtype) -> torch.Tensor:
+    """A decode step's ``meta.mask`` as ``additive_mask``'s float mask: made at the step's first layer and
+    kept in ``meta.bias`` for every other (again only where the queries' dtype changes). Given the boolean
+    mask, SDPA would convert it at every layer."""
+    if meta.bias is None or meta.bias.dtype != dtype:
+        meta.bias = additive_mask(meta.mask, dtype)
+    return meta.bias
+
+
 def decode_sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float,
                 mask: torch.Tensor) -> torch.Tensor:
     """One decode token per sequence over its keys: q ``[B, H, D]``, keys/values ``[B, L, KVH, D]``

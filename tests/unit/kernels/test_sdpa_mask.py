@@ -26,18 +26,22 @@ def test_decode_through_the_additive_mask_equals_the_boolean_mask(dtype: torch.d
     assert torch.equal(decode_sdpa(q, keys, values, 0.3, bias), want)
 
 
-def test_contiguous_converts_its_mask_once_a_step_and_keeps_its_tokens(compose, tmp_path, monkeypatch) -> None:
-    """The contiguous cache makes each decode step's float mask at its first layer and reuses it at
-    every other; its tokens stay HF's (test_engine_vs_hf_generate) and paged's (test_engine_parity)."""
-    import impls.contiguous as contiguous
+@pytest.mark.parametrize("impl, module, cls", [("contiguous", "impls.contiguous", "ContiguousCache"),
+                                               ("orca_pow2", "impls.region_cache", "RegionCache")])
+def test_a_slab_cache_converts_its_mask_once_a_step(compose, tmp_path, monkeypatch, impl, module, cls) -> None:
+    """The contiguous cache and the Orca regions make each decode step's float mask at its first layer and
+    reuse it at every other; their tokens stay HF's (test_engine_vs_hf_generate) and paged's (test_engine_parity)."""
+    import importlib
+
+    import kernels.sdpa as sdpa
     from harness.front.job import run_job
 
+    cache = getattr(importlib.import_module(module), cls)
     made, steps = [], []
-    real_mask, real_prepare = contiguous.additive_mask, contiguous.ContiguousCache.prepare_decode
-    monkeypatch.setattr(contiguous, "additive_mask", lambda mask, dtype: made.append(dtype) or real_mask(mask, dtype))
-    monkeypatch.setattr(contiguous.ContiguousCache, "prepare_decode",
-                        lambda self, *a, **k: steps.append(1) or real_prepare(self, *a, **k))
-    rows, code = run_job(compose(["+impl=contiguous", "model=tiny-llama", "dtype=float32", "max_seq_len=128",
+    real_mask, real_prepare = sdpa.additive_mask, cache.prepare_decode
+    monkeypatch.setattr(sdpa, "additive_mask", lambda mask, dtype: made.append(dtype) or real_mask(mask, dtype))
+    monkeypatch.setattr(cache, "prepare_decode", lambda self, *a, **k: steps.append(1) or real_prepare(self, *a, **k))
+    rows, code = run_job(compose([f"+impl={impl}", "model=tiny-llama", "dtype=float32", "max_seq_len=128",
                                   "scenario.warmup=0", "device=cpu", "batch=3", "workload=uniform",
                                   "workload.num_requests=4", "workload.prompt_len=9", "workload.output_len=5"]),
                          tmp_path / "run")
