@@ -39,9 +39,10 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # The suite runs in TEST_JOBS processes (pytest-xdist), a test file to a process so that a file's shared
-# fixtures are built once: 13 min on a 2-core machine where one process took 21. At most 4, so that
-# the GPU-only tests of a GPU machine with many cores do not all share its one GPU at once.
-TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+# fixtures are built once: 12-15 min on a 2-core machine where one process took 21. One per core, at
+# most 4. 0 runs them in pytest's own process, as on a machine whose torch sees a GPU: there the GPU
+# tests' memory and NVML readings must not share the device with another test process.
+TEST_JOBS ?= $(if $(HAS_CUDA_TORCH),0,$(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 ))))
 PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 test: setup
