@@ -77,6 +77,7 @@ with compute.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cached_property
 
 from harness.config import Config, GpuConfig
 from harness.errors import ConfigError
@@ -172,22 +173,42 @@ class CostModel:
     model: ModelCost
     per_block: bool = False  # host copies: a transfer per block (host_copy=per_block), else one per direction
 
-    @property
+    # The rates and fixed costs below are derived from the frozen figures once (cached_property
+    # writes the instance's __dict__, which a frozen dataclass allows): a simulation prices
+    # millions of steps, and recomputing them per step was a third of its time.
+    @cached_property
     def bytes_per_s(self) -> float:  # n*A: the weights' streaming rate
         return self.gpu.count * self.gpu.achievable_gbps * 1e9
 
-    @property
+    @cached_property
     def attn_bytes_per_s(self) -> float:  # n*A*ea: the KV cache's read rate in decode attention
         return self.bytes_per_s * self.gpu.attn_bw_efficiency
 
-    @property
+    @cached_property
     def flops_per_s(self) -> float:  # n*F*ef
         g = self.gpu
         return g.count * g.tflops * 1e12 * g.flops_efficiency
 
-    @property
+    @cached_property
     def overhead_s(self) -> float:  # o + L*lo
         return (self.gpu.step_overhead_us + self.model.num_layers * self.gpu.layer_overhead_us) * 1e-6
+
+    @cached_property
+    def _attn_s_per_token(self) -> float:  # kvb / (n*A*ea)
+        return self.model.kv_bytes_per_token / self.attn_bytes_per_s
+
+    @cached_property
+    def _decode_fixed(self) -> dict[int, float]:
+        """batch -> fixed(B) + max(W / (n*A), 2*P*B / (n*F*ef)): the part of a decode step its KV read
+        does not change, memoized per batch."""
+        return {}
+
+    def _decode_base_s(self, batch: int) -> float:
+        base = self._decode_fixed.get(batch)
+        if base is None:
+            compute = 2 * self.model.params * batch / self.flops_per_s
+            base = self._decode_fixed[batch] = self.overhead_s + self.comm_s(batch) + max(self.weights_s(), compute)
+        return base
 
     def comm_s(self, tokens: int) -> float:
         """2*L ring all-reduces of tokens*h*e bytes; none on one GPU."""
@@ -204,7 +225,7 @@ class CostModel:
 
     def attention_s(self, kv_tokens_read: int) -> float:
         """Decode attention's read of ``kv_tokens_read`` tokens of KV (all layers, K and V)."""
-        return kv_tokens_read * self.model.kv_bytes_per_token / self.attn_bytes_per_s
+        return kv_tokens_read * self._attn_s_per_token
 
     def prefill_s(self, tokens: int) -> float:
         compute = 2 * self.model.params * tokens / self.flops_per_s
@@ -240,11 +261,22 @@ class CostModel:
         each later one ``batch`` more."""
         if steps < 1:
             raise ValueError(f"steps={steps} must be >= 1")
-        compute = 2 * self.model.params * batch / self.flops_per_s
-        one = self.overhead_s + self.comm_s(batch) + max(self.weights_s(), compute) + self.attention_s(kv_tokens_read)
+        per_token = self._attn_s_per_token
+        one = self._decode_base_s(batch) + kv_tokens_read * per_token
         # Step j reads j*batch more tokens than step 0: sum of j over 0..steps-1 = steps*(steps-1)/2.
-        return steps * one + self.attention_s(batch) * steps * (steps - 1) / 2
+        return steps * one + batch * per_token * steps * (steps - 1) / 2
 
+    def decode_price_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
+        """``decode_s`` (the roofline counts nothing, so the two are one)."""
+        return self.decode_s(batch, kv_tokens_read, steps)
+
+    def decode_steps_s(self, batch: int, kv_tokens_read: int, steps: int) -> list[float]:
+        """Each of ``steps`` decode steps' own price: ``decode_s(batch, kv_tokens_read + j*batch)`` for
+        j < steps, the inter-token gaps of a jump."""
+        per_token = self._attn_s_per_token
+        one = self._decode_base_s(batch) + kv_tokens_read * per_token
+        grow = batch * per_token
+        return [one + j * grow for j in range(steps)]
 
 def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor") -> ModelCost:
     """A model config's figures for ``dtype``, its KV cache stored as ``kv_dtype`` (harness/kv/sizes.py)."""

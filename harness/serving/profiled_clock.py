@@ -142,13 +142,15 @@ class ProfiledClock:
     def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int) -> float:
         if not batch:
             return self.prefill_s(tokens) if tokens else 0.0
-        decode = self.decode_s(batch, kv_tokens_read)
         if not tokens:
-            return decode
-        if tokens + batch > self._tokens[1]:
+            return self.decode_s(batch, kv_tokens_read)
+        if tokens + batch > self._tokens[1]:  # one step, counted once whichever part lies outside
             self.outside += 1
             if self.fallback is not None:
                 return self.fallback.mixed_s(tokens, batch, kv_tokens_read)
+        elif self._outside_decode(batch, kv_tokens_read, 1):
+            self.outside += 1
+        decode = self.decode_price_s(batch, kv_tokens_read)
         return decode + max(0.0, self._prefill(tokens + batch) - self._prefill(batch))
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
@@ -168,23 +170,39 @@ class ProfiledClock:
         b0, b1 = bs[i - 1], bs[i]
         return b0, b1, (batch - b0) / (b1 - b0)
 
+    def _outside_decode(self, batch: int, kv_tokens_read: int, steps: int) -> bool:
+        lo, hi = self._contexts
+        context = kv_tokens_read / batch
+        return batch > self._batches[-1] or context < lo or context + steps - 1 > hi
+
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
+        """The price of a record's ``steps`` decode steps; those outside the profile are counted."""
+        if steps < 1:
+            raise ValueError(f"steps={steps} must be >= 1")
+        if batch >= 1 and self._outside_decode(batch, kv_tokens_read, steps):
+            self.outside += steps
+        return self.decode_price_s(batch, kv_tokens_read, steps)
+
+    def decode_price_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
+        """``decode_s`` without counting: the simulator asks this while it searches where a jump ends,
+        and ``outside`` counts each step priced once, in its record."""
         if steps < 1:
             raise ValueError(f"steps={steps} must be >= 1")
         if batch < 1:
             return 0.0
+        if self.fallback is not None and self._outside_decode(batch, kv_tokens_read, steps):
+            return self.fallback.decode_s(batch, kv_tokens_read, steps)
         context = kv_tokens_read / batch
-        lo, hi = self._contexts
-        if batch > self._batches[-1] or context < lo or context + steps - 1 > hi:
-            self.outside += steps
-            if self.fallback is not None:
-                return self.fallback.decode_s(batch, kv_tokens_read, steps)
         b0, b1, w = self._around(batch)
         first = self._by_batch[b0].sum_steps(context, steps)
         if w == 0.0:
             return max(0.0, first)
         return max(0.0, (1 - w) * first + w * self._by_batch[b1].sum_steps(context, steps))
 
+    def decode_steps_s(self, batch: int, kv_tokens_read: int, steps: int) -> list[float]:
+        """Each of ``steps`` decode steps' own price (uncounted: the record's ``decode_s`` counted them)."""
+        price = self.decode_price_s
+        return [price(batch, kv_tokens_read + j * batch) for j in range(steps)]
 
 def clock_from_rows(decode: Seq[tuple[int, float, float]], prefill: Seq[tuple[int, float]]) -> ProfiledClock:
     return ProfiledClock(ProfilePoints(tuple(decode), tuple(prefill)))

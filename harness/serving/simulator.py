@@ -47,7 +47,14 @@ class StepClock(Protocol):
 
     def prefill_s(self, tokens: int) -> float: ...
 
-    def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float: ...
+    def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
+        """The price of a record's steps (a profiled clock counts those outside its profile)."""
+
+    def decode_price_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
+        """``decode_s``, counting nothing: asked while a jump's end is searched."""
+
+    def decode_steps_s(self, batch: int, kv_tokens_read: int, steps: int) -> list[float]:
+        """Each step's own price, ``decode_price_s(batch, kv_tokens_read + j*batch)`` for j < steps."""
 
     def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int) -> float: ...
 
@@ -409,8 +416,8 @@ class _Run:
         started waited only for the later ones); every later step's gap is that step's duration,
         for all ``batch`` sequences. A preempted sequence's stall shows in its E2EL, not here."""
         clock, gaps, counts = self.clock, self.itl_gaps, self.itl_counts
-        if durations is None:
-            durations = [clock.decode_s(batch, kv_first + j * batch, 1) for j in range(steps)]
+        if durations is None:  # priced, not counted again: the record's decode_s counted these steps
+            durations = clock.decode_steps_s(batch, kv_first, steps)
             durations[0] += host_s
         started = min(batch, sum(n for _, n in self._stalls))
         stall = sum(d for d, _ in self._stalls)
@@ -431,8 +438,10 @@ class _Run:
     def _until(self, arrival: float, batch: int, kv_first: int, most: int, host_s: float = 0.0) -> int:
         """Fewest steps (<= ``most``) after which the clock has reached ``arrival``: no later step
         of the jump may start at or after it, since that step would admit it."""
+        price = self.clock.decode_price_s  # a search: its prices are not steps priced, so not counted
+
         def reached(k: int) -> bool:
-            return self.now + host_s + self.clock.decode_s(batch, kv_first, k) >= arrival
+            return self.now + host_s + price(batch, kv_first, k) >= arrival
 
         if not reached(most):
             return most

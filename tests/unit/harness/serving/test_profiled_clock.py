@@ -84,3 +84,21 @@ def test_a_mixed_step_is_the_decode_plus_what_the_chunk_adds_along_the_prefill_l
     assert clock.outside == 0
     clock.mixed_s(1100, 4, 4 * 128)  # beyond the largest prefill measured
     assert clock.outside == 1
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
+def test_a_simulation_counts_each_step_outside_the_profile_once(chunked):
+    """Every decode context here lies below the profiled ones, so every decode step (mixed ones too) is
+    outside and the count is the run's decode steps: the simulator's search for a jump's end and its
+    per-step gaps price without counting (they counted each step two to three times before)."""
+    from harness.serving.simulator import simulate
+    from harness.serving.workload import Request
+    from impls.block_manager import BlockManager
+
+    decode = tuple((b, c, 0.01 * b + 1e-6 * c) for b in (1, 8) for c in (5000.0, 6000.0))
+    clock = ProfiledClock(ProfilePoints(decode, ((1, 0.001), (4096, 0.05))))
+    requests = [Request(i, tuple(range(i, i + 20 + 7 * i)), 30 + 11 * i) for i in range(8)]
+    sim = simulate(BlockManager(200, 16), requests, 4, 64, 32000, 1, clock=clock,
+                   arrival_s=[0.05 * i for i in range(8)], chunked_prefill=chunked)
+    assert sim.finished == 8 and sim.decode_steps > len(sim.records) / 2  # jumps of many steps
+    assert clock.outside == sim.decode_steps
