@@ -293,13 +293,17 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     out = [summary]
     # Each rate on both clocks, the wall run first (its warm-up: the first one's), then the simulated one.
     runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
+    served: dict[float, bool] = {}  # whole-prompt wall rows' SLO verdicts, which the wall search reuses
     for i, (rate, budget) in enumerate(runs):
         if sc.wall:
-            out.append(wall_row(ctx, impl, rate, budget, warmup=int(i == 0), clock=ProfiledClock(points)))
+            row = wall_row(ctx, impl, rate, budget, warmup=int(i == 0), clock=ProfiledClock(points))
+            if budget is None and row.get("status") == "ok" and row.get("slo_pass") is not None:
+                served[float(rate)] = bool(row["slo_pass"])
+            out.append(row)
         out.append(_simulated(ctx, impl, points, rate, budget))
     if sc.max_rate:
         if sc.wall:
-            out.append(wall_max_rate(ctx, impl))
+            out.append(wall_max_rate(ctx, impl, served))
         found, probes = search_rate(lambda r: bool(_simulated(ctx, impl, points, r).get("slo_pass")),
                                     sc.start_rps, sc.search_limit, sc.tolerance_rps)
         out.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": ctx.cfg.arrival.name,

@@ -78,22 +78,34 @@ def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int
     return {**row, **probe_identifiers(probe, impl), "notes": notes}
 
 
-def wall_max_rate(ctx: JobContext, impl: ImplConfig) -> dict:
-    """The largest rate within the SLO on the wall clock, searched as scenario=max_rate does (no tables)."""
+def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, bool] | None = None) -> dict:
+    """The largest rate within the SLO on the wall clock, searched as scenario=max_rate does (no tables).
+
+    ``served``: rate -> whether the job's own wall row at that rate (whole prompts, the search's
+    scheduling) passed the SLO. The search takes those answers instead of serving the same requests
+    at the same rate again: the same question, asked of the same process minutes apart (on the CPU
+    validation, about a minute of each job's two)."""
     from harness.scenarios import decode
     from harness.scenarios.max_rate import search_rate
     from harness.serving.service_metrics import slo_label
 
     sc = ctx.cfg.scenario
+    known = dict(served or {})
+    reused = 0
 
     def passes(rate: float) -> bool:
+        nonlocal reused
+        if rate in known:
+            reused += 1
+            return known[rate]
         (row,) = decode.measure(at_rate(ctx, rate, tables=False), impl, warmup=0)
         return bool(row.get("slo_pass"))
 
     found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
+    taken = f" ({reused} of them the rows served above at those rates)" if reused else ""
     return {"status": "ok", "clock": "wall", "arrival": ctx.cfg.arrival.name, "slo": slo_label(ctx.cfg.slo),
             "max_rate_rps": found, "probes": probes, "request_rate": found or None,
-            "notes": f"max rate within the SLO on the wall clock; {probes} probes | {WALL_NOTE}"}
+            "notes": f"max rate within the SLO on the wall clock; {probes} probes{taken} | {WALL_NOTE}"}
 
 
 def drift(before: list[dict], after: list[dict]) -> float | None:

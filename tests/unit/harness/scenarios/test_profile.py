@@ -176,6 +176,14 @@ def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_reco
     searched = {r["clock"]: r for r in rows if r.get("max_rate_rps") is not None}
     assert set(searched) == {"wall", "simulated"} and searched["wall"]["probes"] >= 1
     assert searched["wall"]["max_rate_rps"] in (0.0, 20.0, 40.0)  # the search's bracket: start 20, limit 40
+    # Its probes are rates the job already served with whole prompts (20 and 40): their rows' verdicts are
+    # taken, not served again, and the search ends where those verdicts lead it.
+    verdict = {r["request_rate"]: r["slo_pass"] for r in rows
+               if r.get("clock") == "wall" and r.get("max_rate_rps") is None and not r["chunked_prefill"]}
+    expected = 0.0 if not verdict[20] else (40.0 if verdict[40] else 20.0)
+    assert searched["wall"]["max_rate_rps"] == expected
+    assert f"{searched['wall']['probes']} probes ({searched['wall']['probes']} of them the rows served" \
+        in searched["wall"]["notes"]
     drift = rows[0]["profile_drift"]
     assert isinstance(drift, float) and -0.9 < drift < 9  # re-timed points over first ones, less 1: finite
     table = pd.read_parquet(out / "profile.parquet")
