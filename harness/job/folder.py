@@ -18,6 +18,7 @@ from typing import Iterator
 import pandas as pd
 from filelock import FileLock, Timeout
 
+from harness.git import read_only_git_env
 from harness.results import write_json, write_run, write_tokens
 
 JOB_FILE = "job.json"
@@ -147,11 +148,11 @@ class RunFolder:
             return False
         try:
             tracked = subprocess.run(["git", "ls-files", "--error-unmatch", rows.name], cwd=self.path,
-                                     capture_output=True, timeout=10)
+                                     capture_output=True, timeout=10, env=read_only_git_env())
             if tracked.returncode != 0:
                 return False
             same = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", rows.name], cwd=self.path,
-                                  capture_output=True, timeout=10)
+                                  capture_output=True, timeout=10, env=read_only_git_env())
         except (OSError, subprocess.TimeoutExpired):
             return False
         return same.returncode == 0

@@ -12,8 +12,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.git import read_only_git_env
 from harness.measure.nvml import driver_version
-
 from harness.paths import REPO_ROOT
 
 
@@ -41,7 +41,8 @@ class Fingerprint:
 
 def _git(*args: str, repo: Path = REPO_ROOT) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10,
+                             env=read_only_git_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None

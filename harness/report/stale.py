@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
+from harness.git import read_only_git_env
 from harness.paths import REPO_ROOT
 
 # What a row's figures depend on; documentation and the results themselves do not count.
@@ -25,7 +26,8 @@ RESULTS_FOLDER = "results"  # results/<device slug>/<sweep>/<job>: the slug a ro
 
 def _git(*args: str, repo: Path) -> subprocess.CompletedProcess | None:
     try:
-        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=20)
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=20,
+                              env=read_only_git_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
 
