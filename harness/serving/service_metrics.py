@@ -20,6 +20,8 @@ within each set limit, and the mean normalized latency within its bound.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from harness.serving.sequence import Sequence
 from harness.serving.workload import Request
 
 STATS = ("mean", "p50", "p90", "p99")
+QS = (50, 90, 99)  # the percentiles in STATS
 LATENCIES = ("ttft", "tpot", "itl", "e2el", "queue")  # each gives <name>_ms_{mean,p50,p90,p99}
 
 
@@ -93,25 +96,30 @@ def request_timings(finished: Iterable[Sequence]) -> list[RequestTiming]:
     return out
 
 
-def weighted_percentile(values: Seq[float], counts: Seq[int], q: float) -> float | None:
-    """``percentile`` of the multiset holding each value ``counts`` times, without expanding it."""
+def weighted_percentiles(values: Seq[float], counts: Seq[int], qs: Seq[float]) -> list[float | None]:
+    """``percentile`` at each of ``qs`` of the multiset holding each value ``counts`` times, without
+    expanding it: one sort, then a binary search of the running counts for each rank."""
     pairs = sorted((v, c) for v, c in zip(values, counts) if c > 0)
-    total = sum(c for _, c in pairs)
-    if not total:
-        return None
-    pos = (total - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
+    if not pairs:
+        return [None] * len(qs)
+    ends = list(itertools.accumulate(c for _, c in pairs))  # ends[i]: elements up to and including pair i
+    total = ends[-1]
 
     def at(index: int) -> float:  # the index-th element of the expanded, sorted multiset
-        seen = 0
-        for v, c in pairs:
-            seen += c
-            if index < seen:
-                return v
-        return pairs[-1][0]
+        return pairs[min(bisect.bisect_right(ends, index), len(pairs) - 1)][0]
 
-    a, b = at(lo), at(hi)
-    return a + (b - a) * (pos - lo)
+    out = []
+    for q in qs:
+        pos = (total - 1) * q / 100
+        lo, hi = math.floor(pos), math.ceil(pos)
+        a, b = at(lo), at(hi)
+        out.append(a + (b - a) * (pos - lo))
+    return out
+
+
+def weighted_percentile(values: Seq[float], counts: Seq[int], q: float) -> float | None:
+    """``percentile`` of the multiset holding each value ``counts`` times, without expanding it."""
+    return weighted_percentiles(values, counts, [q])[0]
 
 
 def _weighted_stats(name: str, seconds: Seq[float], counts: Seq[int]) -> dict:
@@ -120,7 +128,7 @@ def _weighted_stats(name: str, seconds: Seq[float], counts: Seq[int]) -> dict:
         return {f"{name}_ms_{k}": None for k in STATS}
     ms_values = [v * 1e3 for v in seconds]
     return {f"{name}_ms_mean": sum(v * c for v, c in zip(ms_values, counts)) / total,
-            **{f"{name}_ms_p{q}": weighted_percentile(ms_values, counts, q) for q in (50, 90, 99)}}
+            **{f"{name}_ms_p{q}": v for q, v in zip(QS, weighted_percentiles(ms_values, counts, QS))}}
 
 
 def _stats(name: str, seconds: Seq[float]) -> dict:

@@ -9,7 +9,7 @@ import pytest
 
 from harness.measure.metrics import percentile
 from harness.front.job import run_job
-from harness.serving.service_metrics import weighted_percentile
+from harness.serving.service_metrics import weighted_percentile, weighted_percentiles
 
 # Llama-2-13B on one A100-40GB (the paper's Figure 12 setting, OPT-13B's closest kin here), a short trace.
 SIM = ["scenario=capacity", "model=llama-2-13b", "gpu=a100-40gb", "max_seq_len=2048", "batch=64",
@@ -23,8 +23,10 @@ def test_weighted_percentile_equals_the_expanded_one(seed):
     counts = [rng.randint(0, 6) for _ in values]
     counts[0] += 1
     expanded = [v for v, c in zip(values, counts) for _ in range(c)]
-    for q in (0, 1, 50, 90, 99, 100):
-        assert weighted_percentile(values, counts, q) == pytest.approx(percentile(expanded, q))
+    qs = (0, 1, 50, 90, 99, 100)
+    for q, together in zip(qs, weighted_percentiles(values, counts, qs)):  # one sort for all of them
+        assert weighted_percentile(values, counts, q) == together == pytest.approx(percentile(expanded, q))
+    assert weighted_percentiles(values, [0] * len(values), qs) == [None] * len(qs)
 
 
 def test_capacity_on_the_simulated_clock(compose, tmp_path):
