@@ -62,6 +62,16 @@ def test_the_triton_interpreter_skips_large_points(compose, tmp_path):
     assert all(r["status"] == "skipped" and "Triton interpreter" in r["error"] for r in rows)
 
 
+def test_the_triton_interpreter_is_timed_once_after_its_checked_call(compose, tmp_path):
+    """Its time is the interpreter's, not the kernel's: one timed call (scenario.iters=3 is for real kernels)."""
+    rows, code = run_job(compose(["+impl=paged_triton", *TINY]), tmp_path)
+    assert code == 0 and [r["layout"] for r in rows] == ["paged", "contiguous"]
+    for r in rows:
+        assert r["status"] == "ok" and r["kernel_backend"] == "triton-interpreter" and r["max_abs_err"] < 1e-5
+        assert r["notes"].endswith("interpreted: 1 timed call")
+        assert r["latency_us_p10"] == r["latency_us_p50"] == r["latency_us_p90"]  # one sample
+
+
 class FakeClock:
     """Hands out the given durations, one per timed call."""
 
