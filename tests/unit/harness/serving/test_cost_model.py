@@ -54,6 +54,10 @@ def test_a_decode_jump_is_the_sum_of_its_steps():
     for batch, kv, steps in [(1000, 170_000, 25), (3, 0, 1), (3, 5, 40), (5000, 0, 7), (1, 10**7, 3)]:
         one_by_one = sum(c.decode_s(batch, kv + j * batch) for j in range(steps))
         assert c.decode_s(batch, kv, steps) == pytest.approx(one_by_one, rel=1e-12)
+        # each step's own price, as the simulator's gaps read them: the same steps, one by one
+        each = c.decode_steps_s(batch, kv, steps)
+        assert each == pytest.approx([c.decode_s(batch, kv + j * batch) for j in range(steps)], rel=1e-12)
+        assert c.decode_price_s(batch, kv, steps) == c.decode_s(batch, kv, steps)
     with pytest.raises(ValueError):
         c.decode_s(8, 0, steps=0)
 
