@@ -68,7 +68,7 @@ def test_the_triton_interpreter_is_timed_once_after_its_checked_call(compose, tm
     assert code == 0 and [r["layout"] for r in rows] == ["paged", "contiguous"]
     for r in rows:
         assert r["status"] == "ok" and r["kernel_backend"] == "triton-interpreter" and r["max_abs_err"] < 1e-5
-        assert r["notes"].endswith("interpreted: 1 timed call")
+        assert "interpreted: 1 timed call" in r["notes"]  # (a contention note may follow it)
         assert r["latency_us_p10"] == r["latency_us_p50"] == r["latency_us_p90"]  # one sample
 
 
