@@ -245,18 +245,28 @@ def _commands(root: Path, run_dirs: list[Path], rows: dict[Path, pd.DataFrame]) 
     return out
 
 
-def _read_run(root: Path, d: Path) -> tuple[pd.DataFrame | None, list[ReadProblem], dict, list[ReadProblem]]:
-    """A run folder's rows table and the problems reading it met; where it has rows, its side tables and theirs."""
+@dataclass
+class _RunTables:
+    """One run folder as read from disk: its rows and, where it has rows, its side tables; and the problems
+    each read met (kept apart: the rows' come before the folder's own rows problem, the side tables' after)."""
+    label: str
+    rows: pd.DataFrame | None
+    problems: list[ReadProblem]
+    tables: dict[str, pd.DataFrame | None]
+    side_problems: list[ReadProblem]
+
+
+def _read_run(root: Path, d: Path) -> _RunTables:
     label = _label(root, d)
     problems: list[ReadProblem] = []
     rows = read_table(d, "rows", problems, label)
     side_problems: list[ReadProblem] = []
     tables = {} if rows is None or rows.empty else {name: read_table(d, name, side_problems, label)
                                                     for name in SIDE_TABLES}
-    return rows, problems, tables, side_problems
+    return _RunTables(label, rows, problems, tables, side_problems)
 
 
-def _read_all(root: Path, dirs: list[Path]) -> list:
+def _read_all(root: Path, dirs: list[Path]) -> list[_RunTables]:
     """``_read_run`` of every folder, in order. pyarrow decodes a Parquet file outside the GIL, so two threads
     read the hundreds of small tables of a results folder about 1.3x faster than one."""
     workers = min(4, os.cpu_count() or 1, max(1, len(dirs)))
@@ -275,9 +285,9 @@ def collect(roots: list[Path]) -> Collection:
     for root in roots:
         dirs = find_run_dirs(root)
         per_dir = {}
-        for d, (rows, read_problems, tables, side_problems) in zip(dirs, _read_all(root, dirs)):
-            label = _label(root, d)
-            problems += read_problems
+        for d, run in zip(dirs, _read_all(root, dirs)):
+            label, rows = run.label, run.rows
+            problems += run.problems
             if rows is None:  # listed among the problems
                 continue
             if rows.empty:
@@ -296,8 +306,8 @@ def collect(roots: list[Path]) -> Collection:
             per_dir[d] = rows
             rows_frames.append(rows)
             labels.append(label)
-            problems += side_problems
-            for name, table in tables.items():
+            problems += run.side_problems
+            for name, table in run.tables.items():
                 if table is not None and not table.empty:
                     table = table.drop(columns="run_id", errors="ignore")
                     table["run_dir"] = label
