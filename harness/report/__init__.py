@@ -12,7 +12,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from harness.report.collect import Collection, collect, contended_rows
+from harness.report.collect import Collection, collect
+
+from harness.report.selection import contended_rows
 from harness.report.figures import impl_palette, save_all, theme
 from harness.report.markdown import SECTIONS, render
 from harness.report.memory_plots import kv_breakdown, max_concurrency, memory_vs_concurrency, memory_vs_concurrency_more

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.collect import ok_rows
+from harness.report.selection import ok_rows
 from harness.report.tables import md_table, pick
 
 ATTENTION_TITLE = "Attention's share of a step"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.collect import measured_as
+from harness.report.selection import measured_as
 from harness.report.tables import md_table, pick
 
 CHUNKED_TITLE = "Chunked prefill against whole-prompt prefill"

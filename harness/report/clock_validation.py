@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.collect import measured_as, ok_rows
+from harness.report.selection import measured_as, ok_rows
 from harness.report.tables import md_table, pick
 
 CLOCK_TITLE = "The simulated clock against the wall clock"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.collect import ok_rows
+from harness.report.selection import ok_rows
 from harness.report.tables import md_table, pick
 
 KV_DTYPE_TITLE = "The KV cache's data type"

@@ -7,7 +7,8 @@ import pandas as pd
 from harness.report.attention_share import attention_section
 from harness.report.chunked_prefill import chunked_section
 from harness.report.clock_validation import clock_section
-from harness.report.collect import Collection, burst, contended_rows, ok_rows, unique_points, with_mode
+from harness.report.collect import Collection
+from harness.report.selection import burst, contended_rows, ok_rows, unique_points, with_mode
 from harness.report.figures import GB, devices
 from harness.report.hardware import with_peak
 from harness.report.kv_dtype import kv_dtype_section

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from harness.report.collect import ok_rows, unique_points
+from harness.report.selection import ok_rows, unique_points
 from harness.report.figures import DEFAULT_BLOCK_SIZE, GB, MAX_FACETS, devices, facet_labels, fmt_bytes, grid, show, wrap
 from harness.report.palette import impl_order, impl_style
 

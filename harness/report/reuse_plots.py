@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.collect import ok_rows
+from harness.report.selection import ok_rows
 from harness.report.figures import GB, MAX_FACETS, facet_labels, grid, wrap
 
 FACETS = ["model", "workload", "clock", "gpu", "block_size", "device_slug"]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.collect import measured_as, ok_rows, with_mode
+from harness.report.selection import measured_as, ok_rows, with_mode
 from harness.report.figures import MAX_FACETS, devices, facet_labels, grid, log_axis, wrap
 from harness.report.palette import colour_of, dash_handle, figure_legend, impl_lines, impl_style
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.collect import MODES, burst, ok_rows, with_mode
+from harness.report.selection import MODES, burst, ok_rows, with_mode
 from harness.report.figures import DEFAULT_BLOCK_SIZE, MAX_FACETS, count_axis, facet_labels, grid, log_axis, wrap
 from harness.report.hardware import with_peak
 from harness.report.palette import dash_entries, dash_handle, figure_legend, impl_lines

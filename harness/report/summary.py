@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.report.collect import Collection, measured_as, ok_rows
+from harness.report.collect import Collection
+
+from harness.report.selection import measured_as, ok_rows
 from harness.report.figures import GB
 
 SEEDS_WORKLOAD = "seeds"  # the seeds' own experiment: Llama-2-7B, 100 users

@@ -260,7 +260,7 @@ def test_breakdown_adds_external_fragmentation_only_where_an_impl_has_it():
 def test_eager_and_graphed_decode_rows_stay_apart():
     """cuda_graph=true rows are another measurement of the same impl: the decode table names the
     mode, parity compares within a mode, and the plot draws them as separate lines."""
-    from harness.report.collect import with_mode
+    from harness.report.selection import with_mode
     from harness.report.markdown import decode_table
     from harness.report.parity import parity_table
     from harness.report.speed_plots import decode_throughput
@@ -291,7 +291,7 @@ def test_eager_and_graphed_decode_rows_stay_apart():
 def test_compiled_cpu_decode_rows_are_their_own_mode():
     """cpu_compile=true rows (the dense work compiled by inductor) are another measurement of the impl:
     labelled ``compiled``, kept apart in the table and the plot; a CSV's "True"/"False" text reads the same."""
-    from harness.report.collect import with_mode
+    from harness.report.selection import with_mode
     from harness.report.markdown import decode_table
     from harness.report.speed_plots import decode_throughput
 
