@@ -74,7 +74,9 @@ def test_a_chunked_rate_is_simulated_with_mixed_steps_as_a_chunked_wall_run_name
     (sim,) = [r for r in rows if r.get("request_rate") is not None and r["chunked_prefill"]]
     assert sim["request_rate"] == 20 and sim["max_num_batched_tokens"] == 8 and sim["tpot_ms_p50"] > 0
     plain = next(r for r in rows if r.get("request_rate") == 20 and not r["chunked_prefill"])
-    assert sim["workload_digest"] == plain["workload_digest"] and sim["tpot_ms_p50"] != plain["tpot_ms_p50"]
+    # Chunks of at most 8 tokens take a prompt of 6-18 two or three steps where a whole prompt takes one: the first
+    # token comes later (TPOT need not differ: at 20 req/s few of these 8 requests overlap, so both ran alike)
+    assert sim["workload_digest"] == plain["workload_digest"] and sim["ttft_ms_p50"] > plain["ttft_ms_p50"]
     (wall,), code = run_job(compose(["+impl=paged_torch", *SMALL, "arrival=poisson", "arrival.rate=20",
                                      "scenario.warmup=0", "chunked_prefill=true", "max_num_batched_tokens=8"]), tmp_path)
     assert code == 0 and all(wall[k] == sim[k] for k in ("workload_digest", "chunked_prefill", "max_num_batched_tokens"))
