@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from impls.host_tier import NO_HOST_COPIES, HostCopies
 
@@ -195,6 +195,23 @@ class KVAllocator(ABC):
 
         The event-driven simulator lets a sequence "ride" that many steps without calling the allocator.
         """
+
+    def fill_is_silent(self, seq_id: int) -> bool:
+        """True when the token that fills the sequence's last block changes nothing another sequence or
+        request could see before the sequence next needs memory (no prefix-cache entry a lookup could hit).
+        The event-driven simulator then lets the sequence ride through that fill, not stop at it."""
+        return False
+
+    def riding_steps(self, seq_id: int) -> int:
+        """Decode steps until the sequence's next one the allocator must see: the one that needs memory
+        (a new slot or a copy), else the one that fills its block, unless that fill is silent (at least 1)."""
+        run = self.appendable_without_alloc(seq_id)
+        return run + 1 if run and self.fill_is_silent(seq_id) else run or 1
+
+    # Set by the event-driven simulator where an allocator supports it: called with a running sequence's id
+    # when something is about to look at blocks that sequence filled silently, so that the simulator brings
+    # its owed tokens in first (impls/block_manager.py calls it before it hashes a pending chain).
+    on_expose: Callable[[int], None] | None = None
 
     @abstractmethod
     def usage(self) -> CacheUsage: ...

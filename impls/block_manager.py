@@ -282,7 +282,13 @@ class BlockManager(HostTierPool, KVAllocator):
             self._register_full(b, parent, tuple(toks[-bs:]))
 
     def _flush(self, fam: _Family) -> None:
-        """Hash and cache ``fam``'s pending blocks (as eager hashing registered them), and end the family."""
+        """Hash and cache ``fam``'s pending blocks (as eager hashing registered them), and end the family.
+
+        A running sequence's family may lack blocks it filled silently (``fill_is_silent``: the simulator
+        owes their tokens): ``on_expose`` brings them in first, so the chain is hashed as eager appends
+        would have left it."""
+        if self.on_expose is not None and self._family.get(fam.seq_id) is fam:
+            self.on_expose(fam.seq_id)
         del self._root_family[fam.root]
         if self._family.get(fam.seq_id) is fam:
             del self._family[fam.seq_id]
@@ -532,6 +538,43 @@ class BlockManager(HostTierPool, KVAllocator):
                     else:
                         self._register_filled(seq_id, table, b, toks)
                 return []
+            if bs < end < 2 * bs and self.ref[b] == 1:
+                # The simulator's owed tokens of a silent fill (``fill_is_silent``): they fill the owned last
+                # block, and the rest start a new one, as two appends would (fill, register, then take).
+                free = self.free
+                lru = self._lru
+                if not (free or (lru if lru is not None else self.evictable)):
+                    return None
+                self.generation += 1
+                fill = bs - off
+                toks += token_ids[:fill]
+                self.filled[b] = bs
+                if self.prefix_caching:
+                    fam = self._family.get(seq_id)
+                    if fam is not None:
+                        self._block_hash[b] = fam
+                        fam.pending += 1
+                    else:
+                        self._register_filled(seq_id, table, b, toks)
+                if free:
+                    nb = free.popleft()
+                    if self._history:
+                        self.evictable.forget(nb)
+                else:
+                    nb = self._evict()
+                ref = self.ref
+                assert ref[nb] == 0
+                ref[nb] = 1
+                rest = end - bs
+                self.filled[nb] = rest
+                table.append(nb)
+                index = len(table) - 1
+                if index < self._changed.get(seq_id, index + 1):
+                    self._changed[seq_id] = index
+                toks += token_ids[fill:]
+                self._filled_in_use += n
+                self._logical += n
+                return []
         elif 0 < n < bs:
             # A decode step at a block boundary: a new block that the tokens leave partial.
             free = self.free
@@ -605,6 +648,21 @@ class BlockManager(HostTierPool, KVAllocator):
         if off == 0 or self.ref[self.tables[seq_id][-1]] > 1:
             return 0  # the next token needs a new block, or a copy of the shared one
         return self.block_size - off
+
+    def riding_steps(self, seq_id: int) -> int:
+        """``KVAllocator.riding_steps`` in one call (the simulator asks it at every event of a sequence)."""
+        off = len(self.tokens[seq_id]) & (self.block_size - 1)
+        if off == 0 or self.ref[self.tables[seq_id][-1]] > 1:
+            return 1
+        if not self.prefix_caching or (self.on_expose is not None and seq_id in self._family):
+            return self.block_size - off + 1
+        return self.block_size - off
+
+    def fill_is_silent(self, seq_id: int) -> bool:
+        """Without prefix caching a full block is never looked up. With it, a sequence whose chain is pending
+        (``_Family``) marks its filled blocks pending, which only a lookup of its root can reach, and that
+        lookup flushes the family first: with ``on_expose`` set, the simulator's owed tokens come in then."""
+        return not self.prefix_caching or (self.on_expose is not None and seq_id in self._family)
 
     def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
         assert child_id not in self.tables, f"sequence {child_id} exists"

@@ -78,8 +78,19 @@ class JobContext:
             first = {ids[0]: t for ids, t in zip(wl.conversations, times)}
             return [replace(r, arrival_s=first.get(r.request_id, 0.0)) for r in wl.requests]
         times = arrival_times(self.cfg.arrival, len(wl.requests), self.cfg.seed, wl.trace_arrivals)
+        if not any(times):  # a burst: the drawn requests (each arrives at 0) as they are
+            return list(wl.requests)
         # Request(...) rather than dataclasses.replace, which reads every field by name: 0.4 s per 100,000.
         return [Request(r.request_id, r.prompt_ids, r.output_len, r.n, t) for r, t in zip(wl.requests, times)]
+
+    @cached_property
+    def workload_digest(self) -> str:
+        """``workload_digest(requests)``: the one drawing made, while every request arrives at once (an arrival
+        at 0 adds nothing to a request's record)."""
+        made = self.workload.digest
+        if made is not None and not any(r.arrival_s for r in self.requests):
+            return made
+        return workload_digest(self.requests)
 
     def request_source(self):
         """A fresh closed-loop source for one run of the requests (harness/serving/closed_loop.py), or
@@ -255,7 +266,7 @@ class JobContext:
             "cpu_threads": (cfg.cpu_threads if cfg.scenario.bookkeeping else self.cpu_threads)
             if cfg.device.name == "cpu" else None,
             "cuda_graph": cfg.cuda_graph,
-            "workload_digest": workload_digest(self.requests) if workload else None,
+            "workload_digest": self.workload_digest if workload else None,
             "trace_sha256": self.workload.trace_sha256 if workload else None,
             **self.fingerprint.as_dict(),
             "kv_bytes_per_token": self.bytes_per_token,

@@ -39,6 +39,8 @@ from impls.host_tier import NO_HOST_COPIES, HostCopies
 
 # (sequence, number of tokens) -> the token ids whose slots are reserved this step
 TokenSource = Callable[[Sequence, int], Seq[int]]
+# The sequences a decode step appends, with their token counts: a list, or a function that gives it
+Candidates = Seq[tuple[Sequence, int]] | Callable[[], Seq[tuple[Sequence, int]]]
 
 
 def last_token(seq: Sequence, num_tokens: int) -> list[int]:
@@ -162,9 +164,10 @@ class Scheduler:
         return not self.waiting and not self.running
 
     # ---- a step ---------------------------------------------------------------
-    def schedule(self, num_tokens: int = 1, candidates: Seq[tuple[Sequence, int]] | None = None) -> StepPlan:
+    def schedule(self, num_tokens: int = 1, candidates: Candidates | None = None) -> StepPlan:
         """Plan one step: admit what fits, else ``num_tokens`` more tokens for every running sequence
-        (``candidates``: only these (sequence, tokens) append; the simulator accounts the rest)."""
+        (``candidates``: only these (sequence, tokens) append, the simulator accounts the rest; given as a
+        function, it is asked once the step's admissions are done, and only if the step decodes)."""
         plan = StepPlan()
         if self.chunked_prefill:
             self._schedule_decode(plan, num_tokens, candidates)
@@ -299,13 +302,15 @@ class Scheduler:
             self._pending.difference_update(s.seq_id for s in (seq, *adm.forks))
         return end - start
 
-    def _schedule_decode(self, plan: StepPlan, num_tokens: int, candidates: Seq[tuple[Sequence, int]] | None) -> None:
+    def _schedule_decode(self, plan: StepPlan, num_tokens: int, candidates: Candidates | None) -> None:
         alloc, running = self.allocator, self.running  # admission order: the last admitted is preempted first
         # Victims always come off the tail, so the survivors stay a prefix of ``running``.
         gone: set[int] = set()
         pending = self._pending  # chunked_prefill: sequences still prefilling do not decode
         if candidates is None:
             candidates = [(s, num_tokens) for s in running if s.seq_id not in pending]
+        elif callable(candidates):
+            candidates = candidates()
         for seq, k in candidates:
             if gone and id(seq) in gone:
                 continue

@@ -8,6 +8,7 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
+from typing import Callable
 
 import numpy as np
 
@@ -57,6 +58,9 @@ class Workload:
     think_s: tuple[float, ...] | None = None
     # distribution=text: each request's continuation in the text, the tokens a teacher-forced run is fed
     continuations: dict[int, tuple[int, ...]] | None = None
+    # ``workload_digest(requests)``, where drawing the prompts made it from their ids while they were still
+    # numpy's (100,000 chat prompts: about 1.5 s less than reading 51 million ints back); None: not made
+    digest: str | None = None
 
 
 def _clip(p: int, o: int, max_seq_len: int) -> tuple[int, int]:
@@ -94,7 +98,8 @@ DRAW_CHUNK_TOKENS = 2**20
 
 
 def draw_prompts(rng: np.random.Generator, vocab: int, sizes: list[int], token_ids,
-                 prefix: tuple[int, ...] = ()) -> list[tuple[int, ...]]:
+                 prefix: tuple[int, ...] = (), on_chunk: Callable[[int, int, np.ndarray], None] | None = None
+                 ) -> list[tuple[int, ...]]:
     """``prefix + token_ids(rng.integers(0, vocab, size=k))`` as a tuple for each ``k`` of ``sizes`` in turn,
     the same ids from the same ``rng``, drawn a chunk of requests per call.
 
@@ -103,6 +108,8 @@ def draw_prompts(rng: np.random.Generator, vocab: int, sizes: list[int], token_i
     32-bit stream (PCG64 keeps the half of a 64-bit output left over between calls, in its state), above it
     each from one 64-bit output, and a rejected draw is redrawn in place; so the stream does not depend on
     how it is cut into calls (tests/unit/harness/serving/test_workload.py checks it against one call each).
+    ``on_chunk(start, end, ids)``: each chunk's drawn ids as numpy has them, for the requests
+    ``start..end-1`` (without the prefix), before they become ints.
     """
     prompts: list[tuple[int, ...]] = []
     start, count = 0, len(sizes)
@@ -111,7 +118,10 @@ def draw_prompts(rng: np.random.Generator, vocab: int, sizes: list[int], token_i
         while end < count and (end == start or total + sizes[end] <= DRAW_CHUNK_TOKENS):
             total += sizes[end]
             end += 1
-        ids = token_ids(rng.integers(0, vocab, size=total))  # one list of shared ints for the chunk
+        drawn = rng.integers(0, vocab, size=total)
+        if on_chunk is not None:
+            on_chunk(start, end, drawn)
+        ids = token_ids(drawn)  # one list of shared ints for the chunk
         at = 0
         for k in sizes[start:end]:
             prompts.append(prefix + tuple(ids[at:at + k]))  # () + t is t itself: no copy without a prefix
@@ -123,13 +133,20 @@ def draw_prompts(rng: np.random.Generator, vocab: int, sizes: list[int], token_i
 @contextmanager
 def gc_paused():
     """The cyclic collector off for a block that makes millions of objects and no reference cycles (drawing
-    100,000 prompts: ~2.5 s of its collections rescanning the prompts already made, for nothing)."""
+    100,000 prompts: ~2.5 s of its collections rescanning the prompts already made, for nothing).
+
+    At its end what it made goes straight to the oldest generation (``gc.freeze`` then ``gc.unfreeze``, which
+    moves every tracked object there unscanned): else the first young collection after it walks all of it
+    once more (100,000 chat prompts' 51 million ids: 0.5 s). Nothing is kept from the collector: a full
+    collection still sees it all."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
@@ -190,16 +207,25 @@ def _draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_
         clipped += (p, o) != want
         prompts_cut += p < want[0]
         lengths.append((p, o))
+    digest = None
     if trace is not None and trace.hash_ids is not None:  # format=mooncake: tokens from the block ids
         prompts = [tuple(prefix + blocks.prompt(trace.hash_ids[rid], p, rng)) for rid, (p, _) in enumerate(lengths)]
     else:
-        prompts = draw_prompts(rng, vocab, [p - len(prefix) for p, _ in lengths], token_ids, tuple(prefix))
+        sizes = [p - len(prefix) for p, _ in lengths]
+        digest = hashlib.sha256()
+
+        def hash_chunk(start: int, end: int, ids: np.ndarray) -> None:  # workload_digest's text, in order
+            records = [(rid, lengths[rid][0], lengths[rid][1], cfg.n, 0.0) for rid in range(start, end)]
+            digest.update(_ids_records_text(_with_prefix(ids, sizes[start:end], tuple(prefix)), records))
+
+        prompts = draw_prompts(rng, vocab, sizes, token_ids, tuple(prefix), on_chunk=hash_chunk)
     requests = [Request(rid, prompt, o, cfg.n) for rid, (prompt, (_, o)) in enumerate(zip(prompts, lengths))]
     return Workload(
         requests,
         clip_note(clipped, prompts_cut, num_requests, max_seq_len),
         trace.sha256 if trace else None,
         tuple(trace.arrival_s.tolist()) if trace is not None and trace.arrival_s is not None else None,
+        digest=digest.hexdigest()[:DIGEST_CHARS] if digest is not None else None,
     )
 
 
@@ -228,7 +254,10 @@ def workload_digest(requests: list[Request]) -> str:
             h.update(_records_text(requests[start:i + 1], tokens))
             start, tokens = i + 1, 0
     h.update(_records_text(requests[start:], tokens))
-    return h.hexdigest()[:16]
+    return h.hexdigest()[:DIGEST_CHARS]
+
+
+DIGEST_CHARS = 16  # a digest's length in hex digits
 
 
 def _json_record(r: Request) -> bytes:
@@ -276,12 +305,18 @@ def _text_table(top: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _records_text(chunk: list[Request], tokens: int) -> bytes:
     """The JSON records of ``chunk`` (``tokens`` prompt ids in all), concatenated: ``json.dumps``'s text, made
-    with numpy. Every prompt id's text (its digits and ", ") goes into one buffer, from a table of each id's
-    text; a record is its head ``[id, [``, its prompt's slice of the buffer (less the last ", ") and its tail
-    ``], output_len, n]`` (``, arrival_s]``)."""
+    with numpy (``_ids_records_text``)."""
     ids = np.fromiter(chain.from_iterable(r.prompt_ids for r in chunk), dtype=np.int64, count=tokens)
     if tokens and ids.min() < 0 or any(type(t) is not int for r in chunk for t in r.prompt_ids[:1]):
         return b"".join(map(_json_record, chunk))  # not the token ids of any workload here: json writes them
+    return _ids_records_text(ids, [(r.request_id, len(r.prompt_ids), r.output_len, r.n, r.arrival_s) for r in chunk])
+
+
+def _ids_records_text(ids: np.ndarray, records: list[tuple[int, int, int, int, float]]) -> bytes:
+    """The JSON records of requests given as (request_id, prompt length, output_len, n, arrival_s), whose
+    prompts are ``ids`` (non-negative), one after another. Every prompt id's text (its digits and ", ") goes
+    into one buffer, from a table of each id's text; a record is its head ``[id, [``, its prompt's slice of
+    the buffer (less the last ", ") and its tail ``], output_len, n]`` (``, arrival_s]``)."""
     top = int(ids.max(initial=0))
     if top < TEXT_TABLE_MAX:
         table, lengths = _text_table(top)
@@ -294,13 +329,25 @@ def _records_text(chunk: list[Request], tokens: int) -> bytes:
     ends = np.cumsum(sizes)  # where each id's text (with its ", ") ends in ``text``
     parts: list = []
     at, offset = 0, 0
-    for r in chunk:
-        k = len(r.prompt_ids)
-        parts.append(f"[{_scalar(r.request_id)}, [".encode())
+    for request_id, k, output_len, n, arrival_s in records:
+        parts.append(f"[{_scalar(request_id)}, [".encode())
         if k:
             end = int(ends[at + k - 1])
             parts.append(text[offset:end - 2])
             at, offset = at + k, end
-        tail = f"], {_scalar(r.output_len)}, {_scalar(r.n)}"
-        parts.append((f"{tail}, {json.dumps(r.arrival_s)}]" if r.arrival_s else tail + "]").encode())
+        tail = f"], {_scalar(output_len)}, {_scalar(n)}"
+        parts.append((f"{tail}, {json.dumps(arrival_s)}]" if arrival_s else tail + "]").encode())
     return b"".join(parts)
+
+
+def _with_prefix(ids: np.ndarray, sizes: list[int], prefix: tuple[int, ...]) -> np.ndarray:
+    """The prompts ``prefix + ids[at:at + k]`` for each ``k`` of ``sizes`` in turn, one after another."""
+    if not prefix:
+        return ids
+    m, width = len(sizes), len(prefix)
+    counts = np.asarray(sizes, dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(counts + width)[:-1]))  # where each prompt begins
+    out = np.empty(len(ids) + m * width, dtype=np.int64)
+    out[(starts[:, None] + np.arange(width)).ravel()] = np.tile(np.asarray(prefix, dtype=np.int64), m)
+    out[np.arange(len(ids)) + np.repeat(starts + width, counts) - np.repeat(np.cumsum(counts) - counts, counts)] = ids
+    return out

@@ -1,4 +1,5 @@
-"""JobContext's cpu_compile: the key, or the auto rule over the run's decode tokens, decided once per job."""
+"""JobContext: its cpu_compile (the key, or the auto rule over the run's decode tokens, decided once per job), and
+the rows' workload digest."""
 
 from __future__ import annotations
 
@@ -116,3 +117,15 @@ def test_a_bookkeeping_row_records_the_configured_threads_without_sampling_the_l
     timed = JobContext(resolve(compose(SMALL)), tmp_path, no_fingerprint)  # a decode job samples, when not set
     monkeypatch.setattr(contention, "free_cores", lambda *a, **k: 1)
     assert timed.identifiers(None)["cpu_threads"] == 1
+
+
+def test_a_runs_digest_is_the_drawn_one_in_a_burst_and_its_own_under_arrivals(compose, tmp_path):
+    """The digest drawing made stands for the requests only while they all arrive at 0; with arrival times the
+    run hashes its own requests (an arrival adds to each record)."""
+    from harness.serving.workload import workload_digest
+
+    burst = _ctx(compose, tmp_path, "workload=chat", "workload.num_requests=30")
+    poisson = _ctx(compose, tmp_path, "workload=chat", "workload.num_requests=30", "arrival=poisson", "arrival.rate=4")
+    assert burst.workload.digest == poisson.workload.digest == burst.workload_digest
+    assert burst.workload_digest == workload_digest(burst.requests)
+    assert poisson.workload_digest == workload_digest(poisson.requests) != burst.workload_digest

@@ -216,11 +216,53 @@ def test_with_a_clock_and_arrivals_equals_step_by_step(case, seed, count, chunke
 
 
 def test_a_decode_run_jumps_between_events():
-    """Fixed lengths in step: per block of 16 tokens, a record for the step that fills it and one
-    for the step that takes the next block and the 14 after it, not one per token."""
+    """Fixed lengths in step: per block of 16 tokens, one record for the step that takes the next block and
+    the 15 after it, not one per token. The fills are silent (each prompt's chain is its own, hashed lazily)."""
     requests = [Request(i, tuple(range(i, i + 100)), 400) for i in range(8)]
     sim = assert_same(lambda: BlockManager(1000, 16), requests, 8, 8192, 32000)
-    assert sim.decode_steps == 399 and len(sim.records) <= 1 + 2 * (-(-399 // 16) + 1)
+    assert sim.decode_steps == 399 and len(sim.records) <= 1 + (-(-399 // 16) + 1)
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_a_silent_fill_is_no_event(caching):
+    """A block whose fill nobody can see (no prefix caching, or a chain its sequence holds alone) costs no
+    record of its own: one a block, where a fill that a lookup could hit costs two (a shared prompt's chain)."""
+    alone = [Request(0, tuple(range(100)), 64)]
+    shared = alone + [Request(1, tuple(range(100)), 64)]  # its chain is a hit: hashed eagerly, fills are events
+    one = assert_same(lambda: BlockManager(100, 16, prefix_caching=caching), alone, 1, 8192, 32000)
+    two = assert_same(lambda: BlockManager(100, 16, prefix_caching=caching), shared, 2, 8192, 32000)
+    blocks = -(-(100 + 63) // 16) - -(-100 // 16)  # the blocks its decode takes: 4, so 5 stretches of steps
+    assert len(one.records) == 1 + (blocks + 1)  # the prefill, then a record a stretch
+    assert len(two.records) == 1 + (blocks + 1 + (blocks if caching else 0))  # and one a fill, with caching
+
+
+def test_a_silently_filled_block_is_a_hit_once_a_prompt_reaches_its_chain():
+    """C waits behind A and B (the batch is full) while A's second block fills silently at decode step 4; when
+    C is first looked up, its hit on A's first block makes the allocator expose A's chain (``on_expose``):
+    A's owed tokens come in before the lookup goes on, so C finds both blocks, as step by step."""
+    a = Request(0, (5, 6, 7, 8), 12)  # request 0 makes token 0
+    b = Request(1, (1, 2), 6)
+    c = Request(2, (5, 6, 7, 8, 0, 0, 0, 0, 9), 2)
+    sim = assert_same(lambda: BlockManager(40, 4), [a, b, c], 2, 8192, 32000)
+    assert sim.records[5].kind == "prefill"  # C's, after B finished at decode step 5
+
+
+def test_a_chain_exposed_mid_step_takes_the_fill_its_turn_made():
+    """Y's first block fills at decode step 1 with X's first block's contents (request 1 makes token 3 in a
+    vocabulary of 10**6), so registering it shares X's chain, in the middle of step 1's appends, after X's
+    turn, whose token (owed: X was not due) filled X's second block. The simulator brings that fill in once
+    the step is planned, and Z, admitted when Y finishes, finds X's two blocks, as step by step."""
+    x = Request(0, (3, 3, 3, 3, 7, 7, 7), 6)  # request 0 makes token 0
+    y = Request(1, (3, 3, 3), 3)
+    z = Request(2, (3, 3, 3, 3, 7, 7, 7, 0, 5), 2)
+    allocs = []
+
+    def make():
+        allocs.append(BlockManager(40, 4))
+        return allocs[-1]
+
+    assert_same(make, [x, y, z], 2, 8192, 1_000_000)
+    assert allocs[1].cache_hit_tokens == 8
 
 
 def test_a_block_filled_by_decode_is_a_prefix_hit_at_the_next_step():

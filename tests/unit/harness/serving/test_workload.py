@@ -144,6 +144,22 @@ def test_digest_of_drawn_workloads_is_the_json_records_hash():
     assert workload_digest(reqs) == _json_digest(reqs)
 
 
+@pytest.mark.parametrize("chunk", [None, 7, 300])
+@pytest.mark.parametrize("dist,prefix,n,vocab", [("lognormal", 8, 2, 128256), ("fixed", 0, 1, 32000),
+                                                 ("uniform", 40, 3, 5), ("lognormal", 0, 1, 2**21)])
+def test_digest_made_while_drawing_is_the_json_records_hash(monkeypatch, chunk, dist, prefix, n, vocab):
+    """The digest draw_workload makes from the drawn ids (before they become ints) is the JSON records' hash,
+    with and without a shared prefix, at any chunking of the draws, small and large vocabularies."""
+    from harness.serving import workload
+
+    if chunk is not None:
+        monkeypatch.setattr(workload, "DRAW_CHUNK_TOKENS", chunk)
+    cfg = WorkloadConfig(distribution=dist, prompt_len=60, output_len=20, shared_prefix_len=prefix, n=n)
+    drawn = workload.draw_workload(cfg, 57, vocab, 256, seed=11)
+    assert drawn.digest is not None and not any(r.arrival_s for r in drawn.requests)
+    assert drawn.digest == _json_digest(drawn.requests) == workload_digest(drawn.requests)
+
+
 def _drawn_one_call_each(cfg: WorkloadConfig, num_requests: int, vocab: int, max_seq_len: int, seed: int):
     """draw_workload's plain path as first written: one numpy call per request's token ids."""
     import numpy as np
