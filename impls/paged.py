@@ -56,6 +56,9 @@ class PagedCache(KVCache):
         if refusal is not None:
             raise KernelArgumentError(refusal)
         self.kernel = kernel
+        # What the kernel reads, as the steps record it (``KVAllocator.decode_read_tokens``): the torch
+        # reference attends a padded window of the batch's longest context (kernels/read_pattern.py).
+        allocator.padded_decode_read = kernel.padded_read
         self.tables = DeviceBlockTables(self.device)
         # The host tier's memory (device.host_kv_gb): one buffer per block store, its blocks the tier's
         # slots; pinned on a GPU so the copies go by DMA. Each slot is written (stored) before it is read.

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # config validation reads the names without loading torch
     import torch
 
 from kernels.kv_formats import KV_DTYPES
+from kernels.read_pattern import reads_padded
 
 PAGED_KERNELS = ("torch", "triton", "cuda")  # over a block pool
 SLAB_KERNELS = ("sdpa",)  # over a contiguous slab
@@ -61,6 +62,8 @@ class PagedKernel:
     # the cache's ``kv_dtype`` values it reads (kernels/kv_formats.py); a quantized one comes with
     # ``scales=`` (kernels/quant.py KVScales) on decode and write
     kv_dtypes: tuple[str, ...] = ("auto",)
+    # its decode reads every sequence up to the batch's longest context, masked (kernels/read_pattern.py)
+    padded_read: bool = False
 
     def kv_dtype_error(self, kv_dtype: str) -> str | None:
         """Why this kernel cannot read a cache of ``kv_dtype``, in one line; None: it can."""
@@ -113,7 +116,8 @@ def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[...,
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
         write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
 
-    return PagedKernel("torch", decode, write, out_variant=False, kv_dtypes=KV_DTYPE_SUPPORT["torch"])
+    return PagedKernel("torch", decode, write, out_variant=False, kv_dtypes=KV_DTYPE_SUPPORT["torch"],
+                       padded_read=reads_padded("torch"))
 
 
 def _sdpa() -> PagedKernel:

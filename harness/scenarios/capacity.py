@@ -112,6 +112,8 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     from harness.kv.factory import analytic_max_concurrency, build_allocator
     from harness.measure.metrics import per_second
     from harness.serving.clocks import outside_note, step_clock
+    from harness.serving.profiled_clock import ProfiledClock
+    from kernels.read_pattern import reads_padded
     from harness.serving.reuse_meter import ReuseMeter
     from harness.serving.service_metrics import service_columns
     from harness.serving.simulator import simulate
@@ -124,6 +126,10 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     allocator = build_allocator(impl, cfg, budget.kv_bytes)
     if clock is None:
         clock, source = step_clock(cfg, impl.name)
+    if isinstance(clock, ProfiledClock) and reads_padded(impl.kernel):
+        # A profile is of the impl's own kernel, and prices what it reads: the torch reference's padded
+        # window, as its wall steps record it (the roofline prices the PagedAttention kernel's read instead).
+        allocator.padded_decode_read = True
     arrivals = [r.arrival_s for r in requests] if clock is not None else None
     loop = ctx.request_source()  # a closed loop (workload.kind=multi_turn) decides arrivals as it runs
     meter = ReuseMeter(allocator)

@@ -47,7 +47,9 @@ max with the compute), no per-layer cost, no prefill floor, and the datasheet ba
 bw_efficiency everywhere. Version 2 (before 2026-12-03) priced every cache's decode attention by
 the sum of its sequences' contexts; version 3 prices what the cache's kernel reads (``R`` is the
 allocator's ``decode_read_tokens``): a slab cache (contiguous, Orca) attends over a padded batch,
-every sequence up to the longest context, so its R is B x the longest; a paged cache's is the sum.
+every sequence up to the longest context, so its R is B x the longest; a paged cache's is the sum
+(the PagedAttention kernel's read, which the roofline prices for every paged impl; a profile instead prices
+its own impl's kernel, and paged_torch's reference gathers a padded window: kernels/read_pattern.py).
 The formulas are unchanged. ``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 

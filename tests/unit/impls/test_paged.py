@@ -1,4 +1,5 @@
-"""PagedCache's host-tier copies: every block store goes to the host buffer and back, stores first."""
+"""PagedCache: its host-tier copies (every block store goes to the host buffer and back, stores first), and the
+read its kernel makes, as its allocator reports it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from impls.paged import PagedCache
 from kernels.registry import get_paged_kernel
 
 
-def _cache(num_blocks: int, host_blocks: int) -> PagedCache:
+def _cache(num_blocks: int, host_blocks: int, kernel: str = "torch") -> PagedCache:
     bm = BlockManager(num_blocks, 4, host_blocks=host_blocks)
-    return PagedCache(get_paged_kernel("torch"), bm, num_layers=3, num_heads=4, kv_heads=2, head_dim=8,
+    return PagedCache(get_paged_kernel(kernel), bm, num_layers=3, num_heads=4, kv_heads=2, head_dim=8,
                       dtype=torch.float32, device=torch.device("cpu"), bytes_per_token=2 * 3 * 2 * 8 * 4)
 
 
@@ -36,3 +37,11 @@ def test_no_tier_no_host_buffers():
     cache = _cache(4, 0)
     assert cache.host_buffers == []
     cache.copy_host(HostCopies())  # nothing to do
+
+
+def test_the_reference_kernels_read_is_the_batchs_longest_context_for_every_sequence():
+    """paged_torch's gather attends a [batch, longest] window (masked), so its steps record batch x longest
+    KV tokens read; the C++ kernel (the cuda op's CPU kernel) reads each sequence's own context."""
+    reference, cpp = _cache(8, 0, "torch").allocator, _cache(8, 0, "cuda").allocator
+    assert reference.padded_decode_read and not cpp.padded_decode_read
+    assert reference.decode_read_tokens([3, 10, 5]) == 30 and cpp.decode_read_tokens([3, 10, 5]) == 18

@@ -98,6 +98,25 @@ def test_clock_profile_prices_a_capacity_run_and_names_its_profile(profiled, com
         assert row[f] == pytest.approx(sim[f])  # the same requests, the same profile: the same prices
 
 
+def test_a_profile_prices_the_read_of_the_impls_own_kernel(profiled, compose, tmp_path):
+    """A profile is of its impl's kernel: paged_torch's reference reads every sequence up to the batch's
+    longest context, so its simulated steps on the profile read batch x longest, as its wall steps record;
+    paged_cuda's kernel (priced by the same table) reads each own context, and the roofline prices the
+    PagedAttention kernel's read for both. A burst: the same schedule whichever the prices."""
+    out, _ = profiled
+
+    def reads(impl, *clock):
+        (row,), code = run_job(compose([f"+impl={impl}", *SMALL, "scenario=capacity", *clock]), tmp_path / impl / clock[0])
+        assert code == 0, row.get("error")
+        steps = pd.read_parquet(tmp_path / impl / clock[0] / "steps.parquet")
+        return steps.loc[steps.kind == "decode", "kv_tokens_read"].tolist()
+
+    profile = (f"clock_profile={out}", "clock_profile_impl=paged_torch")
+    padded, own = reads("paged_torch", *profile), reads("paged_cuda", *profile)
+    assert len(padded) == len(own) and all(p >= o for p, o in zip(padded, own)) and padded != own
+    assert reads("paged_torch", "gpu=h100-sxm") == reads("paged_cuda", "gpu=h100-sxm") == own
+
+
 def test_a_profile_without_the_impl_gives_one_line_naming_what_it_has(profiled, compose, tmp_path):
     out, _ = profiled
     (row,), code = run_job(compose(["+impl=contiguous", *SMALL, "scenario=capacity", "arrival=poisson",
