@@ -89,17 +89,20 @@ def test_capacity_scenario_admits_under_the_same_budget():
     assert one_each.finished == unlimited.finished == 4
 
 
-@pytest.mark.parametrize("impl", ["contiguous", "paged_torch"])
+@pytest.mark.parametrize("impl", ["contiguous", "paged_torch", "paged_cuda"])
 def test_engine_records_the_kv_read_the_simulator_prices(compose, impl):
     """Each decode step's ``kv_tokens_read`` (what the clocks price its attention by) is the same on
-    the engine and the simulator: a slab cache (contiguous) reads batch x the longest context,
-    a paged one every sequence's own context."""
+    the engine and the simulator: a slab cache (contiguous) and the paged torch reference, which gathers
+    a padded window, read batch x the longest context (as a profile of paged_torch prices its simulated
+    steps); the C++ kernel of paged_cuda every sequence's own context."""
     result, _ = run_engine(compose, impl, 8192)
     walls = [r.kv_tokens_read for r in result.steps if r.kind == "decode"]
     alloc = LaneAllocator(8, 64) if impl == "contiguous" else BlockManager(32, 16)
+    padded = impl != "paged_cuda"
+    alloc.padded_decode_read = padded
     sim = simulate(alloc, REQUESTS, 4, 8192, 4096, 1)
     priced = [r.kv_tokens_read + j * r.batch for r in sim.records if r.kind == "decode" for j in range(r.steps)]
     assert walls == priced and len(walls) >= 4
     # The four sequences differ in length (46, 8, 8 and 51 tokens at the first decode): padding shows.
     lens = [len(r.prompt_ids) + 1 for r in REQUESTS for _ in range(r.n)]
-    assert walls[0] == (4 * max(lens) if impl == "contiguous" else sum(lens))
+    assert walls[0] == (4 * max(lens) if padded else sum(lens))
