@@ -41,6 +41,14 @@ PROBE_COLUMNS = ("request_rate", "achieved_rps", "normalized_latency_s", "goodpu
                  "clock_source")  # simulated probes: what priced their steps (a profile's id, or roofline-v<N>)
 
 
+def probe_record(impl: str, rid: str, rate: float, row: dict, clock: str | None = None) -> dict:
+    """One probe's line of the ``rate_probes`` table: its rate, verdict and ``PROBE_COLUMNS``; ``clock``
+    (wall | simulated) where one job searches on both (scenario=profile's validation)."""
+    record = {"impl": impl, "run_id": rid, "rate_rps": rate, "slo_pass": bool(row.get("slo_pass")),
+              **{k: row.get(k) for k in PROBE_COLUMNS}}
+    return record if clock is None else {**record, "clock": clock}
+
+
 def search_rate(passes: Callable[[float], bool], start: float, limit: float, tolerance: float) -> tuple[float, int]:
     """(largest passing rate found, probes run): double from ``start``, then bisect to ``tolerance``.
 
@@ -100,8 +108,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
 
     def passes(rate: float) -> bool:
         row = _probe(ctx, impl, rate, first=not listed)
-        listed.append({"impl": impl.name, "run_id": run_id(ctx.run_dir), "rate_rps": rate,
-                       "slo_pass": bool(row.get("slo_pass")), **{k: row.get(k) for k in PROBE_COLUMNS}})
+        listed.append(probe_record(impl.name, run_id(ctx.run_dir), rate, row))
         return bool(row.get("slo_pass"))
 
     found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)

@@ -267,7 +267,9 @@ def recheck_grid(ctx: JobContext) -> tuple[list[int], list[int], list[int]]:
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     from harness.measure.contention import probe_for, with_contention
-    from harness.scenarios.max_rate import search_rate
+    import pandas as pd
+
+    from harness.scenarios.max_rate import probe_record, search_rate
     from harness.scenarios.wall_check import drift, wall_max_rate, wall_row
     from harness.serving.profile_table import profile_frame
     from harness.serving.profiled_clock import ProfiledClock, profile_id
@@ -293,19 +295,28 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     out = [summary]
     # Each rate on both clocks, the wall run first (its warm-up: the first one's), then the simulated one.
     runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
-    served: dict[float, bool] = {}  # whole-prompt wall rows' SLO verdicts, which the wall search reuses
+    served: dict[float, dict] = {}  # whole-prompt wall rows, whose SLO verdicts the wall search reuses
     for i, (rate, budget) in enumerate(runs):
         if sc.wall:
             row = wall_row(ctx, impl, rate, budget, warmup=int(i == 0), clock=ProfiledClock(points))
             if budget is None and row.get("status") == "ok" and row.get("slo_pass") is not None:
-                served[float(rate)] = bool(row["slo_pass"])
+                served[float(rate)] = row
             out.append(row)
         out.append(_simulated(ctx, impl, points, rate, budget))
     if sc.max_rate:
+        # Both searches' probes in the job's rate_probes table, told apart by ``clock``: where the two
+        # clocks' verdicts part, and by how much normalized latency.
+        listed: list[dict] = []
         if sc.wall:
-            out.append(wall_max_rate(ctx, impl, served))
-        found, probes = search_rate(lambda r: bool(_simulated(ctx, impl, points, r).get("slo_pass")),
-                                    sc.start_rps, sc.search_limit, sc.tolerance_rps)
+            out.append(wall_max_rate(ctx, impl, served, listed))
+
+        def passes(rate: float) -> bool:
+            row = _simulated(ctx, impl, points, rate)
+            listed.append(probe_record(impl.name, run_id(ctx.run_dir), rate, row, "simulated"))
+            return bool(row.get("slo_pass"))
+
+        found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
+        append_table(ctx.tables, "rate_probes", pd.DataFrame(listed))
         out.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": ctx.cfg.arrival.name,
                     "slo": slo_label(ctx.cfg.slo), "max_rate_rps": found, "probes": probes,
                     "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})

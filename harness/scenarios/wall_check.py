@@ -20,6 +20,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from harness.config import ImplConfig
+from harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     import pandas as pd
@@ -78,15 +79,17 @@ def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int
     return {**row, **probe_identifiers(probe, impl), "notes": notes}
 
 
-def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, bool] | None = None) -> dict:
-    """The largest rate within the SLO on the wall clock, searched as scenario=max_rate does (no tables).
+def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, dict] | None = None,
+                  listed: list[dict] | None = None) -> dict:
+    """The largest rate within the SLO on the wall clock, searched as scenario=max_rate does (no steps
+    or requests tables; each probe goes into ``listed``, the job's ``rate_probes``, with ``clock=wall``).
 
-    ``served``: rate -> whether the job's own wall row at that rate (whole prompts, the search's
-    scheduling) passed the SLO. The search takes those answers instead of serving the same requests
-    at the same rate again: the same question, asked of the same process minutes apart (on the CPU
-    validation, about a minute of each job's two)."""
+    ``served``: rate -> the job's own wall row at that rate (whole prompts, the search's scheduling).
+    The search takes its verdict instead of serving the same requests at the same rate again: the
+    same question, asked of the same process minutes apart (on the CPU validation, about 20 s of
+    arrivals a job)."""
     from harness.scenarios import decode
-    from harness.scenarios.max_rate import search_rate
+    from harness.scenarios.max_rate import probe_record, search_rate
     from harness.serving.service_metrics import slo_label
 
     sc = ctx.cfg.scenario
@@ -97,8 +100,11 @@ def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, bool] |
         nonlocal reused
         if rate in known:
             reused += 1
-            return known[rate]
-        (row,) = decode.measure(at_rate(ctx, rate, tables=False), impl, warmup=0)
+            row = known[rate]
+        else:
+            (row,) = decode.measure(at_rate(ctx, rate, tables=False), impl, warmup=0)
+        if listed is not None:
+            listed.append(probe_record(impl.name, run_id(ctx.run_dir), rate, row, "wall"))
         return bool(row.get("slo_pass"))
 
     found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)

@@ -205,6 +205,20 @@ def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_reco
     assert searched["wall"]["max_rate_rps"] == expected
     assert f"{searched['wall']['probes']} probes ({searched['wall']['probes']} of them the rows served" \
         in searched["wall"]["notes"]
+    # every probe of both searches, in order, in the job's rate_probes table: a reused one with its row's figures
+    probes = pd.read_parquet(out / "rate_probes.parquet")
+    for clock, row in searched.items():
+        mine = probes[probes.clock == clock]
+        assert len(mine) == row["probes"] and mine.rate_rps.iloc[0] == 20
+        passed = mine[mine.slo_pass]
+        assert (passed.rate_rps.max() if len(passed) else 0.0) == row["max_rate_rps"]
+    walls = probes[probes.clock == "wall"].set_index("rate_rps")
+    for rate, passed in verdict.items():
+        if rate in walls.index:
+            assert walls.loc[rate, "slo_pass"] == passed
+            served_row = next(r for r in rows if r.get("clock") == "wall" and r.get("request_rate") == rate
+                              and r.get("max_rate_rps") is None and not r["chunked_prefill"])
+            assert walls.loc[rate, "normalized_latency_s"] == served_row["normalized_latency_s"]
     drift = rows[0]["profile_drift"]
     assert isinstance(drift, float) and -0.9 < drift < 9  # re-timed points over first ones, less 1: finite
     table = pd.read_parquet(out / "profile.parquet")
