@@ -650,13 +650,12 @@ class BlockManager(HostTierPool, KVAllocator):
         return self.block_size - off
 
     def riding_steps(self, seq_id: int) -> int:
-        """``KVAllocator.riding_steps`` in one call (the simulator asks it at every event of a sequence)."""
+        """``KVAllocator.riding_steps`` without asking for the free run apart (the simulator asks it at every
+        event of a sequence)."""
         off = len(self.tokens[seq_id]) & (self.block_size - 1)
         if off == 0 or self.ref[self.tables[seq_id][-1]] > 1:
             return 1
-        if not self.prefix_caching or (self.on_expose is not None and seq_id in self._family):
-            return self.block_size - off + 1
-        return self.block_size - off
+        return self.block_size - off + self.fill_is_silent(seq_id)
 
     def fill_is_silent(self, seq_id: int) -> bool:
         """Without prefix caching a full block is never looked up. With it, a sequence whose chain is pending

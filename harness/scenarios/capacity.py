@@ -113,11 +113,11 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     from harness.measure.metrics import per_second
     from harness.serving.clocks import outside_note, step_clock
     from harness.serving.profiled_clock import ProfiledClock
-    from kernels.read_pattern import reads_padded
     from harness.serving.reuse_meter import ReuseMeter
     from harness.serving.service_metrics import service_columns
     from harness.serving.simulator import simulate
     from harness.serving.timeline import append_table, requests_table, steps_table
+    from kernels.read_pattern import reads_padded
 
     cfg = ctx.cfg
     requests = ctx.requests

@@ -152,6 +152,7 @@ class _Run:
         # step's fills as owed tokens (so there only a pool without prefix caching has silent fills).
         allocator.on_expose = None if chunked_prefill else self._expose
         self.exposed: list[Sequence] = []  # settled by on_expose: their due steps are fixed before the next use
+        self.listed: list[tuple[Sequence, int]] = []  # the step being planned's candidates, once asked
         self.rank: dict[Sequence, int] = {}  # admission order: the scheduler's running order
         self.due, self.finishing = _Calendar(), _Calendar()
         self.done = 0  # decode steps done
@@ -230,14 +231,16 @@ class _Run:
 
     def candidates(self) -> list[tuple[Sequence, int]]:
         """The sequences the next decode step appends (those due then), in running order, with the tokens
-        each owes then; the scheduler asks once its admissions are done, which may expose some."""
+        each owes then, kept as ``listed``; the scheduler asks once its admissions are done, which may
+        expose some."""
         first = self.done + 1
         if self.exposed:
             self._fix_exposed(self.done)
         due = self.due.at(first)
         due.sort(key=self.rank.__getitem__)  # the scheduler's running order
         tracks = self.tracks
-        return [(s, first - tracks[s].synced) for s in due]
+        self.listed = [(s, first - tracks[s].synced) for s in due]
+        return self.listed
 
     def _track(self, seq: Sequence) -> None:
         """A sequence just prefilled (its first token made): ride until due or finished."""
@@ -570,19 +573,14 @@ def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, by
             run.idle_s += next_arrival - run.now
             run.now = next_arrival  # idle until the next request
             continue
-        listed: list[tuple[Sequence, int]] = []
-
-        def candidates() -> list[tuple[Sequence, int]]:  # asked once admissions are done, if it decodes
-            listed[:] = run.candidates()
-            return listed
-
-        plan = sched.schedule(1, candidates=candidates)
+        run.listed = []
+        plan = sched.schedule(1, candidates=run.candidates)  # asked once admissions are done, if it decodes
         if plan.chunks or (plan.resumed and plan.decodes):  # chunked prefill: a step of its own
-            run.mixed(plan, listed)
+            run.mixed(plan, run.listed)
         elif plan.is_prefill:
             run.prefill(plan)
         else:
-            run.decode(plan, listed, next_arrival)
+            run.decode(plan, run.listed, next_arrival)
     allocator.on_expose = None  # the run is over: nothing owes tokens any more
     timed = clock is not None
     return Simulation(run.peaks, sched.peak_running, sched.max_concurrency, sched.num_preemptions,
