@@ -265,6 +265,16 @@ class LlamaModel(nn.Module):
         """Whether eager decode-sized GEMMs run oneDNN on pre-packed weights (``prepack``)."""
         return self.head_packed is not None
 
+    def gemm_row_breaks(self) -> tuple[int, ...]:
+        """The row counts on either side of which an eager forward's dense GEMMs run another kernel: a
+        step's cost jumps there (packed: 1 row is MKL's GEMV, 2-64 rows oneDNN's packed GEMM, 65 and up
+        MKL's sgemm again; measured on the 2-core CPU: 64-token prefills cost 0.11 ms a token, 65-128
+        token ones about 0.13). A profile measures both sides of each, so that no interpolated segment
+        spans a jump (harness/scenarios/profile.py). None without packed weights: one kernel family."""
+        if not self.packed:
+            return ()
+        return (PACKED_MIN_ROWS - 1, PACKED_MIN_ROWS, PACKED_MAX_ROWS, PACKED_MAX_ROWS + 1)
+
     def prepack(self) -> int:
         """Reorder every linear's weight (and the logits') once for oneDNN (``prepack_supported``);
         returns the bytes of the packed copies, which sit beside the plain weights."""

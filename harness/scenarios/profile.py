@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Sequence
 
 from harness.config import ImplConfig, ScenarioConfig
 from harness.errors import ConfigError
@@ -45,12 +45,15 @@ class ProfileScenario(ScenarioConfig):
     name: str = "profile"
     batches: List[int] = field(default_factory=list)  # empty: powers of two up to ``batch``, and ``batch``
     contexts: List[int] = field(default_factory=list)  # empty: 16 .. max_seq_len - decode_steps - 1, five points
-    prefill_tokens: List[int] = field(default_factory=list)  # empty: 16 .. min(max_num_batched_tokens, 4096), x4
+    prefill_tokens: List[int] = field(default_factory=list)  # empty: 16 .. min(max_num_batched_tokens, 4096), x2
     decode_steps: int = 8  # decode steps timed per (batch, context)
     # prefill forwards timed per token count (each its own served burst: one prefill forward apiece); the
     # point is their median, as a decode point is its steps'
     prefill_samples: int = 3
     warmup: int = 1  # untimed passes over the smallest point first (kernels compiled, caches warm)
+    # The grid measured this many times over, in turn, each point the median of its samples from all passes
+    # (measure_profile says why)
+    passes: int = 3
     rates: List[float] = field(default_factory=list)  # arrival.rate values to simulate on the profile
     # arrival.rate values also simulated with chunked_prefill=true and max_num_batched_tokens=chunked_budget
     # (mixed steps priced from the same profile), beside wall-clock runs of those settings
@@ -91,12 +94,15 @@ def grid_contexts(sc: ProfileScenario, max_seq_len: int) -> list[int]:
 
 
 def grid_prefill(sc: ProfileScenario, max_num_batched_tokens: int) -> list[int]:
+    """Doubling from 16 to min(max_num_batched_tokens, 4096). Doubling, not x4: a prefill's cost bends
+    where its attention starts to weigh and where its GEMMs change kernel, and a line over a x4 span
+    priced the 2-core CPU's 65-128-token prefills 13-15% under their wall time."""
     if sc.prefill_tokens:
         return sorted(set(sc.prefill_tokens))
     top, out, t = min(max_num_batched_tokens, 4096), [], MIN_CONTEXT
     while t < top:
         out.append(t)
-        t *= 4
+        t *= 2
     return out + [top]
 
 
@@ -104,6 +110,8 @@ def check(ctx: JobContext) -> None:
     cfg, sc = ctx.cfg, ctx.cfg.scenario
     if sc.prefill_samples < 1:
         raise ConfigError(f"scenario.prefill_samples={sc.prefill_samples} must be >= 1")
+    if sc.passes < 1:
+        raise ConfigError(f"scenario.passes={sc.passes} must be >= 1")
     if sc.decode_steps < 2:
         raise ConfigError(f"scenario.decode_steps={sc.decode_steps} must be >= 2 (the first step's time is "
                           "the prefill's tail)")
@@ -170,43 +178,76 @@ def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], ou
 
 
 def measure_profile(ctx: JobContext, impl: ImplConfig,
-                    grid: tuple[list[int], list[int], list[int]] | None = None) -> list[dict]:
+                    grid: tuple[list[int], list[int], list[int]] | None = None, passes: int | None = None) -> list[dict]:
     """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points;
-    ``grid``: (batches, contexts, prefill token counts) instead of the scenario's (no warm-up then)."""
+    ``grid``: (batches, contexts, prefill token counts) instead of the scenario's (no warm-up then).
+
+    The grid is measured ``passes`` times over (``scenario.passes``), every other pass in reverse order,
+    and each point is the median of its samples from all passes: on a shared machine a slow spell of
+    a few seconds then lands a little on many points, not wholly on the few measured during it (one
+    pass left neighbouring points 10-20% apart the wrong way round: a larger batch cheaper)."""
     from harness.serving.profile_table import point
 
     cfg, sc = ctx.cfg, ctx.cfg.scenario
     repeats = max(1, cfg.repeat)
-    batches, contexts, prefill_grid = grid or (grid_batches(sc, cfg.batch), grid_contexts(sc, cfg.max_seq_len),
-                                               grid_prefill(sc, cfg.max_num_batched_tokens))
+    passes = max(1, sc.passes if passes is None else passes)
+    batches, contexts, prefill_grid = grid or profile_grid(cfg, ctx.model.gemm_row_breaks())
     for _ in range(0 if grid else sc.warmup):
         _serve(ctx, impl, _prompts(ctx, batches[0], contexts[0], 999_999), 3, batches[0])
+    longest_prompt = prefill_prompt_len(ctx)
+    keys = [("decode", b, c) for b in batches for c in contexts] + [("prefill", t, 0) for t in prefill_grid]
+    samples: dict[tuple, tuple[list[float], list[float]]] = {k: ([], []) for k in keys}
+    for n in range(passes):
+        for key in keys if n % 2 == 0 else reversed(keys):
+            seconds, attention = samples[key]
+            if key[0] == "decode":
+                for rep in range(repeats):
+                    steps = _serve(ctx, impl, _prompts(ctx, key[1], key[2], n * repeats + rep), sc.decode_steps + 1,
+                                   key[1])
+                    seconds += [s for kind, _, s, _ in steps if kind == "decode"]
+                    attention += [a for kind, _, _, a in steps if kind == "decode"]
+            else:
+                for rep in range(repeats * sc.prefill_samples):
+                    salt = 1000 * (n * repeats * sc.prefill_samples + rep)
+                    for s, a in _prefill_forward(ctx, impl, key[1], longest_prompt, salt):
+                        seconds.append(s)
+                        attention.append(a)
     rows = []
-    for batch in batches:
-        for context in contexts:
-            seconds: list[float] = []
-            attention: list[float] = []
-            for rep in range(repeats):
-                steps = _serve(ctx, impl, _prompts(ctx, batch, context, rep), sc.decode_steps + 1, batch)
-                seconds += [s for kind, _, s, _ in steps if kind == "decode"]
-                attention += [a for kind, _, _, a in steps if kind == "decode"]
+    for key in keys:
+        seconds, attention = samples[key]
+        if key[0] == "decode":
+            _, batch, context = key
             # the prefill left each sequence context + 1 tokens, and decode step j reads context + 1 + j of them
             # per sequence, as the simulator counts a step's KV tokens read
             mean_context = context + 1 + (sc.decode_steps - 1) / 2
             rows.append(point(impl.name, "decode", seconds, batch=batch, context=mean_context, attention=attention))
-    longest_prompt = prefill_prompt_len(ctx)
-    for tokens in prefill_grid:
-        sizes = [longest_prompt] * (tokens // longest_prompt) + ([tokens % longest_prompt] if tokens % longest_prompt else [])
-        seconds, attention = [], []
-        for rep in range(repeats * sc.prefill_samples):
-            prompts = [p for i, n in enumerate(sizes) for p in _prompts(ctx, 1, n, 1000 * rep + i)]
-            for kind, computed, s, a in _serve(ctx, impl, prompts, 1, len(prompts)):
-                if kind == "prefill" and computed == tokens:
-                    seconds.append(s)
-                    attention.append(a)
-        if seconds:
-            rows.append(point(impl.name, "prefill", seconds, tokens=tokens, attention=attention))
+        elif seconds:
+            rows.append(point(impl.name, "prefill", seconds, tokens=key[1], attention=attention))
     return rows
+
+
+def _prefill_forward(ctx: JobContext, impl: ImplConfig, tokens: int, prompt_len: int, salt: int) -> list[tuple]:
+    """(seconds, attention seconds) of one prefill forward of ``tokens`` prompt tokens, in prompts of
+    ``prompt_len`` (the last one shorter); empty if the engine split them over several forwards."""
+    sizes = [prompt_len] * (tokens // prompt_len) + ([tokens % prompt_len] if tokens % prompt_len else [])
+    prompts = [p for i, size in enumerate(sizes) for p in _prompts(ctx, 1, size, salt + i)]
+    return [(s, a) for kind, computed, s, a in _serve(ctx, impl, prompts, 1, len(prompts))
+            if kind == "prefill" and computed == tokens]
+
+
+def profile_grid(cfg, breaks: Sequence[int] = ()) -> tuple[list[int], list[int], list[int]]:
+    """(batches, contexts, prefill token counts) of a profile of ``cfg``: the scenario's grids, each default
+    one with ``breaks`` added within its range: the row counts on either side of which the model's dense
+    GEMMs change kernel (``LlamaModel.gemm_row_breaks``), so that no interpolated segment spans a jump in
+    the step's cost. A grid the scenario names is measured as named."""
+    sc = cfg.scenario
+    batches = grid_batches(sc, cfg.batch)
+    prefill = grid_prefill(sc, cfg.max_num_batched_tokens)
+    if not sc.batches:
+        batches = sorted(set(batches) | {b for b in breaks if 1 <= b <= cfg.batch})
+    if not sc.prefill_tokens:
+        prefill = sorted(set(prefill) | {t for t in breaks if prefill[0] <= t <= prefill[-1]})
+    return batches, grid_contexts(sc, cfg.max_seq_len), prefill
 
 
 def prefill_prompt_len(ctx: JobContext) -> int:
@@ -260,9 +301,8 @@ def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: f
 def recheck_grid(ctx: JobContext) -> tuple[list[int], list[int], list[int]]:
     """The part of the profile re-timed at a validating job's end: every context at the middle batch of
     the grid, and the second smallest prefill point (a few seconds at tiny scale)."""
-    sc = ctx.cfg.scenario
-    batches, prefill = grid_batches(sc, ctx.cfg.batch), grid_prefill(sc, ctx.cfg.max_num_batched_tokens)
-    return [batches[len(batches) // 2]], grid_contexts(sc, ctx.cfg.max_seq_len), prefill[1:2] or prefill
+    batches, contexts, prefill = profile_grid(ctx.cfg, ctx.model.gemm_row_breaks())
+    return [batches[len(batches) // 2]], contexts, prefill[1:2] or prefill
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
@@ -321,5 +361,5 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
                     "slo": slo_label(ctx.cfg.slo), "max_rate_rps": found, "probes": probes,
                     "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})
     if sc.wall:  # how far the machine moved while the wall runs ran: part of the profile, timed again
-        summary["profile_drift"] = drift(rows, measure_profile(ctx, impl, recheck_grid(ctx)))
+        summary["profile_drift"] = drift(rows, measure_profile(ctx, impl, recheck_grid(ctx), passes=1))
     return out

@@ -89,3 +89,21 @@ def test_unpack_goes_back_to_f_linear(monkeypatch):
 def test_the_row_window_is_decode_sized():
     assert PACKED_MIN_ROWS == 2 and 32 <= PACKED_MAX_ROWS < 128 and llama.prepack_supported("cpu", torch.float32)
     assert not llama.prepack_supported("meta", torch.float32)
+
+
+def test_gemm_row_breaks_sit_on_both_sides_of_every_kernel_change(pair, monkeypatch):
+    """The profile measures a step at each break (harness/scenarios/profile.py: profile_grid): they must be
+    exactly the row counts where the GEMM's kernel changes, and the one on its other side."""
+    packed, plain = pair
+    weight = packed.layers[0].mlp.down_proj
+    ran_packed = []
+    real = PackedWeight.linear
+    monkeypatch.setattr(PackedWeight, "linear", lambda self, x, bias: ran_packed.append(x.shape[0]) or real(self, x, bias))
+    top = 3 * PACKED_MAX_ROWS
+    with torch.inference_mode():
+        for n in range(1, top + 1):
+            llama.linear(torch.randn(n, weight.weight.shape[1]), weight.weight, None, weight.packed)
+    kernel = {n: n in ran_packed for n in range(1, top + 1)}
+    changes = [n for n in range(1, top) if kernel[n] != kernel[n + 1]]
+    assert changes and sorted(packed.gemm_row_breaks()) == sorted({m for n in changes for m in (n, n + 1)})
+    assert plain.gemm_row_breaks() == ()  # F.linear at every row count: nothing to measure apart
