@@ -6,11 +6,13 @@ pays for them. For every ``(batch, context)`` of the grid it serves ``batch`` re
 ``context``-token prompts for ``decode_steps`` tokens each (one burst, nothing preempted) and
 times each step as the engine's clock sees it: from the end of the step before to the end of
 its own. A decode point is the median of its steps, at the mean context they read; a prefill
-point times single forwards of ``tokens`` prompt tokens, in prompts of the job's workload's mean
+point times single forwards of ``tokens`` prompt tokens (the default grid doubles, and adds both
+sides of each row count where the model's GEMMs change kernel), in prompts of the job's workload's mean
 prompt length (a forward's attention grows with each prompt's length, not only with the tokens:
 one 512-token prompt costs more than eight of 64, so the workload's own shape is the one to price). The points go into the run folder's
 ``profile`` table (harness/serving/profile_table.py); ``clock_profile=RUN_DIR`` prices a
-simulated run from them (harness/serving/profiled_clock.py).
+simulated run from them (harness/serving/profiled_clock.py). The grid is measured ``passes`` times
+over and each point pools its samples from every pass (GridSampler says why).
 
 Then, to validate the clock where it can be checked, the job simulates its own workload on the
 profile at each of ``rates`` (the rows a wall-clock run of the same config at that
@@ -18,14 +20,16 @@ profile at each of ``rates`` (the rows a wall-clock run of the same config at th
 the SLO on the profiled clock, as ``scenario=max_rate`` does on the wall clock. With ``wall=true``
 it also serves each rate on the wall clock and searches the max rate there, in its own process
 (harness/scenarios/wall_check.py: a profile and wall runs from two processes compare two states of
-the machine), and re-times part of the profile at the end (``profile_drift``).
+the machine), with the profile's passes after the first spread over those wall runs, and records how far
+the machine moved from the first pass to the last (``profile_drift``; a one-pass profile re-times part
+of its grid at the end instead).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, List, Sequence
+from typing import TYPE_CHECKING, Callable, List, Sequence
 
 from harness.config import ImplConfig, ScenarioConfig
 from harness.errors import ConfigError
@@ -177,29 +181,38 @@ def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], ou
     return out
 
 
-def measure_profile(ctx: JobContext, impl: ImplConfig,
-                    grid: tuple[list[int], list[int], list[int]] | None = None, passes: int | None = None) -> list[dict]:
-    """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points;
-    ``grid``: (batches, contexts, prefill token counts) instead of the scenario's (no warm-up then).
+Key = tuple  # ("decode", batch, context) or ("prefill", tokens, 0)
 
-    The grid is measured ``passes`` times over (``scenario.passes``), every other pass in reverse order,
-    and each point is the median of its samples from all passes: on a shared machine a slow spell of
-    a few seconds then lands a little on many points, not wholly on the few measured during it (one
-    pass left neighbouring points 10-20% apart the wrong way round: a larger batch cheaper)."""
-    from harness.serving.profile_table import point
 
-    cfg, sc = ctx.cfg, ctx.cfg.scenario
-    repeats = max(1, cfg.repeat)
-    passes = max(1, sc.passes if passes is None else passes)
-    batches, contexts, prefill_grid = grid or profile_grid(cfg, ctx.model.gemm_row_breaks())
-    for _ in range(0 if grid else sc.warmup):
-        _serve(ctx, impl, _prompts(ctx, batches[0], contexts[0], 999_999), 3, batches[0])
-    longest_prompt = prefill_prompt_len(ctx)
-    keys = [("decode", b, c) for b in batches for c in contexts] + [("prefill", t, 0) for t in prefill_grid]
-    samples: dict[tuple, tuple[list[float], list[float]]] = {k: ([], []) for k in keys}
-    for n in range(passes):
-        for key in keys if n % 2 == 0 else reversed(keys):
-            seconds, attention = samples[key]
+class GridSampler:
+    """A profile's grid points and their samples, measured pass by pass.
+
+    Each pass serves every point once (every other pass in reverse order); a point's row pools its samples
+    from the passes asked for (their median). On a shared machine a slow spell of a few seconds then lands
+    a little on many points, not wholly on the few measured during it: one pass left neighbouring points
+    10-20% apart the wrong way round (a larger batch cheaper), and its first points, measured while
+    freshly allocated memory was first touched, 10-30% slow. A validating job spreads its passes over its
+    wall runs (``run``), so that the profile samples the machine over the minutes they do."""
+
+    def __init__(self, ctx: JobContext, impl: ImplConfig, grid: tuple[list[int], list[int], list[int]]) -> None:
+        batches, contexts, prefill = grid
+        self.ctx, self.impl = ctx, impl
+        self.keys: list[Key] = [("decode", b, c) for b in batches for c in contexts] + [("prefill", t, 0) for t in prefill]
+        self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []
+        self._prompt_len = prefill_prompt_len(ctx)
+
+    def warm_up(self, times: int) -> None:
+        """Untimed serving of the smallest decode point (kernels compiled, caches warm)."""
+        _, batch, context = self.keys[0]
+        for _ in range(times):
+            _serve(self.ctx, self.impl, _prompts(self.ctx, batch, context, 999_999), 3, batch)
+
+    def measure_pass(self) -> None:
+        ctx, impl, sc, n = self.ctx, self.impl, self.ctx.cfg.scenario, len(self.passes)
+        repeats = max(1, ctx.cfg.repeat)
+        got: dict[Key, tuple[list[float], list[float]]] = {}
+        for key in self.keys if n % 2 == 0 else reversed(self.keys):
+            seconds, attention = got[key] = ([], [])
             if key[0] == "decode":
                 for rep in range(repeats):
                     steps = _serve(ctx, impl, _prompts(ctx, key[1], key[2], n * repeats + rep), sc.decode_steps + 1,
@@ -209,21 +222,56 @@ def measure_profile(ctx: JobContext, impl: ImplConfig,
             else:
                 for rep in range(repeats * sc.prefill_samples):
                     salt = 1000 * (n * repeats * sc.prefill_samples + rep)
-                    for s, a in _prefill_forward(ctx, impl, key[1], longest_prompt, salt):
+                    for s, a in _prefill_forward(ctx, impl, key[1], self._prompt_len, salt):
                         seconds.append(s)
                         attention.append(a)
-    rows = []
-    for key in keys:
-        seconds, attention = samples[key]
-        if key[0] == "decode":
-            _, batch, context = key
-            # the prefill left each sequence context + 1 tokens, and decode step j reads context + 1 + j of them
-            # per sequence, as the simulator counts a step's KV tokens read
-            mean_context = context + 1 + (sc.decode_steps - 1) / 2
-            rows.append(point(impl.name, "decode", seconds, batch=batch, context=mean_context, attention=attention))
-        elif seconds:
-            rows.append(point(impl.name, "prefill", seconds, tokens=key[1], attention=attention))
-    return rows
+        self.passes.append(got)
+
+    def rows(self, passes: slice = slice(None)) -> list[dict]:
+        """The profile table's rows from the samples of ``passes`` (all of them by default)."""
+        from harness.serving.profile_table import point
+
+        decode_steps = self.ctx.cfg.scenario.decode_steps
+        rows = []
+        for key in self.keys:
+            seconds = [s for got in self.passes[passes] for s in got[key][0]]
+            attention = [a for got in self.passes[passes] for a in got[key][1]]
+            if key[0] == "decode":
+                _, batch, context = key
+                # the prefill left each sequence context + 1 tokens, and decode step j reads context + 1 + j of
+                # them per sequence, as the simulator counts a step's KV tokens read
+                mean_context = context + 1 + (decode_steps - 1) / 2
+                rows.append(point(self.impl.name, "decode", seconds, batch=batch, context=mean_context,
+                                  attention=attention))
+            elif seconds:
+                rows.append(point(self.impl.name, "prefill", seconds, tokens=key[1], attention=attention))
+        return rows
+
+
+def measure_profile(ctx: JobContext, impl: ImplConfig,
+                    grid: tuple[list[int], list[int], list[int]] | None = None, passes: int | None = None) -> list[dict]:
+    """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points, each
+    the median of ``passes`` passes' samples (``scenario.passes``; GridSampler says why); ``grid``: (batches,
+    contexts, prefill token counts) instead of the scenario's (no warm-up then)."""
+    sampler = GridSampler(ctx, impl, grid or profile_grid(ctx.cfg, ctx.model.gemm_row_breaks()))
+    sampler.warm_up(0 if grid else ctx.cfg.scenario.warmup)
+    for _ in range(max(1, ctx.cfg.scenario.passes if passes is None else passes)):
+        sampler.measure_pass()
+    return sampler.rows()
+
+
+def interleaved(tasks: list[Callable[[], None]], passes: int, measure_pass: Callable[[], None]) -> None:
+    """Run ``tasks`` in order with ``passes`` calls of ``measure_pass`` spread evenly among them, the last one
+    after the last task (none: the tasks alone)."""
+    done = 0
+    for k in range(1, passes + 1):
+        upto = round(k * len(tasks) / passes)
+        for task in tasks[done:upto]:
+            task()
+        done = upto
+        measure_pass()
+    for task in tasks[done:]:
+        task()
 
 
 def _prefill_forward(ctx: JobContext, impl: ImplConfig, tokens: int, prompt_len: int, salt: int) -> list[tuple]:
@@ -299,18 +347,33 @@ def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: f
 
 
 def recheck_grid(ctx: JobContext) -> tuple[list[int], list[int], list[int]]:
-    """The part of the profile re-timed at a validating job's end: every context at the middle batch of
-    the grid, and the second smallest prefill point (a few seconds at tiny scale)."""
+    """The part of a one-pass profile re-timed at a validating job's end: every context at the middle batch
+    of the grid, and the second smallest prefill point (a few seconds at tiny scale)."""
     batches, contexts, prefill = profile_grid(ctx.cfg, ctx.model.gemm_row_breaks())
     return [batches[len(batches) // 2]], contexts, prefill[1:2] or prefill
 
 
+def _probed(ctx: JobContext, measure: Callable[[], None], seen: list) -> Callable[[], None]:
+    """``measure`` with the CPU it got recorded in ``seen`` (harness/measure/contention.py), on a CPU."""
+    from harness.measure.contention import probe_for
+
+    def run() -> None:
+        probe = probe_for(ctx.device.type)
+        if probe is None:
+            return measure()
+        with probe:
+            measure()
+        seen.append(probe.result())
+
+    return run
+
+
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
-    from harness.measure.contention import probe_for, with_contention
+    from harness.measure.contention import with_contention
     import pandas as pd
 
     from harness.scenarios.max_rate import probe_record, search_rate
-    from harness.scenarios.wall_check import drift, wall_max_rate, wall_row
+    from harness.scenarios.wall_check import drift, priced, wall_max_rate, wall_row
     from harness.serving.profile_table import profile_frame
     from harness.serving.profiled_clock import ProfiledClock, profile_id
     from harness.serving.service_metrics import slo_label
@@ -318,37 +381,55 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
 
     check(ctx)
     sc = ctx.cfg.scenario
-    probe = probe_for(ctx.device.type)
-    if probe is not None:
-        with probe:
-            rows = measure_profile(ctx, impl)
-    else:
-        rows = measure_profile(ctx, impl)
+    sampler = GridSampler(ctx, impl, profile_grid(ctx.cfg, ctx.model.gemm_row_breaks()))
+    sampler.warm_up(sc.warmup)
+    # With wall=true, each rate served on the wall clock (the first with the warm-up), then the max rate
+    # searched there: tasks between which the profile's later passes are spread, so that the profile samples
+    # the machine over the minutes the wall runs do (on the 2-core CPU machines its speed moved 5-15% within a
+    # job's two minutes, with no other process in sight). Their steps are priced once the profile is whole.
+    runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
+    walls: dict[tuple, dict] = {}
+    served: dict[float, dict] = {}  # whole-prompt wall rows, whose SLO verdicts the wall search reuses
+    steps: list[pd.DataFrame] = []
+    listed: list[dict] = []  # both searches' probes: the job's rate_probes table
+    tasks: list[Callable[[], None]] = []
+    if sc.wall:
+        for i, (rate, budget) in enumerate(runs):
+            def serve(rate: float = rate, budget: int | None = budget, warmup: int = int(i == 0)) -> None:
+                row, frame = wall_row(ctx, impl, rate, budget, warmup)
+                walls[(rate, budget)] = row
+                if frame is not None:
+                    steps.append(frame)
+                if budget is None and row.get("status") == "ok" and row.get("slo_pass") is not None:
+                    served[float(rate)] = row
+            tasks.append(serve)
+        if sc.max_rate:
+            tasks.append(lambda: walls.setdefault("max_rate", wall_max_rate(ctx, impl, served, listed)))
+    seen: list = []  # the CPU each pass got
+    measure_pass = _probed(ctx, sampler.measure_pass, seen)
+    measure_pass()
+    interleaved(tasks, sc.passes - 1, measure_pass)
+    rows = sampler.rows()
     append_table(ctx.tables, "profile", profile_frame(rows))
     points = points_of(rows)
     pid = profile_id(points)
+    spread = (f"; measured in {sc.passes} passes spread over the wall runs" if sc.wall and sc.passes > 1 and tasks
+              else "")
     summary = {"status": "ok", "clock_source": pid, "probes": len(rows), **attention_shares(rows),
-               "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points; "
+               "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points{spread}; "
                         f"clock_profile={run_id(ctx.run_dir)} prices a simulated run from them"}
-    if probe is not None:
-        summary = with_contention(summary, probe.result())
+    if seen:  # the pass whose CPU was the most contended speaks for the profile
+        summary = with_contention(summary, max(seen, key=lambda c: (c.contended, c.others_cpu or 0.0)))
     out = [summary]
-    # Each rate on both clocks, the wall run first (its warm-up: the first one's), then the simulated one.
-    runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
-    served: dict[float, dict] = {}  # whole-prompt wall rows, whose SLO verdicts the wall search reuses
-    for i, (rate, budget) in enumerate(runs):
-        if sc.wall:
-            row = wall_row(ctx, impl, rate, budget, warmup=int(i == 0), clock=ProfiledClock(points))
-            if budget is None and row.get("status") == "ok" and row.get("slo_pass") is not None:
-                served[float(rate)] = row
-            out.append(row)
+    for frame in steps:
+        append_table(ctx.tables, "steps", priced(frame, ProfiledClock(points)))
+    for rate, budget in runs:
+        if (rate, budget) in walls:
+            out.append(walls[(rate, budget)])
         out.append(_simulated(ctx, impl, points, rate, budget))
     if sc.max_rate:
-        # Both searches' probes in the job's rate_probes table, told apart by ``clock``: where the two
-        # clocks' verdicts part, and by how much normalized latency.
-        listed: list[dict] = []
-        if sc.wall:
-            out.append(wall_max_rate(ctx, impl, served, listed))
+        if "max_rate" in walls:
+            out.append(walls["max_rate"])
 
         def passes(rate: float) -> bool:
             row = _simulated(ctx, impl, points, rate)
@@ -360,6 +441,8 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
         out.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": ctx.cfg.arrival.name,
                     "slo": slo_label(ctx.cfg.slo), "max_rate_rps": found, "probes": probes,
                     "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})
-    if sc.wall:  # how far the machine moved while the wall runs ran: part of the profile, timed again
-        summary["profile_drift"] = drift(rows, measure_profile(ctx, impl, recheck_grid(ctx), passes=1))
+    if sc.wall:  # how far the machine moved while the wall runs ran: the last pass against the first
+        last = sampler.rows(slice(-1, None)) if len(sampler.passes) > 1 else \
+            measure_profile(ctx, impl, recheck_grid(ctx), passes=1)
+        summary["profile_drift"] = drift(sampler.rows(slice(0, 1)), last)
     return out

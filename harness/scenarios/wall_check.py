@@ -5,9 +5,11 @@ simulates (and searches the max rate within the SLO on the wall clock), right af
 the profile, with the same model object, so both clocks see one machine state. Measured on the
 2-core CPU machines here: the same code's step times differ by 5-15% from one process to the next
 (the same profile measured in three fresh processes, minutes apart), and by 1-3% within one
-process over the minutes a validation takes. A profile taken in one process and wall runs taken in
-another compare two states of the machine, not the clock with the wall. The job re-times part of its
-profile at the end (``profile_drift``), so a row says how far the machine moved meanwhile.
+process over the minutes a validation takes (5-15% in some jobs since, with no other process in sight).
+A profile taken in one process and wall runs taken in another compare two states of the machine, not the
+clock with the wall. The job spreads its profile's passes over its wall runs (harness/scenarios/profile.py
+``run``), so that the profile samples the machine over the minutes they do, and records how far the
+machine moved from its first pass to its last (``profile_drift``).
 
 A wall row here is the row ``scenario=decode`` writes for the same config at that rate (its
 ``clock`` is ``wall``); the report pairs it with the simulated row of the same job and rate.
@@ -62,21 +64,22 @@ def priced(steps: pd.DataFrame, clock) -> pd.DataFrame:
 
 
 def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int | None = None,
-             warmup: int = 0, clock=None) -> dict:
-    """The job's workload served at ``rate`` on the wall clock: scenario=decode's row, its steps and
-    requests tables added to the job's with the rate and scheduling that tell them apart (and, with
-    the profile's ``clock``, each step's price)."""
+             warmup: int = 0) -> tuple[dict, pd.DataFrame | None]:
+    """The job's workload served at ``rate`` on the wall clock: scenario=decode's row, and its steps table
+    with the rate and scheduling that tell it apart (for ``priced`` once the job's profile is whole; None
+    without one). Its requests table goes into the job's, told apart alike."""
     from harness.scenarios import decode
     from harness.serving.timeline import append_table
 
     probe = at_rate(ctx, rate, chunked_budget)
     (row,) = decode.measure(probe, impl, warmup)
+    told = {"request_rate": rate, "chunked_prefill": probe.cfg.chunked_prefill}
     for name, frame in probe.tables.items():
-        if name == "steps" and clock is not None:
-            frame = priced(frame, copy.copy(clock))  # a copy: its count of steps outside the profile stays the job's
-        append_table(ctx.tables, name, frame.assign(request_rate=rate, chunked_prefill=probe.cfg.chunked_prefill))
+        if name != "steps":
+            append_table(ctx.tables, name, frame.assign(**told))
+    steps = probe.tables.get("steps")
     notes = " | ".join(n for n in (WALL_NOTE, row.get("notes")) if n)
-    return {**row, **probe_identifiers(probe, impl), "notes": notes}
+    return {**row, **probe_identifiers(probe, impl), "notes": notes}, (None if steps is None else steps.assign(**told))
 
 
 def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, dict] | None = None,
@@ -115,7 +118,8 @@ def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, dict] |
 
 
 def drift(before: list[dict], after: list[dict]) -> float | None:
-    """Median over the points re-timed at the job's end of (seconds after / seconds before) - 1."""
+    """Median over the points timed again (a later pass, or a re-timing at the job's end) of (seconds after /
+    seconds before) - 1."""
     key = ("kind", "batch", "context", "tokens")
     first = {tuple(p[k] for k in key): p["seconds"] for p in before}
     ratios = [p["seconds"] / first[k] for p in after if (k := tuple(p[k] for k in key)) in first and first[k] > 0]

@@ -248,6 +248,35 @@ def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_reco
     assert len(table) == 6  # the re-timed points are not added to the profile
 
 
+def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_the_whole_profile(validated):
+    from harness.serving.profile_table import clock_from_table
+
+    out, rows = validated
+    assert "measured in 3 passes spread over the wall runs" in rows[0]["notes"]
+    table = pd.read_parquet(out / "profile.parquet")
+    assert (table.samples == 9).all()  # every pass's samples, the ones after the wall runs began included
+    clock = clock_from_table(table, "paged_torch", "profile")
+    steps = pd.read_parquet(out / "steps.parquet")
+    decode, prefill = steps[steps.kind == "decode"], steps[steps.kind == "prefill"]
+    assert len(decode) and len(prefill)
+    for rec in decode.itertuples():
+        assert rec.price_s == pytest.approx(clock.decode_s(int(rec.batch), int(rec.kv_tokens_read)))
+    for rec in prefill.itertuples():
+        assert rec.price_s == pytest.approx(clock.prefill_s(int(rec.tokens)))
+
+
+def test_passes_are_spread_evenly_over_the_tasks_the_last_after_the_last_task():
+    from harness.scenarios.profile import interleaved
+
+    def order(tasks: int, passes: int) -> str:
+        seen: list[str] = []
+        interleaved([lambda i=i: seen.append(str(i)) for i in range(tasks)], passes, lambda: seen.append("P"))
+        return "".join(seen)
+
+    assert order(7, 2) == "0123P456P" and order(7, 1) == "0123456P" and order(2, 3) == "0PP1P"
+    assert order(3, 0) == "012" and order(0, 2) == "PP"
+
+
 def test_without_wall_no_wall_rows_and_no_drift(profiled):
     out, rows = profiled
     assert not any(r.get("clock") == "wall" for r in rows) and rows[0].get("profile_drift") is None
