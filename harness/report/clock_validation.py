@@ -18,9 +18,9 @@ from harness.report.tables import md_table, pick
 
 CLOCK_TITLE = "The simulated clock against the wall clock"
 SATURATED = 0.9  # achieved over offered rate below which a run is saturated
-# A validating job whose machine moved more than this while it ran (``profile_drift``: its profile re-timed at
-# the end against the first timing) compares two machines, not two clocks: its pairs stay in the table,
-# marked, and leave the medians. On the shared 2-core machines one process's drift ran from 1% to 68%.
+# A validating job whose machine moved more than this while it ran (``profile_drift``: its profile's last pass,
+# or a re-timing at the end, against the first) compares two machines, not two clocks: its pairs stay in the
+# table, marked, and leave the medians. On the shared 2-core machines one process's drift ran from 1% to 68%.
 MAX_DRIFT = 0.15
 FIGURES = [f"{m}_ms_{p}" for m in ("ttft", "tpot", "e2el") for p in ("p50", "p99")]
 # What makes two rows the same requests on the same setup (the digest covers prompts and arrival times).
@@ -148,7 +148,9 @@ def _drift_lines(rows: pd.DataFrame) -> list[str]:
     return ["Rows marked one process were served on the wall clock by the profile's own job, right after it "
             "measured the profile (`scenario.wall=true`): a profile and wall runs from two processes compare two "
             "states of the machine (on the 2-core CPU machines the same profile differs by 5-15% from one fresh "
-            "process to the next). Each such job then re-times part of its profile; the drift (re-timed / first, "
+            "process to the next). Each such job measures its profile's grid in passes spread over its wall runs, "
+            "so that the profile samples the machine over the minutes they do; the drift (the last pass against "
+            "the first, or a one-pass profile re-timed at the job's end against its first timing: later / first, "
             f"less 1, median over the points) was: {said}.\n"]
 
 
