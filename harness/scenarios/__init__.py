@@ -1,7 +1,8 @@
 """scenarios/: what a job measures. Each scenario is one module here (its schema and its ``run``).
 
-context.py holds what every scenario of one job shares (``JobContext``); wall_check.py, the wall
-runs a validating profile job serves (scenario=profile's part, beside it). A scenario
+context.py holds what every scenario of one job shares (``JobContext``); profile_grid.py, the grid
+scenario=profile measures and how; wall_check.py, the wall runs a validating profile job serves
+(scenario=profile's parts, beside it). A scenario
 module imports serving/, kv/, measure/, model/ and the schema at call time (its top
 stays light: reading a config never loads torch); nothing from job/ or front/.
 """
@@ -13,7 +14,7 @@ import pkgutil
 from functools import cache
 from types import ModuleType
 
-NOT_SCENARIOS = ("context", "wall_check")  # modules of this package that are not scenarios (shared parts)
+NOT_SCENARIOS = ("context", "profile_grid", "wall_check")  # modules of this package that are not scenarios (shared parts)
 
 
 def module(name: str) -> ModuleType:

@@ -12,7 +12,8 @@ prompt length (a forward's attention grows with each prompt's length, not only w
 one 512-token prompt costs more than eight of 64, so the workload's own shape is the one to price). The points go into the run folder's
 ``profile`` table (harness/serving/profile_table.py); ``clock_profile=RUN_DIR`` prices a
 simulated run from them (harness/serving/profiled_clock.py). The grid is measured ``passes`` times
-over and each point pools its samples from every pass (GridSampler says why).
+over and each point pools its samples from every pass (harness/scenarios/profile_grid.py: the grid,
+and ``GridSampler``, which says why).
 
 Then, to validate the clock where it can be checked, the job simulates its own workload on the
 profile at each of ``rates`` (the rows a wall-clock run of the same config at that
@@ -27,19 +28,18 @@ of its grid at the end instead).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, List, Sequence
+from typing import TYPE_CHECKING, Callable, List
 
 from harness.config import ImplConfig, ScenarioConfig
 from harness.errors import ConfigError
 from harness.results import run_id
+from harness.scenarios.profile_grid import (GridSampler, grid_batches, grid_contexts, grid_prefill, measure_profile,
+                                             profile_grid)
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from harness.scenarios.context import JobContext
     from harness.serving.profiled_clock import ProfilePoints
-
-MIN_CONTEXT = 16
 
 
 @dataclass
@@ -56,7 +56,7 @@ class ProfileScenario(ScenarioConfig):
     prefill_samples: int = 3
     warmup: int = 1  # untimed passes over the smallest point first (kernels compiled, caches warm)
     # The grid measured this many times over, in turn, each point the median of its samples from all passes
-    # (measure_profile says why)
+    # (harness/scenarios/profile_grid.py GridSampler says why; with wall=true, spread over the wall runs)
     passes: int = 3
     rates: List[float] = field(default_factory=list)  # arrival.rate values to simulate on the profile
     # arrival.rate values also simulated with chunked_prefill=true and max_num_batched_tokens=chunked_budget
@@ -65,8 +65,8 @@ class ProfileScenario(ScenarioConfig):
     chunked_budget: int = 128
     max_rate: bool = False  # also search the largest rate within the SLO on the profiled clock
     # Also serve the workload on the wall clock at every rate above (and search the max rate on it), in
-    # this job's process right after the profile: the rows the validation compares the simulated ones with
-    # (harness/scenarios/wall_check.py says why one process); then re-time part of the profile (drift).
+    # this job's process, between the profile's passes: the rows the validation compares the simulated ones
+    # with (harness/scenarios/wall_check.py says why one process); the drift is the last pass against the first.
     wall: bool = False
     start_rps: float = 1.0  # as scenario=max_rate's
     tolerance_rps: float = 0.25
@@ -74,40 +74,6 @@ class ProfileScenario(ScenarioConfig):
 
 
 SCHEMA = ProfileScenario
-
-
-def grid_batches(sc: ProfileScenario, batch: int) -> list[int]:
-    if sc.batches:
-        return sorted(set(sc.batches))
-    out, b = [], 1
-    while b < batch:
-        out.append(b)
-        b *= 2
-    return out + [batch]
-
-
-def grid_contexts(sc: ProfileScenario, max_seq_len: int) -> list[int]:
-    """Five contexts, geometric from 16 to the longest prompt the decode steps still fit after."""
-    if sc.contexts:
-        return sorted(set(sc.contexts))
-    top = max_seq_len - sc.decode_steps - 1
-    if top <= MIN_CONTEXT:
-        return [max(1, top)]
-    ratio = (top / MIN_CONTEXT) ** 0.25
-    return sorted({round(MIN_CONTEXT * ratio ** i) for i in range(4)} | {top})
-
-
-def grid_prefill(sc: ProfileScenario, max_num_batched_tokens: int) -> list[int]:
-    """Doubling from 16 to min(max_num_batched_tokens, 4096). Doubling, not x4: a prefill's cost bends
-    where its attention starts to weigh and where its GEMMs change kernel, and a line over a x4 span
-    priced the 2-core CPU's 65-128-token prefills 13-15% under their wall time."""
-    if sc.prefill_tokens:
-        return sorted(set(sc.prefill_tokens))
-    top, out, t = min(max_num_batched_tokens, 4096), [], MIN_CONTEXT
-    while t < top:
-        out.append(t)
-        t *= 2
-    return out + [top]
 
 
 def check(ctx: JobContext) -> None:
@@ -141,125 +107,6 @@ def check(ctx: JobContext) -> None:
                           "(or gamma, constant)")
 
 
-def _prompts(ctx: JobContext, count: int, length: int, salt: int) -> list[tuple[int, ...]]:
-    import numpy as np
-
-    rng = np.random.default_rng([ctx.cfg.seed, length, count, salt])
-    return [tuple(int(t) for t in rng.integers(0, ctx.cfg.model.vocab_size, length)) for _ in range(count)]
-
-
-def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], output_len: int, batch: int):
-    """The engine's records of serving ``prompts`` at once, each for ``output_len`` tokens: (kind, tokens,
-    seconds, attention seconds) per step, timed from the end of the step before (the first from the run's
-    start); the last is the part of the step the cache spent attending (harness/measure/attention_timer.py)."""
-    import math
-
-    from harness.kv.factory import build_cache
-    from harness.measure.attention_timer import AttentionTimer
-    from harness.serving.engine import Engine
-    from harness.serving.workload import Request
-
-    cfg = copy.deepcopy(ctx.cfg)
-    cfg.batch = batch
-    longest = max(len(p) for p in prompts) + output_len
-    slots = len(prompts) * (math.ceil(max(cfg.max_seq_len, longest) / cfg.block_size) + 1) * cfg.block_size
-    cache = build_cache(impl, cfg, int(slots * ctx.bytes_per_token * 1.1), ctx.device)  # nothing is preempted
-    engine = Engine(ctx.model, cache, batch, cfg.max_num_batched_tokens, sync=ctx.sync)
-    timer = AttentionTimer(ctx.device)
-    timer.wrap(cache)  # after the engine's warm-up of the cache: only the steps' own calls are timed
-    result = engine.run([Request(i, p, output_len, 1) for i, p in enumerate(prompts)])
-    if result.preemptions or result.rejected:
-        raise RuntimeError(f"profile point of {len(prompts)} prompts of {len(prompts[0])} tokens was preempted "
-                           "or rejected: the profile's own cache was sized too small")
-    attention = timer.per_forward()  # one forward per recorded step: nothing was preempted
-    if len(attention) != len(result.steps):
-        raise RuntimeError(f"profile point: {len(attention)} timed forwards for {len(result.steps)} steps")
-    out, before = [], 0.0
-    for rec, attn in zip(result.steps, attention):
-        out.append((rec.kind, rec.tokens, rec.t_s - before, attn))
-        before = rec.t_s
-    return out
-
-
-Key = tuple  # ("decode", batch, context) or ("prefill", tokens, 0)
-
-
-class GridSampler:
-    """A profile's grid points and their samples, measured pass by pass.
-
-    Each pass serves every point once (every other pass in reverse order); a point's row pools its samples
-    from the passes asked for (their median). On a shared machine a slow spell of a few seconds then lands
-    a little on many points, not wholly on the few measured during it: one pass left neighbouring points
-    10-20% apart the wrong way round (a larger batch cheaper), and its first points, measured while
-    freshly allocated memory was first touched, 10-30% slow. A validating job spreads its passes over its
-    wall runs (``run``), so that the profile samples the machine over the minutes they do."""
-
-    def __init__(self, ctx: JobContext, impl: ImplConfig, grid: tuple[list[int], list[int], list[int]]) -> None:
-        batches, contexts, prefill = grid
-        self.ctx, self.impl = ctx, impl
-        self.keys: list[Key] = [("decode", b, c) for b in batches for c in contexts] + [("prefill", t, 0) for t in prefill]
-        self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []
-        self._prompt_len = prefill_prompt_len(ctx)
-
-    def warm_up(self, times: int) -> None:
-        """Untimed serving of the smallest decode point (kernels compiled, caches warm)."""
-        _, batch, context = self.keys[0]
-        for _ in range(times):
-            _serve(self.ctx, self.impl, _prompts(self.ctx, batch, context, 999_999), 3, batch)
-
-    def measure_pass(self) -> None:
-        ctx, impl, sc, n = self.ctx, self.impl, self.ctx.cfg.scenario, len(self.passes)
-        repeats = max(1, ctx.cfg.repeat)
-        got: dict[Key, tuple[list[float], list[float]]] = {}
-        for key in self.keys if n % 2 == 0 else reversed(self.keys):
-            seconds, attention = got[key] = ([], [])
-            if key[0] == "decode":
-                for rep in range(repeats):
-                    steps = _serve(ctx, impl, _prompts(ctx, key[1], key[2], n * repeats + rep), sc.decode_steps + 1,
-                                   key[1])
-                    seconds += [s for kind, _, s, _ in steps if kind == "decode"]
-                    attention += [a for kind, _, _, a in steps if kind == "decode"]
-            else:
-                for rep in range(repeats * sc.prefill_samples):
-                    salt = 1000 * (n * repeats * sc.prefill_samples + rep)
-                    for s, a in _prefill_forward(ctx, impl, key[1], self._prompt_len, salt):
-                        seconds.append(s)
-                        attention.append(a)
-        self.passes.append(got)
-
-    def rows(self, passes: slice = slice(None)) -> list[dict]:
-        """The profile table's rows from the samples of ``passes`` (all of them by default)."""
-        from harness.serving.profile_table import point
-
-        decode_steps = self.ctx.cfg.scenario.decode_steps
-        rows = []
-        for key in self.keys:
-            seconds = [s for got in self.passes[passes] for s in got[key][0]]
-            attention = [a for got in self.passes[passes] for a in got[key][1]]
-            if key[0] == "decode":
-                _, batch, context = key
-                # the prefill left each sequence context + 1 tokens, and decode step j reads context + 1 + j of
-                # them per sequence, as the simulator counts a step's KV tokens read
-                mean_context = context + 1 + (decode_steps - 1) / 2
-                rows.append(point(self.impl.name, "decode", seconds, batch=batch, context=mean_context,
-                                  attention=attention))
-            elif seconds:
-                rows.append(point(self.impl.name, "prefill", seconds, tokens=key[1], attention=attention))
-        return rows
-
-
-def measure_profile(ctx: JobContext, impl: ImplConfig,
-                    grid: tuple[list[int], list[int], list[int]] | None = None, passes: int | None = None) -> list[dict]:
-    """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points, each
-    the median of ``passes`` passes' samples (``scenario.passes``; GridSampler says why); ``grid``: (batches,
-    contexts, prefill token counts) instead of the scenario's (no warm-up then)."""
-    sampler = GridSampler(ctx, impl, grid or profile_grid(ctx.cfg, ctx.model.gemm_row_breaks()))
-    sampler.warm_up(0 if grid else ctx.cfg.scenario.warmup)
-    for _ in range(max(1, ctx.cfg.scenario.passes if passes is None else passes)):
-        sampler.measure_pass()
-    return sampler.rows()
-
-
 def interleaved(tasks: list[Callable[[], None]], passes: int, measure_pass: Callable[[], None]) -> None:
     """Run ``tasks`` in order with ``passes`` calls of ``measure_pass`` spread evenly among them, the last one
     after the last task (none: the tasks alone)."""
@@ -272,42 +119,6 @@ def interleaved(tasks: list[Callable[[], None]], passes: int, measure_pass: Call
         measure_pass()
     for task in tasks[done:]:
         task()
-
-
-def _prefill_forward(ctx: JobContext, impl: ImplConfig, tokens: int, prompt_len: int, salt: int) -> list[tuple]:
-    """(seconds, attention seconds) of one prefill forward of ``tokens`` prompt tokens, in prompts of
-    ``prompt_len`` (the last one shorter); empty if the engine split them over several forwards."""
-    sizes = [prompt_len] * (tokens // prompt_len) + ([tokens % prompt_len] if tokens % prompt_len else [])
-    prompts = [p for i, size in enumerate(sizes) for p in _prompts(ctx, 1, size, salt + i)]
-    return [(s, a) for kind, computed, s, a in _serve(ctx, impl, prompts, 1, len(prompts))
-            if kind == "prefill" and computed == tokens]
-
-
-def profile_grid(cfg, breaks: Sequence[int] = ()) -> tuple[list[int], list[int], list[int]]:
-    """(batches, contexts, prefill token counts) of a profile of ``cfg``: the scenario's grids, each default
-    one with ``breaks`` added within its range: the row counts on either side of which the model's dense
-    GEMMs change kernel (``LlamaModel.gemm_row_breaks``), so that no interpolated segment spans a jump in
-    the step's cost. A grid the scenario names is measured as named."""
-    sc = cfg.scenario
-    batches = grid_batches(sc, cfg.batch)
-    prefill = grid_prefill(sc, cfg.max_num_batched_tokens)
-    if not sc.batches:
-        batches = sorted(set(batches) | {b for b in breaks if 1 <= b <= cfg.batch})
-    if not sc.prefill_tokens:
-        prefill = sorted(set(prefill) | {t for t in breaks if prefill[0] <= t <= prefill[-1]})
-    return batches, grid_contexts(sc, cfg.max_seq_len), prefill
-
-
-def prefill_prompt_len(ctx: JobContext) -> int:
-    """The prompt length prefill points are made of: the workload's mean, within the context (room
-    for the one token a prefill generates)."""
-    import statistics
-
-    top = ctx.cfg.max_seq_len - 2
-    requests = ctx.requests
-    if not requests:
-        return top
-    return max(1, min(top, round(statistics.mean(len(r.prompt_ids) for r in requests))))
 
 
 def attention_shares(rows: list[dict]) -> dict:
@@ -373,7 +184,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     import pandas as pd
 
     from harness.scenarios.max_rate import probe_record, search_rate
-    from harness.scenarios.wall_check import drift, priced, wall_max_rate, wall_row
+    from harness.scenarios.wall_check import WallRuns, drift, priced
     from harness.serving.profile_table import profile_frame
     from harness.serving.profiled_clock import ProfiledClock, profile_id
     from harness.serving.service_metrics import slo_label
@@ -383,28 +194,12 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     sc = ctx.cfg.scenario
     sampler = GridSampler(ctx, impl, profile_grid(ctx.cfg, ctx.model.gemm_row_breaks()))
     sampler.warm_up(sc.warmup)
-    # With wall=true, each rate served on the wall clock (the first with the warm-up), then the max rate
-    # searched there: tasks between which the profile's later passes are spread, so that the profile samples
-    # the machine over the minutes the wall runs do (on the 2-core CPU machines its speed moved 5-15% within a
-    # job's two minutes, with no other process in sight). Their steps are priced once the profile is whole.
     runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
-    walls: dict[tuple, dict] = {}
-    served: dict[float, dict] = {}  # whole-prompt wall rows, whose SLO verdicts the wall search reuses
-    steps: list[pd.DataFrame] = []
-    listed: list[dict] = []  # both searches' probes: the job's rate_probes table
-    tasks: list[Callable[[], None]] = []
-    if sc.wall:
-        for i, (rate, budget) in enumerate(runs):
-            def serve(rate: float = rate, budget: int | None = budget, warmup: int = int(i == 0)) -> None:
-                row, frame = wall_row(ctx, impl, rate, budget, warmup)
-                walls[(rate, budget)] = row
-                if frame is not None:
-                    steps.append(frame)
-                if budget is None and row.get("status") == "ok" and row.get("slo_pass") is not None:
-                    served[float(rate)] = row
-            tasks.append(serve)
-        if sc.max_rate:
-            tasks.append(lambda: walls.setdefault("max_rate", wall_max_rate(ctx, impl, served, listed)))
+    walls = WallRuns(ctx, impl, runs, sc.max_rate)
+    # With wall=true the profile's later passes are spread over the wall runs, so that the profile samples the
+    # machine over the minutes they do (on the 2-core CPU machines its speed moved 5-15% within a job's few
+    # minutes, with no other process in sight).
+    tasks = walls.tasks() if sc.wall else []
     seen: list = []  # the CPU each pass got
     measure_pass = _probed(ctx, sampler.measure_pass, seen)
     measure_pass()
@@ -413,31 +208,32 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     append_table(ctx.tables, "profile", profile_frame(rows))
     points = points_of(rows)
     pid = profile_id(points)
-    spread = (f"; measured in {sc.passes} passes spread over the wall runs" if sc.wall and sc.passes > 1 and tasks
-              else "")
+    spread = f"; measured in {sc.passes} passes spread over the wall runs" if tasks and sc.passes > 1 else ""
     summary = {"status": "ok", "clock_source": pid, "probes": len(rows), **attention_shares(rows),
                "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points{spread}; "
                         f"clock_profile={run_id(ctx.run_dir)} prices a simulated run from them"}
     if seen:  # the pass whose CPU was the most contended speaks for the profile
         summary = with_contention(summary, max(seen, key=lambda c: (c.contended, c.others_cpu or 0.0)))
     out = [summary]
-    for frame in steps:
+    for frame in walls.steps:  # each wall step beside its price on the whole profile
         append_table(ctx.tables, "steps", priced(frame, ProfiledClock(points)))
-    for rate, budget in runs:
-        if (rate, budget) in walls:
-            out.append(walls[(rate, budget)])
+    for rate, budget in runs:  # each rate on both clocks, the wall row first
+        if (rate, budget) in walls.rows:
+            out.append(walls.rows[(rate, budget)])
         out.append(_simulated(ctx, impl, points, rate, budget))
     if sc.max_rate:
-        if "max_rate" in walls:
-            out.append(walls["max_rate"])
+        # Both searches' probes in the job's rate_probes table, told apart by ``clock``: where the two
+        # clocks' verdicts part, and by how much normalized latency.
+        if walls.searched is not None:
+            out.append(walls.searched)
 
         def passes(rate: float) -> bool:
             row = _simulated(ctx, impl, points, rate)
-            listed.append(probe_record(impl.name, run_id(ctx.run_dir), rate, row, "simulated"))
+            walls.listed.append(probe_record(impl.name, run_id(ctx.run_dir), rate, row, "simulated"))
             return bool(row.get("slo_pass"))
 
         found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
-        append_table(ctx.tables, "rate_probes", pd.DataFrame(listed))
+        append_table(ctx.tables, "rate_probes", pd.DataFrame(walls.listed))
         out.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": ctx.cfg.arrival.name,
                     "slo": slo_label(ctx.cfg.slo), "max_rate_rps": found, "probes": probes,
                     "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})

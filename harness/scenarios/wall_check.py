@@ -18,8 +18,10 @@ A wall row here is the row ``scenario=decode`` writes for the same config at tha
 from __future__ import annotations
 
 import copy
+import functools
 import statistics
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 from harness.config import ImplConfig
 from harness.results import run_id
@@ -115,6 +117,40 @@ def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, dict] |
     return {"status": "ok", "clock": "wall", "arrival": ctx.cfg.arrival.name, "slo": slo_label(ctx.cfg.slo),
             "max_rate_rps": found, "probes": probes, "request_rate": found or None,
             "notes": f"max rate within the SLO on the wall clock; {probes} probes{taken} | {WALL_NOTE}"}
+
+
+@dataclass
+class WallRuns:
+    """The wall half of a validating profile job: each of ``runs`` (rate, chunked budget or None) served, then
+    (``search``) the max rate searched, as tasks the job runs between its profile's passes; what they left:
+    each rate's row, their steps tables (to be ``priced`` once the profile is whole), the search's row, and its
+    probes in ``listed`` (the job's rate_probes table, which the simulated search adds to)."""
+
+    ctx: JobContext
+    impl: ImplConfig
+    runs: list[tuple[float, int | None]]
+    search: bool
+    rows: dict[tuple[float, int | None], dict] = field(default_factory=dict)
+    steps: list[pd.DataFrame] = field(default_factory=list)
+    searched: dict | None = None
+    listed: list[dict] = field(default_factory=list)
+    served: dict[float, dict] = field(default_factory=dict)  # whole-prompt rows, whose verdicts the search reuses
+
+    def tasks(self) -> list[Callable[[], None]]:
+        """Each rate served (the first with a warm-up), then the search."""
+        out = [functools.partial(self._serve, rate, budget, int(i == 0)) for i, (rate, budget) in enumerate(self.runs)]
+        return out + ([self._search] if self.search else [])
+
+    def _serve(self, rate: float, budget: int | None, warmup: int) -> None:
+        row, frame = wall_row(self.ctx, self.impl, rate, budget, warmup)
+        self.rows[(rate, budget)] = row
+        if frame is not None:
+            self.steps.append(frame)
+        if budget is None and row.get("status") == "ok" and row.get("slo_pass") is not None:
+            self.served[float(rate)] = row
+
+    def _search(self) -> None:
+        self.searched = wall_max_rate(self.ctx, self.impl, self.served, self.listed)
 
 
 def drift(before: list[dict], after: list[dict]) -> float | None:

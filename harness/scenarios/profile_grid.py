@@ -1,0 +1,210 @@
+"""A profile's grid and its measurement: which points ``scenario=profile`` times, and how (harness/scenarios/profile.py).
+
+The grids: batches (powers of two up to ``batch``), contexts (five, geometric from 16) and prefill token
+counts (doubling from 16), each default one with both sides of every row count where the model's dense
+GEMMs change kernel. The measurement: the decode engine serves each point as a burst and times its steps
+as its own clock sees them (``_serve``); ``GridSampler`` measures the grid pass by pass and pools each
+point's samples. Nothing here is a scenario (harness/scenarios/__init__.py ``NOT_SCENARIOS``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Sequence
+
+from harness.config import ImplConfig
+
+if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    from harness.scenarios.context import JobContext
+    from harness.scenarios.profile import ProfileScenario
+
+MIN_CONTEXT = 16
+
+
+def grid_batches(sc: ProfileScenario, batch: int) -> list[int]:
+    if sc.batches:
+        return sorted(set(sc.batches))
+    out, b = [], 1
+    while b < batch:
+        out.append(b)
+        b *= 2
+    return out + [batch]
+
+
+def grid_contexts(sc: ProfileScenario, max_seq_len: int) -> list[int]:
+    """Five contexts, geometric from 16 to the longest prompt the decode steps still fit after."""
+    if sc.contexts:
+        return sorted(set(sc.contexts))
+    top = max_seq_len - sc.decode_steps - 1
+    if top <= MIN_CONTEXT:
+        return [max(1, top)]
+    ratio = (top / MIN_CONTEXT) ** 0.25
+    return sorted({round(MIN_CONTEXT * ratio ** i) for i in range(4)} | {top})
+
+
+def grid_prefill(sc: ProfileScenario, max_num_batched_tokens: int) -> list[int]:
+    """Doubling from 16 to min(max_num_batched_tokens, 4096). Doubling, not x4: a prefill's cost bends
+    where its attention starts to weigh and where its GEMMs change kernel, and a line over a x4 span
+    priced the 2-core CPU's 65-128-token prefills 13-15% under their wall time."""
+    if sc.prefill_tokens:
+        return sorted(set(sc.prefill_tokens))
+    top, out, t = min(max_num_batched_tokens, 4096), [], MIN_CONTEXT
+    while t < top:
+        out.append(t)
+        t *= 2
+    return out + [top]
+
+
+def _prompts(ctx: JobContext, count: int, length: int, salt: int) -> list[tuple[int, ...]]:
+    import numpy as np
+
+    rng = np.random.default_rng([ctx.cfg.seed, length, count, salt])
+    return [tuple(int(t) for t in rng.integers(0, ctx.cfg.model.vocab_size, length)) for _ in range(count)]
+
+
+def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], output_len: int, batch: int):
+    """The engine's records of serving ``prompts`` at once, each for ``output_len`` tokens: (kind, tokens,
+    seconds, attention seconds) per step, timed from the end of the step before (the first from the run's
+    start); the last is the part of the step the cache spent attending (harness/measure/attention_timer.py)."""
+    import math
+
+    from harness.kv.factory import build_cache
+    from harness.measure.attention_timer import AttentionTimer
+    from harness.serving.engine import Engine
+    from harness.serving.workload import Request
+
+    cfg = copy.deepcopy(ctx.cfg)
+    cfg.batch = batch
+    longest = max(len(p) for p in prompts) + output_len
+    slots = len(prompts) * (math.ceil(max(cfg.max_seq_len, longest) / cfg.block_size) + 1) * cfg.block_size
+    cache = build_cache(impl, cfg, int(slots * ctx.bytes_per_token * 1.1), ctx.device)  # nothing is preempted
+    engine = Engine(ctx.model, cache, batch, cfg.max_num_batched_tokens, sync=ctx.sync)
+    timer = AttentionTimer(ctx.device)
+    timer.wrap(cache)  # after the engine's warm-up of the cache: only the steps' own calls are timed
+    result = engine.run([Request(i, p, output_len, 1) for i, p in enumerate(prompts)])
+    if result.preemptions or result.rejected:
+        raise RuntimeError(f"profile point of {len(prompts)} prompts of {len(prompts[0])} tokens was preempted "
+                           "or rejected: the profile's own cache was sized too small")
+    attention = timer.per_forward()  # one forward per recorded step: nothing was preempted
+    if len(attention) != len(result.steps):
+        raise RuntimeError(f"profile point: {len(attention)} timed forwards for {len(result.steps)} steps")
+    out, before = [], 0.0
+    for rec, attn in zip(result.steps, attention):
+        out.append((rec.kind, rec.tokens, rec.t_s - before, attn))
+        before = rec.t_s
+    return out
+
+
+Key = tuple  # ("decode", batch, context) or ("prefill", tokens, 0)
+
+
+class GridSampler:
+    """A profile's grid points and their samples, measured pass by pass.
+
+    Each pass serves every point once (every other pass in reverse order); a point's row pools its samples
+    from the passes asked for (their median). On a shared machine a slow spell of a few seconds then lands
+    a little on many points, not wholly on the few measured during it: one pass left neighbouring points
+    10-20% apart the wrong way round (a larger batch cheaper), and its first points, measured while
+    freshly allocated memory was first touched, 10-30% slow. A validating job spreads its passes over its
+    wall runs (``run``), so that the profile samples the machine over the minutes they do."""
+
+    def __init__(self, ctx: JobContext, impl: ImplConfig, grid: tuple[list[int], list[int], list[int]]) -> None:
+        batches, contexts, prefill = grid
+        self.ctx, self.impl = ctx, impl
+        self.keys: list[Key] = [("decode", b, c) for b in batches for c in contexts] + [("prefill", t, 0) for t in prefill]
+        self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []
+        self._prompt_len = prefill_prompt_len(ctx)
+
+    def warm_up(self, times: int) -> None:
+        """Untimed serving of the smallest decode point (kernels compiled, caches warm)."""
+        _, batch, context = self.keys[0]
+        for _ in range(times):
+            _serve(self.ctx, self.impl, _prompts(self.ctx, batch, context, 999_999), 3, batch)
+
+    def measure_pass(self) -> None:
+        ctx, impl, sc, n = self.ctx, self.impl, self.ctx.cfg.scenario, len(self.passes)
+        repeats = max(1, ctx.cfg.repeat)
+        got: dict[Key, tuple[list[float], list[float]]] = {}
+        for key in self.keys if n % 2 == 0 else reversed(self.keys):
+            seconds, attention = got[key] = ([], [])
+            if key[0] == "decode":
+                for rep in range(repeats):
+                    steps = _serve(ctx, impl, _prompts(ctx, key[1], key[2], n * repeats + rep), sc.decode_steps + 1,
+                                   key[1])
+                    seconds += [s for kind, _, s, _ in steps if kind == "decode"]
+                    attention += [a for kind, _, _, a in steps if kind == "decode"]
+            else:
+                for rep in range(repeats * sc.prefill_samples):
+                    salt = 1000 * (n * repeats * sc.prefill_samples + rep)
+                    for s, a in _prefill_forward(ctx, impl, key[1], self._prompt_len, salt):
+                        seconds.append(s)
+                        attention.append(a)
+        self.passes.append(got)
+
+    def rows(self, passes: slice = slice(None)) -> list[dict]:
+        """The profile table's rows from the samples of ``passes`` (all of them by default)."""
+        from harness.serving.profile_table import point
+
+        decode_steps = self.ctx.cfg.scenario.decode_steps
+        rows = []
+        for key in self.keys:
+            seconds = [s for got in self.passes[passes] for s in got[key][0]]
+            attention = [a for got in self.passes[passes] for a in got[key][1]]
+            if key[0] == "decode":
+                _, batch, context = key
+                # the prefill left each sequence context + 1 tokens, and decode step j reads context + 1 + j of
+                # them per sequence, as the simulator counts a step's KV tokens read
+                mean_context = context + 1 + (decode_steps - 1) / 2
+                rows.append(point(self.impl.name, "decode", seconds, batch=batch, context=mean_context,
+                                  attention=attention))
+            elif seconds:
+                rows.append(point(self.impl.name, "prefill", seconds, tokens=key[1], attention=attention))
+        return rows
+
+
+def measure_profile(ctx: JobContext, impl: ImplConfig,
+                    grid: tuple[list[int], list[int], list[int]] | None = None, passes: int | None = None) -> list[dict]:
+    """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points, each
+    the median of ``passes`` passes' samples (``scenario.passes``; GridSampler says why); ``grid``: (batches,
+    contexts, prefill token counts) instead of the scenario's (no warm-up then)."""
+    sampler = GridSampler(ctx, impl, grid or profile_grid(ctx.cfg, ctx.model.gemm_row_breaks()))
+    sampler.warm_up(0 if grid else ctx.cfg.scenario.warmup)
+    for _ in range(max(1, ctx.cfg.scenario.passes if passes is None else passes)):
+        sampler.measure_pass()
+    return sampler.rows()
+
+
+def _prefill_forward(ctx: JobContext, impl: ImplConfig, tokens: int, prompt_len: int, salt: int) -> list[tuple]:
+    """(seconds, attention seconds) of one prefill forward of ``tokens`` prompt tokens, in prompts of
+    ``prompt_len`` (the last one shorter); empty if the engine split them over several forwards."""
+    sizes = [prompt_len] * (tokens // prompt_len) + ([tokens % prompt_len] if tokens % prompt_len else [])
+    prompts = [p for i, size in enumerate(sizes) for p in _prompts(ctx, 1, size, salt + i)]
+    return [(s, a) for kind, computed, s, a in _serve(ctx, impl, prompts, 1, len(prompts))
+            if kind == "prefill" and computed == tokens]
+
+
+def profile_grid(cfg, breaks: Sequence[int] = ()) -> tuple[list[int], list[int], list[int]]:
+    """(batches, contexts, prefill token counts) of a profile of ``cfg``: the scenario's grids, each default
+    one with ``breaks`` added within its range: the row counts on either side of which the model's dense
+    GEMMs change kernel (``LlamaModel.gemm_row_breaks``), so that no interpolated segment spans a jump in
+    the step's cost. A grid the scenario names is measured as named."""
+    sc = cfg.scenario
+    batches = grid_batches(sc, cfg.batch)
+    prefill = grid_prefill(sc, cfg.max_num_batched_tokens)
+    if not sc.batches:
+        batches = sorted(set(batches) | {b for b in breaks if 1 <= b <= cfg.batch})
+    if not sc.prefill_tokens:
+        prefill = sorted(set(prefill) | {t for t in breaks if prefill[0] <= t <= prefill[-1]})
+    return batches, grid_contexts(sc, cfg.max_seq_len), prefill
+
+
+def prefill_prompt_len(ctx: JobContext) -> int:
+    """The prompt length prefill points are made of: the workload's mean, within the context (room
+    for the one token a prefill generates)."""
+    import statistics
+
+    top = ctx.cfg.max_seq_len - 2
+    requests = ctx.requests
+    if not requests:
+        return top
+    return max(1, min(top, round(statistics.mean(len(r.prompt_ids) for r in requests))))
