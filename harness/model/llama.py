@@ -270,7 +270,7 @@ class LlamaModel(nn.Module):
         step's cost jumps there (packed: 1 row is MKL's GEMV, 2-64 rows oneDNN's packed GEMM, 65 and up
         MKL's sgemm again; measured on the 2-core CPU: 64-token prefills cost 0.11 ms a token, 65-128
         token ones about 0.13). A profile measures both sides of each, so that no interpolated segment
-        spans a jump (harness/scenarios/profile.py). None without packed weights: one kernel family."""
+        spans a jump (harness/scenarios/profile_grid.py). Empty without packed weights: one kernel family."""
         if not self.packed:
             return ()
         return (PACKED_MIN_ROWS - 1, PACKED_MIN_ROWS, PACKED_MAX_ROWS, PACKED_MAX_ROWS + 1)

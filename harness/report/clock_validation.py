@@ -69,7 +69,7 @@ def _one_wall_run(both: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def _with_drift(both: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
-    """Each pair's ``drift``: its simulated row's job's ``profile_drift`` (NaN where the job re-timed nothing),
+    """Each pair's ``drift``: its simulated row's job's ``profile_drift`` (NaN where the job ran no wall check),
     and ``drifted``: beyond MAX_DRIFT either way."""
     drift = pd.Series(float("nan"), index=both.index)
     if "profile_drift" in rows and "run_dir_sim" in both:

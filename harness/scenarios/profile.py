@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING, Callable, List
 from harness.config import ImplConfig, ScenarioConfig
 from harness.errors import ConfigError
 from harness.results import run_id
-from harness.scenarios.profile_grid import (GridSampler, grid_batches, grid_contexts, grid_prefill, measure_profile,
-                                             profile_grid)
+from harness.scenarios.profile_grid import GridSampler, grid_batches, grid_contexts, grid_prefill, profile_grid
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from harness.scenarios.context import JobContext
@@ -47,7 +46,9 @@ class ProfileScenario(ScenarioConfig):
     """Measured step times for the simulated clock (harness/scenarios/profile.py)."""
 
     name: str = "profile"
-    batches: List[int] = field(default_factory=list)  # empty: powers of two up to ``batch``, and ``batch``
+    # empty: powers of two up to ``batch``, and ``batch``; the prefill grid doubling from 16; both with the
+    # model's GEMM row breaks within range (harness/scenarios/profile_grid.py profile_grid)
+    batches: List[int] = field(default_factory=list)
     contexts: List[int] = field(default_factory=list)  # empty: 16 .. max_seq_len - decode_steps - 1, five points
     prefill_tokens: List[int] = field(default_factory=list)  # empty: 16 .. min(max_num_batched_tokens, 4096), x2
     decode_steps: int = 8  # decode steps timed per (batch, context)
@@ -56,7 +57,8 @@ class ProfileScenario(ScenarioConfig):
     prefill_samples: int = 3
     warmup: int = 1  # untimed passes over the smallest point first (kernels compiled, caches warm)
     # The grid measured this many times over, in turn, each point the median of its samples from all passes
-    # (harness/scenarios/profile_grid.py GridSampler says why; with wall=true, spread over the wall runs)
+    # (harness/scenarios/profile_grid.py GridSampler says why; with wall=true, spread over the wall runs). Odd
+    # is best for the drift: the last pass then runs in the first one's order.
     passes: int = 3
     rates: List[float] = field(default_factory=list)  # arrival.rate values to simulate on the profile
     # arrival.rate values also simulated with chunked_prefill=true and max_num_batched_tokens=chunked_budget
@@ -157,11 +159,14 @@ def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: f
     return {**simulated_row(probe, impl, clock=clock, source=clock.id), **probe_identifiers(probe, impl)}
 
 
-def recheck_grid(ctx: JobContext) -> tuple[list[int], list[int], list[int]]:
-    """The part of a one-pass profile re-timed at a validating job's end: every context at the middle batch
-    of the grid, and the second smallest prefill point (a few seconds at tiny scale)."""
+def recheck(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+    """Part of a one-pass profile timed again at a validating job's end, for its drift: every context at the
+    middle batch of the grid, and the second smallest prefill point (a few seconds at tiny scale); the
+    prompts are the first pass's."""
     batches, contexts, prefill = profile_grid(ctx.cfg, ctx.model.gemm_row_breaks())
-    return [batches[len(batches) // 2]], contexts, prefill[1:2] or prefill
+    sampler = GridSampler(ctx, impl, ([batches[len(batches) // 2]], contexts, prefill[1:2] or prefill))
+    sampler.measure_pass()
+    return sampler.rows()
 
 
 def _probed(ctx: JobContext, measure: Callable[[], None], seen: list) -> Callable[[], None]:
@@ -217,9 +222,9 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     out = [summary]
     for frame in walls.steps:  # each wall step beside its price on the whole profile
         append_table(ctx.tables, "steps", priced(frame, ProfiledClock(points)))
-    for rate, budget in runs:  # each rate on both clocks, the wall row first
-        if (rate, budget) in walls.rows:
-            out.append(walls.rows[(rate, budget)])
+    for i, (rate, budget) in enumerate(runs):  # each rate on both clocks, the wall row first
+        if i in walls.rows:
+            out.append(walls.rows[i])
         out.append(_simulated(ctx, impl, points, rate, budget))
     if sc.max_rate:
         # Both searches' probes in the job's rate_probes table, told apart by ``clock``: where the two
@@ -238,7 +243,6 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
                     "slo": slo_label(ctx.cfg.slo), "max_rate_rps": found, "probes": probes,
                     "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})
     if sc.wall:  # how far the machine moved while the wall runs ran: the last pass against the first
-        last = sampler.rows(slice(-1, None)) if len(sampler.passes) > 1 else \
-            measure_profile(ctx, impl, recheck_grid(ctx), passes=1)
+        last = sampler.rows(slice(-1, None)) if len(sampler.passes) > 1 else recheck(ctx, impl)
         summary["profile_drift"] = drift(sampler.rows(slice(0, 1)), last)
     return out

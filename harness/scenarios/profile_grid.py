@@ -162,18 +162,6 @@ class GridSampler:
         return rows
 
 
-def measure_profile(ctx: JobContext, impl: ImplConfig,
-                    grid: tuple[list[int], list[int], list[int]] | None = None, passes: int | None = None) -> list[dict]:
-    """The profile table's rows for ``impl``: decode points over batches x contexts, then prefill points, each
-    the median of ``passes`` passes' samples (``scenario.passes``; GridSampler says why); ``grid``: (batches,
-    contexts, prefill token counts) instead of the scenario's (no warm-up then)."""
-    sampler = GridSampler(ctx, impl, grid or profile_grid(ctx.cfg, ctx.model.gemm_row_breaks()))
-    sampler.warm_up(0 if grid else ctx.cfg.scenario.warmup)
-    for _ in range(max(1, ctx.cfg.scenario.passes if passes is None else passes)):
-        sampler.measure_pass()
-    return sampler.rows()
-
-
 def _prefill_forward(ctx: JobContext, impl: ImplConfig, tokens: int, prompt_len: int, salt: int) -> list[tuple]:
     """(seconds, attention seconds) of one prefill forward of ``tokens`` prompt tokens, in prompts of
     ``prompt_len`` (the last one shorter); empty if the engine split them over several forwards."""

@@ -68,8 +68,9 @@ def priced(steps: pd.DataFrame, clock) -> pd.DataFrame:
 def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int | None = None,
              warmup: int = 0) -> tuple[dict, pd.DataFrame | None]:
     """The job's workload served at ``rate`` on the wall clock: scenario=decode's row, and its steps table
-    with the rate and scheduling that tell it apart (for ``priced`` once the job's profile is whole; None
-    without one). Its requests table goes into the job's, told apart alike."""
+    with the rate and scheduling that tell it apart (for ``priced`` once the job's profile is whole; None when
+    the run keeps no timeline tables, ``timeline_tables=false``). Its requests table goes into the job's, told
+    apart alike."""
     from harness.scenarios import decode
     from harness.serving.timeline import append_table
 
@@ -130,7 +131,7 @@ class WallRuns:
     impl: ImplConfig
     runs: list[tuple[float, int | None]]
     search: bool
-    rows: dict[tuple[float, int | None], dict] = field(default_factory=dict)
+    rows: dict[int, dict] = field(default_factory=dict)  # by index in ``runs`` (a rate may come twice)
     steps: list[pd.DataFrame] = field(default_factory=list)
     searched: dict | None = None
     listed: list[dict] = field(default_factory=list)
@@ -138,12 +139,13 @@ class WallRuns:
 
     def tasks(self) -> list[Callable[[], None]]:
         """Each rate served (the first with a warm-up), then the search."""
-        out = [functools.partial(self._serve, rate, budget, int(i == 0)) for i, (rate, budget) in enumerate(self.runs)]
+        out = [functools.partial(self._serve, i) for i in range(len(self.runs))]
         return out + ([self._search] if self.search else [])
 
-    def _serve(self, rate: float, budget: int | None, warmup: int) -> None:
-        row, frame = wall_row(self.ctx, self.impl, rate, budget, warmup)
-        self.rows[(rate, budget)] = row
+    def _serve(self, i: int) -> None:
+        rate, budget = self.runs[i]
+        row, frame = wall_row(self.ctx, self.impl, rate, budget, warmup=int(i == 0))
+        self.rows[i] = row
         if frame is not None:
             self.steps.append(frame)
         if budget is None and row.get("status") == "ok" and row.get("slo_pass") is not None:

@@ -92,7 +92,7 @@ def test_the_row_window_is_decode_sized():
 
 
 def test_gemm_row_breaks_sit_on_both_sides_of_every_kernel_change(pair, monkeypatch):
-    """The profile measures a step at each break (harness/scenarios/profile.py: profile_grid): they must be
+    """The profile measures a step at each break (harness/scenarios/profile_grid.py: profile_grid): they must be
     exactly the row counts where the GEMM's kernel changes, and the one on its other side."""
     packed, plain = pair
     weight = packed.layers[0].mlp.down_proj

@@ -226,9 +226,9 @@ def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_reco
                               and r.get("max_rate_rps") is None and not r["chunked_prefill"])
             assert walls.loc[rate, "normalized_latency_s"] == served_row["normalized_latency_s"]
     drift = rows[0]["profile_drift"]
-    assert isinstance(drift, float) and -0.9 < drift < 9  # re-timed points over first ones, less 1: finite
+    assert isinstance(drift, float) and -0.9 < drift < 9  # the last pass's points over the first's, less 1: finite
     table = pd.read_parquet(out / "profile.parquet")
-    assert len(table) == 6  # the re-timed points are not added to the profile
+    assert len(table) == 6  # one row a point: its passes pooled, not added as points
 
 
 def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_the_whole_profile(validated):
@@ -246,6 +246,27 @@ def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_t
         assert rec.price_s == pytest.approx(clock.decode_s(int(rec.batch), int(rec.kv_tokens_read)))
     for rec in prefill.itertuples():
         assert rec.price_s == pytest.approx(clock.prefill_s(int(rec.tokens)))
+
+
+@pytest.fixture(scope="module")
+def one_pass(tmp_path_factory):
+    """A one-pass validating job (as the GPU check's), a rate served twice."""
+    return _profile_job(tmp_path_factory, "one_pass", "scenario.wall=true", "scenario.passes=1",
+                        "scenario.rates=[20,20]", "scenario.chunked_rates=[]")
+
+
+def test_one_pass_re_times_part_of_its_grid_for_the_drift_and_a_rate_served_twice_is_two_rows(one_pass):
+    out, rows = one_pass
+    summary = rows[0]
+    assert "passes spread" not in summary["notes"]
+    assert isinstance(summary["profile_drift"], float) and -0.9 < summary["profile_drift"] < 9
+    table = pd.read_parquet(out / "profile.parquet")
+    assert len(table) == 6 and (table.samples == 3).all()  # one pass: 3 decode steps, 3 prefill forwards
+    served = [r for r in rows if r.get("clock") == "wall"]
+    assert len(served) == 2 and served[0] is not served[1]
+    assert [r["request_rate"] for r in rows if r.get("clock")] == [20, 20, 20, 20]  # wall, simulated, twice
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert len(steps[steps.kind == "decode"]) and steps[steps.kind == "decode"].price_s.notna().all()
 
 
 def test_passes_are_spread_evenly_over_the_tasks_the_last_after_the_last_task():
