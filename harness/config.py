@@ -259,7 +259,12 @@ class Config:
     # eager inside it (harness/model/compiled.py). null: on where it repays its compile (compiled.py's
     # auto_compile: small fp32 models, g++ present, a long enough run); true/false force it.
     cpu_compile: Optional[bool] = None
-    # CPU fp32: the linears' weights reordered once for oneDNN, so eager decode steps run packed GEMMs as
-    # a CPU serving engine does (harness/model/llama.py prepack). null: on wherever oneDNN applies.
+    # CPU fp32: the linears' weights packed once, so eager decode steps run packed GEMMs as a CPU serving
+    # engine does: kvbench's own kernel where a C++ compiler builds it, else oneDNN's (harness/model/
+    # packed_linear.py). null: on wherever oneDNN applies.
     cpu_prepack: Optional[bool] = None
+    # CPU fp32: the element-wise work between the GEMMs (RMSNorm, residual add + norm, RoPE with the q/k/v
+    # split, SiLU x up) runs as fused C++ ops in eager forwards (kernels/dense_op.py), as a CPU serving
+    # engine runs it. null: on wherever it applies and a C++ compiler builds the ops (else torch's ops).
+    cpu_fused: Optional[bool] = None
 

@@ -113,6 +113,9 @@ def resolve(raw: DictConfig | Config) -> Config:
            "(cuda_graph=true is the GPU's way)")
     if cfg.dtype == "auto":  # a simulated GPU counts as a GPU
         cfg.dtype = "bfloat16" if cfg.device.name == "cuda" or _simulated_gpu(cfg) else "float32"
+    _check(not cfg.cpu_fused or (cfg.device.name == "cpu" and cfg.dtype == "float32"),
+           f"cpu_fused=true runs fused float32 CPU ops; device={cfg.device.name} dtype={cfg.dtype}: leave it null "
+           "or false")
     if cfg.isolation == "auto":
         cfg.isolation = "process" if cfg.device.name == "cuda" else "none"
     if cfg.model.name == "auto" and not cfg.model.path:

@@ -115,14 +115,19 @@ class _DecodeGraph(nn.Module):
 def auto_compile(model: LlamaModel, device: torch.device, decode_tokens: int) -> tuple[bool, str]:
     """What ``cpu_compile=null`` chooses for a run that decodes ``decode_tokens`` tokens, and why.
 
-    On where the compile repays itself: a CPU, float32 (the only dtype measured), a model of at
-    most AUTO_MAX_PARAMS parameters, a C++ compiler for inductor, and a run long enough that the
-    time saved per token outweighs the compile (AUTO_MIN_DECODE_TOKENS).
+    On where the compile repays itself: a CPU, float32 (the only dtype measured), an eager forward
+    that does not already run kvbench's own packed GEMM and fused element-wise ops (build_model's
+    default where its op library builds: the eager forward is then the faster one, 1.0-1.5x the
+    frozen graph's tok/s, tests/bench/vllm_cpu_ratio.py), a model of at most AUTO_MAX_PARAMS
+    parameters, a C++ compiler for inductor, and a run long enough that the time saved per token
+    outweighs the compile (AUTO_MIN_DECODE_TOKENS).
     """
     if device.type != "cpu":
         return False, f"device {device.type}: cuda_graph is the GPU's way"
     if model.dtype != torch.float32:
         return False, f"dtype {model.dtype}: measured at float32 only"
+    if model.fused and model.packed_kind == "kvbench":
+        return False, "the eager forward runs kvbench's packed GEMM and fused ops, faster than the compiled graph"
     params = sum(p.numel() for p in model.parameters())
     if params > AUTO_MAX_PARAMS:
         return False, f"{params} parameters > {AUTO_MAX_PARAMS}"

@@ -9,6 +9,11 @@ bias (Qwen2, and Llama's ``attention_bias``), tied embeddings, and Llama-3.1 RoP
 scaling. Mistral's sliding window is ignored: the published 4096-token window is
 never reached by a benchmark context shorter than it, and beyond it this model
 attends to the whole prefix (as Mistral v0.2+ does, which dropped the window).
+
+On a CPU at float32 (build_model's defaults) the eager forward runs the dense work as a CPU serving
+engine does: decode-sized GEMMs on weights packed once (harness/model/packed_linear.py), and the
+element-wise work between them as fused C++ ops (``fuse_elementwise``, kernels/dense_op.py). Torch's
+op-at-a-time path stays the reference, and the path of every other device and dtype.
 """
 
 from __future__ import annotations
@@ -20,7 +25,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.model.config import ModelConfig
+from harness.model.packed_linear import (  # noqa: F401  (the packed GEMMs' names, as the tests know them)
+    PACKED_MAX_ROWS,
+    PackedWeight,
+    linear,
+    pack_kind,
+    prepack_supported,
+)
 from harness.model.rope import RotaryEmbedding, apply_rotary
+from kernels import dense_op
 
 # (layer_idx, q [T, heads, head_dim], k [T, kv_heads, head_dim], v [T, kv_heads, head_dim])
 #   -> [T, heads, head_dim]. q and k carry RoPE already; the callee applies the
@@ -40,49 +53,17 @@ def _empty(*shape: int, dtype: torch.dtype, device: Device) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device))
 
 
-# Pre-packed GEMMs on a CPU (LlamaModel.prepack): a linear over this many rows runs oneDNN's
-# inner product on a weight reordered once into its blocked layout; outside it, F.linear (MKL).
-# Measured on a 2-core AMD EPYC (AVX2), fp32, 1 thread: at 2-64 rows (decode batches) the packed
-# GEMM is 1.0-1.4x faster for 0.5-3M-element weights and 2x for a 16M-element lm_head; at 1 row
-# (a GEMV) and at prefill sizes (128+ rows) MKL's plain sgemm is mostly faster.
-PACKED_MIN_ROWS = 2
-PACKED_MAX_ROWS = 64
+def fuse_supported(device: Device, dtype: torch.dtype) -> bool:
+    """Whether LlamaModel.fuse_elementwise applies: float32 on a CPU (its C++ ops take float32 rows)."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32
 
 
-def prepack_supported(device: Device, dtype: torch.dtype) -> bool:
-    """Whether LlamaModel.prepack applies: float32 on a CPU whose torch has oneDNN (mkldnn)."""
-    return (torch.device(device).type == "cpu" and dtype == torch.float32
-            and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
-
-
-class PackedWeight:
-    """A weight reordered once for oneDNN's inner product, repacked if the weight changed in place.
-
-    Not a parameter or buffer: state_dict, parameters() and the weight bytes the rows report are
-    the plain weight's. The packed copy is a second copy of the weight in host memory.
-    """
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        self.weight = weight
-        self._pack()
-
-    def _pack(self) -> None:
-        self.version = self.weight._version
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
-
-    def linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if self.weight._version != self.version:  # loaded or edited in place after packing
-            self._pack()
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: PackedWeight | None) -> torch.Tensor:
-    """``F.linear``, or the packed GEMM for decode-sized row counts (eager only: a compiled graph traces
-    F.linear, and inductor's freezing packs its weights itself)."""
-    if (packed is not None and not torch.compiler.is_compiling() and x.dim() == 2
-            and PACKED_MIN_ROWS <= x.shape[0] <= PACKED_MAX_ROWS):
-        return packed.linear(x, bias)
-    return F.linear(x, weight, bias)
+def fused_here(x: torch.Tensor, fused: bool) -> bool:
+    """Whether an eager forward runs a module's fused C++ element-wise op on ``x`` (``fuse_elementwise``):
+    the model fused, float32 rows on a CPU, contiguous, and no graph being traced (a compiled graph traces
+    torch's ops, which inductor fuses itself)."""
+    return (fused and x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()
+            and not torch.compiler.is_compiling())
 
 
 class Linear(nn.Module):
@@ -111,8 +92,11 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = _empty(size, dtype=dtype, device=device)
         self.eps = eps
+        self.fused = False  # LlamaModel.fuse_elementwise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fused_here(x, self.fused):
+            return dense_op.rms_norm(x, self.weight, self.eps)
         x32 = x.float()
         # HF's x32 * rsqrt(mean(x32^2) + eps), op for op; the [T, 1] statistics updated in place, which
         # saves two allocations per norm (17 norms a step in a small model's eager decode).
@@ -130,11 +114,15 @@ class Attention(nn.Module):
         self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
         self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.qkv_bias, dtype, device)
         self.o_proj = Linear(cfg.q_size, cfg.hidden_size, has_o_bias(cfg), dtype, device)
+        self.fused = False  # LlamaModel.fuse_elementwise
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
         """What the cache's attention takes: q and k with RoPE applied, v; each dense ``[T, heads, D]``."""
         tokens = x.shape[0]
-        qk, v = self.qkv_proj(x).split([self.q_size + self.kv_size, self.kv_size], dim=-1)
+        qkv = self.qkv_proj(x)
+        if fused_here(qkv, self.fused) and cos.is_contiguous() and sin.is_contiguous():
+            return dense_op.rope_qkv(qkv, cos, sin, self.num_heads, self.num_kv_heads)  # bit-identical to below
+        qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
         # q's and k's heads rotate in one pass (per element the same arithmetic as one at a time):
         # RoPE's five element-wise kernels run once a layer rather than twice.
         qk = apply_rotary(qk.view(tokens, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
@@ -155,9 +143,13 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, dtype, device)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, dtype, device)
+        self.fused = False  # LlamaModel.fuse_elementwise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if fused_here(gate_up, self.fused):
+            return self.down_proj(dense_op.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -175,9 +167,14 @@ class DecoderLayer(nn.Module):
         return self.self_attn.qkv(self.input_layernorm(h), cos, sin)
 
     def after_attention(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        # Same add/norm order as HF (no fused add+norm) so fp32 results match it.
-        h = h + self.self_attn.project_out(attn)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        norm = self.post_attention_layernorm
+        delta = self.self_attn.project_out(attn)
+        if fused_here(h, norm.fused) and delta.is_contiguous():
+            h, normed = dense_op.add_rms_norm(h, delta, norm.weight, norm.eps)  # the add, then HF's norm of it
+            return h + self.mlp(normed)
+        # Same add/norm order as HF so fp32 results match it.
+        h = h + delta
+        return h + self.mlp(norm(h))
 
     def forward(
         self,
@@ -260,34 +257,69 @@ class LlamaModel(nn.Module):
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return linear(self.norm(h), head, None, self.head_packed).float()
 
+    def greedy(self, logits: torch.Tensor) -> list[int]:
+        """Each row's greedy token, ``logits.argmax(-1)``: on a fused model's CPU float32 logits by
+        kernels/dense_op.py's ``argmax_rows`` (the same indices; torch's argmax compares one element at
+        a time: 0.2 ms of an 8 x 32000 step, 0.85 ms at 32 rows)."""
+        if fused_here(logits, self.fused) and logits.dim() == 2:
+            return dense_op.argmax_rows(logits).tolist()
+        return logits.argmax(dim=-1).tolist()
+
     @property
     def packed(self) -> bool:
-        """Whether eager decode-sized GEMMs run oneDNN on pre-packed weights (``prepack``)."""
+        """Whether eager decode-sized GEMMs run on pre-packed weights (``prepack``; which kernel: ``packed_kind``)."""
         return self.head_packed is not None
+
+    @property
+    def packed_kind(self) -> str | None:
+        """The packed GEMMs' kernel (harness/model/packed_linear.py): kvbench, onednn, or None unpacked."""
+        return None if self.head_packed is None else self.head_packed.kind
 
     def gemm_row_breaks(self) -> tuple[int, ...]:
         """The row counts on either side of which an eager forward's dense GEMMs run another kernel: a
-        step's cost jumps there (packed: 1 row is MKL's GEMV, 2-64 rows oneDNN's packed GEMM, 65 and up
-        MKL's sgemm again; measured on the 2-core CPU: 64-token prefills cost 0.11 ms a token, 65-128
-        token ones about 0.13). A profile measures both sides of each, so that no interpolated segment
-        spans a jump (harness/scenarios/profile_grid.py). Empty without packed weights: one kernel family."""
-        if not self.packed:
+        step's cost jumps there (kvbench's packed GEMM runs 1-64 rows, oneDNN's 2-64, MKL's sgemm the rest;
+        measured on the 2-core CPU with oneDNN: 64-token prefills cost 0.11 ms a token, 65-128 token ones
+        about 0.13). A profile measures both sides of each, so that no interpolated segment spans a jump
+        (harness/scenarios/profile_grid.py). Empty without packed weights: one kernel family."""
+        if self.head_packed is None:
             return ()
-        return (PACKED_MIN_ROWS - 1, PACKED_MIN_ROWS, PACKED_MAX_ROWS, PACKED_MAX_ROWS + 1)
+        low = self.head_packed.min_rows
+        return ((low - 1, low) if low > 1 else ()) + (PACKED_MAX_ROWS, PACKED_MAX_ROWS + 1)
 
-    def prepack(self) -> int:
-        """Reorder every linear's weight (and the logits') once for oneDNN (``prepack_supported``);
-        returns the bytes of the packed copies, which sit beside the plain weights."""
+    def prepack(self, kind: str | None = None) -> int:
+        """Pack every linear's weight (and the logits') once for ``kind``'s GEMM (None: ``pack_kind()``,
+        kvbench's own where its op library loads, else oneDNN's; ``prepack_supported``); returns the
+        bytes of the packed copies, which sit beside the plain weights."""
         if not prepack_supported(self.device, self.dtype):
             raise ValueError(f"prepack needs float32 on a CPU with oneDNN; the model is {self.dtype} on {self.device}")
+        kind = kind or pack_kind()
         nbytes = 0
         for module in self.modules():
             if isinstance(module, Linear) and module is not self.lm_head:
-                module.packed = PackedWeight(module.weight)
+                module.packed = PackedWeight(module.weight, kind)
                 nbytes += module.weight.numel() * module.weight.element_size()
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        self.head_packed = PackedWeight(head)
+        self.head_packed = PackedWeight(head, kind)
         return nbytes + head.numel() * head.element_size()
+
+    @property
+    def fused(self) -> bool:
+        """Whether eager forwards run the fused C++ element-wise ops (``fuse_elementwise``)."""
+        return self.norm.fused
+
+    def fuse_elementwise(self, on: bool = True) -> None:
+        """Run the element-wise work between the GEMMs (RMSNorm, the residual add before a norm, RoPE with
+        the q/k/v split, SiLU times up) as kernels/dense_op.py's fused C++ ops in eager forwards: one call
+        each where torch runs ~25 small ops a layer. float32 on a CPU; needs the op library (a C++
+        compiler builds it once). ``on=False`` goes back to torch's ops."""
+        if on:
+            if not fuse_supported(self.device, self.dtype):
+                raise ValueError(f"the fused element-wise ops need float32 on a CPU; the model is {self.dtype} "
+                                 f"on {self.device}")
+            dense_op.load_dense_ops()
+        for module in self.modules():
+            if isinstance(module, (RMSNorm, Attention, MLP)):
+                module.fused = on
 
     def unpack(self) -> None:
         """Back to F.linear everywhere (drops the packed copies)."""

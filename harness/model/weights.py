@@ -16,7 +16,7 @@ import torch
 from harness.errors import ConfigError
 from harness.model.config import ModelConfig
 from harness.model.hf_config import resolve_model_config
-from harness.model.llama import LlamaModel, prepack_supported
+from harness.model.llama import LlamaModel, fuse_supported, prepack_supported
 
 # Dummy-weight scales (all N(0, std^2), norms = 1, drawn directly in the model dtype):
 #   lm_head           LOGIT_STD / sqrt(hidden): the final RMSNorm gives unit-rms rows,
@@ -172,14 +172,28 @@ def prepack_default(device: torch.device | str, dtype: torch.dtype) -> bool:
     return os.environ.get("KVBENCH_CPU_PREPACK", "1") != "0" and prepack_supported(device, dtype)
 
 
+def fuse_default(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """build_model's ``fuse=None``: on wherever the fused element-wise ops apply (a float32 model on a CPU)
+    and load (kernels/dense_op.py: a C++ compiler built them), unless ``KVBENCH_CPU_FUSED=0``."""
+    if os.environ.get("KVBENCH_CPU_FUSED", "1") == "0" or not fuse_supported(device, dtype):
+        return False
+    from kernels.dense_op import dense_ops_unavailable
+
+    return dense_ops_unavailable() is None
+
+
 def build_model(
     cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str, seed: int, prepack: bool | None = None,
+    fuse: bool | None = None,
 ) -> LlamaModel:
     """Resolve and validate ``cfg``, allocate the model, fill its weights; eval mode.
 
-    ``prepack`` (None: ``prepack_default``): the linears' weights are reordered once for oneDNN,
-    so eager decode steps run packed GEMMs, as a CPU serving engine does (LlamaModel.prepack). It
-    costs milliseconds here, and a second copy of the linear weights in host memory.
+    ``prepack`` (None: ``prepack_default``): the linears' weights are packed once (kvbench's own GEMM
+    where its op library builds, else oneDNN's), so eager decode steps run packed GEMMs, as a CPU
+    serving engine does (LlamaModel.prepack). It costs milliseconds here, and a second copy of the
+    linear weights in host memory. ``fuse`` (None:
+    ``fuse_default``): eager forwards run the element-wise work between the GEMMs as fused C++ ops
+    (LlamaModel.fuse_elementwise), also as a CPU serving engine does.
 
     On CPU, denormal floats are flushed to zero for the whole process: attention over long
     contexts makes softmax probabilities below 1e-38, and x86 arithmetic on such denormals
@@ -199,4 +213,6 @@ def build_model(
     model = model.eval().requires_grad_(False)
     if prepack_default(device, dtype) if prepack is None else prepack:
         model.prepack()
+    if fuse_default(device, dtype) if fuse is None else fuse:
+        model.fuse_elementwise()
     return model

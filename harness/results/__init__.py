@@ -38,7 +38,9 @@ METRICS = [
     "step_ms_p50", "step_ms_p90", "step_ms_p99",
     "prefill_step_ms_p50", "prefill_step_ms_p90", "prefill_steps",  # decode: prefill steps, apart from step_ms_*
     "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
-    "cpu_compile", "compile_s", "linear_backend",  # decode on CPU: whether the dense work ran compiled, and its compile (untimed)
+    # decode on CPU: whether the dense work ran compiled, its compile (untimed), and the eager GEMMs and
+    # element-wise ops it ran
+    "cpu_compile", "compile_s", "linear_backend", "elementwise_backend",
     "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
     # prefix-cache reuse (harness/serving/reuse_meter.py, prefix_reuse.py): prompt tokens served from the
     # cache at first admission over prompt tokens, vLLM's convention (a prompt's last token is always

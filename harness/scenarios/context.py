@@ -147,7 +147,8 @@ class JobContext:
 
             check_host_weights(self.cfg, psutil.virtual_memory().available)
             torch.set_num_threads(self.cpu_threads)
-        return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed, prepack=self.cfg.cpu_prepack)
+        return build_model(self.cfg.model, self.dtype, self.device, self.cfg.seed, prepack=self.cfg.cpu_prepack,
+                           fuse=self.cfg.cpu_fused)
 
     @cached_property
     def decode_pieces(self):
@@ -187,12 +188,16 @@ class JobContext:
 
     def decode_mode_columns(self) -> dict:
         """The rows' ``cpu_compile`` (CPU only) and ``compile_s`` (the compile, outside every timed region)."""
+        from harness.model.packed_linear import BACKEND_NAMES
+
         if self.device.type != "cpu":
             return {}
         compiled = self.decode_compiled
         return {"cpu_compile": compiled is not None, "compile_s": compiled.compile_s if compiled else None,
-                # which GEMMs the eager dense work ran: oneDNN on packed weights, or torch's F.linear
-                "linear_backend": "onednn_packed" if self.model.packed else "torch"}
+                # which GEMMs the eager dense work ran: kvbench's or oneDNN's on packed weights, or F.linear
+                "linear_backend": BACKEND_NAMES.get(self.model.packed_kind, "torch"),
+                # and its element-wise work: the fused C++ ops (kernels/dense_op.py), or torch's ops
+                "elementwise_backend": "fused_cpp" if self.model.fused else "torch"}
 
     def kv_budget(self) -> MemoryBudget:
         """The KV budget (harness/kv/budget.py), measured once per run and shared by its impls."""

@@ -242,7 +242,7 @@ class Engine:
         meta = self.cache.prepare_decode([s.seq_id for s in seqs], staging)
         logits = self._decode_forward(staging, ids, positions, meta, len(seqs))
         run.host_s.append(time.perf_counter() - ts)  # enqueued; on a GPU nothing has waited for it yet
-        chosen = logits.argmax(dim=-1).tolist() if self.sampler is None else self.sampler(seqs, logits)
+        chosen = self.model.greedy(logits) if self.sampler is None else self.sampler(seqs, logits)
         for s, tok in zip(seqs, chosen):
             s.output_ids.append(tok)
         self.sync()
@@ -298,7 +298,7 @@ class Engine:
             for s, tok in zip(sampled, chosen):
                 s.output_ids.append(tok)
         else:
-            for s, tok in zip(decodes, logits[: len(decodes)].argmax(dim=-1).tolist()):
+            for s, tok in zip(decodes, self.model.greedy(logits[: len(decodes)])):
                 s.output_ids.append(tok)
             for adm, row in zip(finishing, logits[len(decodes):]):
                 self._first_tokens(adm, row)

@@ -4,7 +4,11 @@ Not a test (nothing here asserts a speed): ``python -m tests.bench.cpu_dense_pat
 The variants (issue 23), all on one model built once, every cache's attention eager and its own:
 
 - ``eager``: plain ``F.linear`` (MKL sgemm) per op, as before pre-packing (``prepack=False``);
-- ``packed``: eager, the linears on oneDNN with weights reordered once (build_model's default on CPU fp32);
+- ``onednn``: eager, the linears on oneDNN with weights reordered once (the default before kvbench's
+  own GEMM);
+- ``packed``: eager, the linears on kvbench's packed GEMM (harness/model/packed_linear.py);
+- ``fused``: ``packed``, and the element-wise work between the GEMMs as fused C++ ops
+  (kernels/dense_op.py): build_model's default on CPU fp32;
 - ``compiled``: cpu_compile's inductor graph without freezing (what cpu_compile ran before);
 - ``frozen``: cpu_compile's graph with inductor's freezing, which packs the linears itself.
 
@@ -37,7 +41,8 @@ from harness.serving.workload import Request
 from tests.conftest import REPO_ROOT
 
 IMPLS = ("contiguous", "paged_torch", "paged_cuda")
-VARIANTS = ("eager", "packed", "compiled", "frozen")
+VARIANTS = ("eager", "onednn", "packed", "fused", "compiled", "frozen")
+PACKS = {"onednn": "onednn", "packed": "kvbench", "fused": "kvbench"}  # the variants' packed GEMM kinds
 
 
 def config(model: str, impl: str, batch: int, block: int, max_seq_len: int, path: str | None = None):
@@ -71,7 +76,8 @@ class DenseBench:
         max_len = max(len(p) for p in requests_ids) + new_tokens
         max_seq_len = -(-max_len // block) * block
         base = config(model_name, impls[0], max(batches), block, max_seq_len, path)
-        self.model = model = build_model(base.model, torch.float32, torch.device("cpu"), base.seed, prepack=False)
+        self.model = model = build_model(base.model, torch.float32, torch.device("cpu"), base.seed, prepack=False,
+                                         fuse=False)
         self.requests = [Request(i, tuple(p), new_tokens) for i, p in enumerate(requests_ids)]
         self.compiled: dict[str, CompiledDecode] = {}
         for variant, freeze in (("compiled", False), ("frozen", True)):
@@ -80,11 +86,13 @@ class DenseBench:
                 self.compiled[variant] = CompiledDecode(model, max(batches), freeze=freeze)
                 print(f"{variant}: compile {self.compiled[variant].compile_s:.2f} s "
                       f"(constructor {time.perf_counter() - t0:.2f} s)", flush=True)
-        t0 = time.perf_counter()
-        model.prepack()
-        print(f"prepack {1e3 * (time.perf_counter() - t0):.1f} ms", flush=True)
-        self._packed = {m: m.packed for m in model.modules() if isinstance(m, Linear)}
-        self._head_packed = model.head_packed
+        self._packs = {}  # kind -> (each Linear's packed weight, the logits')
+        for kind in sorted({PACKS[v] for v in variants if v in PACKS}):
+            t0 = time.perf_counter()
+            model.prepack(kind)
+            print(f"prepack {kind} {1e3 * (time.perf_counter() - t0):.1f} ms", flush=True)
+            self._packs[kind] = ({m: m.packed for m in model.modules() if isinstance(m, Linear)}, model.head_packed)
+        model.unpack()
         self.cfgs = {(impl, b): config(model_name, impl, b, block, max_seq_len, path) for impl in impls for b in batches}
         cfg = model.cfg
         self.budget = len(requests_ids) * max_seq_len * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4 * 2
@@ -93,15 +101,19 @@ class DenseBench:
                 for b in batches:
                     self.run(variant, impl, b, [Request(r.request_id, r.prompt_ids, 4) for r in self.requests[:2]])
 
-    def _set_packed(self, on: bool) -> None:
-        for m, p in self._packed.items():
-            m.packed = p if on else None
-        self.model.head_packed = self._head_packed if on else None
+    def _set_variant(self, variant: str) -> None:
+        self.model.unpack()
+        if variant in PACKS:
+            linears, head = self._packs[PACKS[variant]]
+            for m, p in linears.items():
+                m.packed = p
+            self.model.head_packed = head
+        self.model.fuse_elementwise(variant == "fused")
 
     def run(self, variant: str, impl: str, batch: int, requests: list[Request] | None = None):
         """One engine run; returns (output tok/s, median decode step s, each request's output ids)."""
         cfg = self.cfgs[(impl, batch)]
-        self._set_packed(variant == "packed")
+        self._set_variant(variant)
         cache = build_cache(cfg.impl, cfg, self.budget, torch.device("cpu"))
         engine = Engine(self.model, cache, batch, cfg.max_num_batched_tokens, compiled=self.compiled.get(variant))
         res = engine.run(requests or self.requests)

@@ -91,8 +91,8 @@ def main() -> None:
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--models", nargs="+", default=list(SHAPES))
     add_run_args(parser)
-    parser.add_argument("--variants", nargs="+", default=["packed", "frozen"],
-                        help="kvbench's ways of running the dense work (cpu_dense_paths.py): packed is the eager "
+    parser.add_argument("--variants", nargs="+", default=["fused", "frozen"],
+                        help="kvbench's ways of running the dense work (cpu_dense_paths.py): fused is the eager "
                              "default, frozen is cpu_compile=true")
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM with enforce_eager (no compilation)")
     parser.add_argument("--workdir", default=None, help="keep checkpoints, prompts and vLLM's log here")

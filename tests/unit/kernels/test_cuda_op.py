@@ -188,8 +188,11 @@ def test_build_dir_follows_env_and_torch_version(monkeypatch, tmp_path):
 
 
 def test_every_csrc_file_is_a_listed_build_input():
-    """A build (and its cache key) covers the sources and the headers they include."""
-    listed = {*cuda_op.CPU_SOURCES, cuda_op.CUDA_SOURCE, *cuda_op.HEADERS, cuda_op.EMULATED_SOURCE}
+    """A build (and its cache key) covers the sources and the headers they include: this op's, and the
+    dense work's (kernels/dense_op.py)."""
+    from kernels import dense_op
+
+    listed = {*cuda_op.CPU_SOURCES, cuda_op.CUDA_SOURCE, *cuda_op.HEADERS, cuda_op.EMULATED_SOURCE, *dense_op.SOURCES}
     assert set(cuda_op.CSRC.iterdir()) == listed
 
 

@@ -44,9 +44,9 @@ def model():
 
 @pytest.fixture(scope="module")
 def plain_model():
-    """The same weights with plain F.linear everywhere (no oneDNN packing): the eager reference."""
+    """The same weights with plain F.linear and torch's element-wise ops everywhere: the eager reference."""
     cfg = _cfg("contiguous")
-    return build_model(cfg.model, torch.float32, torch.device("cpu"), cfg.seed, prepack=False)
+    return build_model(cfg.model, torch.float32, torch.device("cpu"), cfg.seed, prepack=False, fuse=False)
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +162,13 @@ def test_a_weight_changed_after_freezing_is_an_error():
         graph(torch.arange(3), torch.arange(3), _self_attention)
 
 
-def test_auto_rule(model, monkeypatch):
-    """On for a small fp32 model on CPU with g++ and a long run; off, saying why, for each other case."""
+def test_auto_rule(model, plain_model, monkeypatch):
+    """On for a small fp32 model on CPU with g++ and a long run whose eager forward is torch's; off, saying
+    why, for each other case, and for build_model's default (kvbench's GEMM and fused ops: faster eager)."""
     cpu = torch.device("cpu")
+    if model.fused and model.packed_kind == "kvbench":
+        assert "faster than the compiled graph" in auto_compile(model, cpu, 10**9)[1]
+    model = plain_model
     assert auto_compile(model, cpu, AUTO_MIN_DECODE_TOKENS)[0]
     short = auto_compile(model, cpu, AUTO_MIN_DECODE_TOKENS - 1)
     assert not short[0] and "would not repay" in short[1]

@@ -33,7 +33,8 @@ def test_null_is_the_auto_rule_over_every_repeats_decode_tokens(compose, tmp_pat
     assert ctx.cpu_compile is False and ctx.decode_compiled is None
     assert seen == [3 * 5 * 3]  # 3 requests x 5 output tokens x 3 repeats, asked once
     assert ctx.cpu_compile is False and len(seen) == 1
-    assert ctx.decode_mode_columns() == {"cpu_compile": False, "compile_s": None, "linear_backend": "onednn_packed"}
+    assert ctx.decode_mode_columns() == {"cpu_compile": False, "compile_s": None, "linear_backend": "kvbench_packed",
+                                         "elementwise_backend": "fused_cpp"}
 
 
 def test_the_default_sweeps_short_runs_stay_eager(compose, tmp_path):
@@ -129,3 +130,16 @@ def test_a_runs_digest_is_the_drawn_one_in_a_burst_and_its_own_under_arrivals(co
     assert burst.workload.digest == poisson.workload.digest == burst.workload_digest
     assert burst.workload_digest == workload_digest(burst.requests)
     assert poisson.workload_digest == workload_digest(poisson.requests) != burst.workload_digest
+
+
+def test_cpu_fused_false_runs_torch_elementwise_ops_and_says_so(compose, tmp_path):
+    ctx = JobContext(resolve(compose([*SMALL, "cpu_fused=false"])), tmp_path, None)
+    assert not ctx.model.fused and ctx.decode_mode_columns()["elementwise_backend"] == "torch"
+    assert ctx.model.packed  # the GEMMs are another key's
+
+
+@pytest.mark.parametrize("overrides", [["device=cuda"], ["dtype=bfloat16"]])
+def test_cpu_fused_true_off_cpu_fp32_is_a_config_error(compose, monkeypatch, overrides):
+    monkeypatch.setattr("harness.front.resolve.cuda_available", lambda: True)
+    with pytest.raises(ConfigError, match="cpu_fused=true runs fused float32 CPU ops; device=.* leave it null"):
+        resolve(compose(["+impl=paged_torch", "model=tiny-llama", *overrides, "cpu_fused=true"]))
