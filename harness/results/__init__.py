@@ -87,7 +87,7 @@ METRICS = [
     "contended",
 ]
 TEXT_METRICS = ("kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights", "budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
-                "clock_source")  # the metric columns that are not numbers
+                "clock_source", "linear_backend", "elementwise_backend")  # the metric columns that are not numbers
 COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
 # Columns of true/false (a CSV gives them back as the text "True"/"False").
 BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph", "cpu_compile")

@@ -26,3 +26,28 @@ def test_concat_keeps_every_row_in_order_across_column_sets():
     expected = numeric(plain.reindex(columns=list(got.columns)))
     pd.testing.assert_frame_equal(got, expected)
     assert list(got["run_dir"]) == [f"r{i}" for i, f in enumerate(frames) for _ in range(len(f))]
+
+
+def test_published_text_metrics_survive_numeric():
+    """Every metric a published row writes as text (results/*/.../rows.parquet) is declared text, so that
+    collecting it into all_runs keeps its values instead of coercing them to NaN as numbers."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from harness.report.collect import numeric
+    from harness.results import METRICS, TEXT_METRICS
+
+    root = Path(__file__).resolve().parents[4] / "results"
+    seen: dict[str, str] = {}
+    for f in sorted(root.glob("*/*/*/rows.parquet")):
+        schema = pq.read_schema(f)
+        for name in METRICS:
+            i = schema.get_field_index(name)
+            if i >= 0 and str(schema.field(i).type) in ("string", "large_string"):
+                seen.setdefault(name, str(f))
+    assert seen, "no published rows with text metrics found"
+    undeclared = {k: v for k, v in seen.items() if k not in TEXT_METRICS}
+    assert not undeclared, f"text metrics not in harness.results.TEXT_METRICS: {undeclared}"
+    kept = numeric(pd.DataFrame({k: ["x"] for k in seen}))
+    assert (kept.iloc[0] == "x").all()
