@@ -24,6 +24,7 @@ from kernels.build_cache import BuildSpec
 from kernels.cuda_op import CSRC, KernelBuildError, build_and_load, find_cxx
 
 SOURCES = (CSRC / "dense_cpu.cpp", CSRC / "packed_gemm_cpu.cpp")
+HEADERS = (CSRC / "cpu_isa.h",)  # the instruction set both sources run (a build input: build_cache)
 PANEL = 16  # packed_linear's output columns per panel
 CFLAGS = ("-O3", "-ffp-contract=off", "-fno-trapping-math")
 

@@ -118,8 +118,11 @@ class Attention(nn.Module):
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
         """What the cache's attention takes: q and k with RoPE applied, v; each dense ``[T, heads, D]``."""
-        tokens = x.shape[0]
-        qkv = self.qkv_proj(x)
+        return self.split_rotate(self.qkv_proj(x), cos, sin)
+
+    def split_rotate(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
+        """The fused projection's output ``[T, (H + 2 KVH) D]`` -> q and k rotated by RoPE, and v."""
+        tokens = qkv.shape[0]
         if fused_here(qkv, self.fused) and cos.is_contiguous() and sin.is_contiguous():
             return dense_op.rope_qkv(qkv, cos, sin, self.num_heads, self.num_kv_heads)  # bit-identical to below
         qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
@@ -146,11 +149,14 @@ class MLP(nn.Module):
         self.fused = False  # LlamaModel.fuse_elementwise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up_proj(x)
+        return self.down_proj(self.activate(self.gate_up_proj(x)))
+
+    def activate(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` of the fused projection's ``[T, 2 I]`` output."""
         if fused_here(gate_up, self.fused):
-            return self.down_proj(dense_op.silu_mul(gate_up))
+            return dense_op.silu_mul(gate_up)
         gate, up = gate_up.chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return F.silu(gate) * up
 
 
 class DecoderLayer(nn.Module):
@@ -167,14 +173,17 @@ class DecoderLayer(nn.Module):
         return self.self_attn.qkv(self.input_layernorm(h), cos, sin)
 
     def after_attention(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        h, normed = self.add_norm(h, self.self_attn.project_out(attn))
+        return h + self.mlp(normed)
+
+    def add_norm(self, h: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual stream after attention, ``h + delta``, and its post-attention norm."""
         norm = self.post_attention_layernorm
-        delta = self.self_attn.project_out(attn)
         if fused_here(h, norm.fused) and delta.is_contiguous():
-            h, normed = dense_op.add_rms_norm(h, delta, norm.weight, norm.eps)  # the add, then HF's norm of it
-            return h + self.mlp(normed)
+            return dense_op.add_rms_norm(h, delta, norm.weight, norm.eps)  # the add, then HF's norm of it
         # Same add/norm order as HF so fp32 results match it.
         h = h + delta
-        return h + self.mlp(norm(h))
+        return h, norm(h)
 
     def forward(
         self,

@@ -16,7 +16,7 @@
 // Two differ from torch in the last bits: the mean's sum runs in 16 partial sums (torch's
 // vectorized reduction has an order of its own), and silu's exp is a Cephes-style polynomial
 // (torch's is SLEEF's), each within 2 ulp. The model's tests bound the difference and check
-// that greedy tokens are unchanged (tests/unit/harness/model/test_fused_dense.py).
+// that greedy tokens are unchanged (tests/unit/harness/model/test_llama_fused.py).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <cstring>
 #include <tuple>
+
+#include "cpu_isa.h"
 
 namespace {
 
@@ -191,38 +193,95 @@ at::Tensor silu_mul(const at::Tensor& x) {
 }
 
 // The greedy token of each row: the first index of the row's largest value, or of its first NaN if it
-// has one, as torch.argmax. Two vectorizable passes (max and NaN with 16 partial lanes, then the first
-// match) where torch's argmax compares element by element: 15 us against 215 us for 8 x 32000 logits.
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-int64_t argmax_row(const float* x, int64_t n) {
-  float best[kLanes];
-  bool nan[kLanes];
-  for (int j = 0; j < kLanes; ++j) {
-    best[j] = x[0];
-    nan[j] = false;
-  }
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const float v = x[i + j];
-      best[j] = v > best[j] ? v : best[j];
-      nan[j] = nan[j] | (v != v);
-    }
-  float top = best[0];
+// has one, as torch.argmax, whose CPU kernel compares one element at a time (215 us for 8 x 32000 logits
+// on the 2-core AMD EPYC). Two vector passes instead: the row's max and whether it holds a NaN, then the
+// first element equal to the max (or the first NaN). A max never picks a NaN (maxps returns its second
+// operand when either is NaN), and a comparison rounds nothing, so the index is torch's exactly.
+// GCC 12 does not vectorize the plain loops (a max reduction with a select and an early exit): the
+// vector paths are written out, chosen by the library's instruction set (cpu_isa.h).
+
+int64_t first_match_portable(const float* x, int64_t from, int64_t n, float top, bool any_nan) {
+  for (int64_t k = from; k < n; ++k)
+    if (any_nan ? x[k] != x[k] : x[k] == top) return k;
+  return 0;  // not reached: top is one of the row's values
+}
+
+int64_t argmax_row_portable(const float* x, int64_t n) {
+  float top = x[0];
   bool any_nan = false;
-  for (int j = 0; j < kLanes; ++j) {
-    top = best[j] > top ? best[j] : top;
-    any_nan = any_nan || nan[j];
+  for (int64_t i = 0; i < n; ++i) {
+    top = x[i] > top ? x[i] : top;
+    any_nan = any_nan || (x[i] != x[i]);
   }
+  return first_match_portable(x, 0, n, top, any_nan);
+}
+
+#ifdef KVBENCH_X86
+__attribute__((target("avx512f"))) int64_t argmax_row_avx512(const float* x, int64_t n) {
+  constexpr int64_t w = 16;
+  __m512 best0 = _mm512_set1_ps(x[0]), best1 = best0;  // two chains: a max's latency, not its throughput
+  __mmask16 nan = 0;
+  int64_t i = 0;
+  for (; i + 2 * w <= n; i += 2 * w) {
+    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + w);
+    best0 = _mm512_max_ps(a, best0);
+    best1 = _mm512_max_ps(b, best1);
+    nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+  }
+  float top = _mm512_reduce_max_ps(_mm512_max_ps(best0, best1));
+  bool any_nan = nan != 0;
   for (; i < n; ++i) {
     top = x[i] > top ? x[i] : top;
     any_nan = any_nan || (x[i] != x[i]);
   }
-  for (int64_t k = 0; k < n; ++k)
-    if (any_nan ? x[k] != x[k] : x[k] == top) return k;
-  return 0;
+  const __m512 t = _mm512_set1_ps(top);
+  for (i = 0; i + w <= n; i += w) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __mmask16 hit = any_nan ? _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) : _mm512_cmp_ps_mask(v, t, _CMP_EQ_OQ);
+    if (hit) return i + __builtin_ctz(hit);
+  }
+  return first_match_portable(x, i, n, top, any_nan);
+}
+
+__attribute__((target("avx2"))) int64_t argmax_row_avx2(const float* x, int64_t n) {
+  constexpr int64_t w = 8;
+  __m256 best0 = _mm256_set1_ps(x[0]), best1 = best0;
+  __m256 nan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 * w <= n; i += 2 * w) {
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + w);
+    best0 = _mm256_max_ps(a, best0);
+    best1 = _mm256_max_ps(b, best1);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+  }
+  alignas(32) float lanes[w];
+  _mm256_store_ps(lanes, _mm256_max_ps(best0, best1));
+  float top = lanes[0];
+  for (int j = 1; j < w; ++j) top = lanes[j] > top ? lanes[j] : top;
+  bool any_nan = _mm256_movemask_ps(nan) != 0;
+  for (; i < n; ++i) {
+    top = x[i] > top ? x[i] : top;
+    any_nan = any_nan || (x[i] != x[i]);
+  }
+  const __m256 t = _mm256_set1_ps(top);
+  for (i = 0; i + w <= n; i += w) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const int hit = _mm256_movemask_ps(any_nan ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q) : _mm256_cmp_ps(v, t, _CMP_EQ_OQ));
+    if (hit) return i + __builtin_ctz(hit);
+  }
+  return first_match_portable(x, i, n, top, any_nan);
+}
+#endif
+
+int64_t argmax_row(const float* x, int64_t n) {
+#ifdef KVBENCH_X86
+  switch (kvbench_cpu::library_isa()) {
+    case kvbench_cpu::Isa::kAvx512: return argmax_row_avx512(x, n);
+    case kvbench_cpu::Isa::kAvx2: return argmax_row_avx2(x, n);
+    case kvbench_cpu::Isa::kPortable: break;
+  }
+#endif
+  return argmax_row_portable(x, n);
 }
 
 at::Tensor argmax_rows(const at::Tensor& x) {

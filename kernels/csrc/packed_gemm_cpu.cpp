@@ -30,10 +30,7 @@
 #include <optional>
 #include <string>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define KVBENCH_X86 1
-#endif
+#include "cpu_isa.h"
 
 namespace {
 
@@ -190,22 +187,9 @@ using Avx512Table = Table<Avx512, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
 using Avx2Table = Table<Avx2, 1, 2, 3, 4, 5, 6>;
 #endif
 
-enum class Isa { kPortable, kAvx2, kAvx512 };
+using kvbench_cpu::Isa;
 
-// KVBENCH_GEMM_ISA=avx2|portable picks a narrower path than the CPU allows (the tests run every path).
-Isa detect_isa() {
-  const char* forced = std::getenv("KVBENCH_GEMM_ISA");
-  const std::string want = forced ? forced : "";
-  if (want == "portable") return Isa::kPortable;
-#ifdef KVBENCH_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && want != "avx2") return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
-  return Isa::kPortable;
-}
-
-const Isa kIsa = detect_isa();
+const Isa kIsa = kvbench_cpu::library_isa();
 
 // Rows [0, m) of two adjacent panels, the first of them full (AVX-512 only).
 void panel_pair_rows(const Block& b, const Block& b2, int64_t m) {
@@ -287,6 +271,25 @@ std::string packed_linear_isa() {
 }
 
 }  // namespace
+
+namespace kvbench_cpu {
+
+Isa library_isa() {
+  static const Isa isa = [] {
+    const char* forced = std::getenv("KVBENCH_GEMM_ISA");
+    const std::string want = forced ? forced : "";
+    if (want == "portable") return Isa::kPortable;
+#ifdef KVBENCH_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && want != "avx2") return Isa::kAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+#endif
+    return Isa::kPortable;
+  }();
+  return isa;
+}
+
+}  // namespace kvbench_cpu
 
 TORCH_LIBRARY_FRAGMENT(kvbench_dense, m) {
   m.def("pack_linear_weight(Tensor w) -> Tensor");

@@ -192,7 +192,8 @@ def test_every_csrc_file_is_a_listed_build_input():
     dense work's (kernels/dense_op.py)."""
     from kernels import dense_op
 
-    listed = {*cuda_op.CPU_SOURCES, cuda_op.CUDA_SOURCE, *cuda_op.HEADERS, cuda_op.EMULATED_SOURCE, *dense_op.SOURCES}
+    listed = {*cuda_op.CPU_SOURCES, cuda_op.CUDA_SOURCE, *cuda_op.HEADERS, cuda_op.EMULATED_SOURCE, *dense_op.SOURCES,
+              *dense_op.HEADERS}
     assert set(cuda_op.CSRC.iterdir()) == listed
 
 
@@ -208,8 +209,12 @@ def test_cuda_source_compiles():
 
 def test_the_cuda_check_reruns_nvcc_when_any_input_changes(tmp_path):
     """The key of a kept CUDA check covers every byte of the .cu and each header, nvcc's version and flags."""
-    inputs = [tmp_path / p.name for p in (cuda_op.CUDA_SOURCE, *cuda_op.HEADERS)]
-    for src, dst in zip((cuda_op.CUDA_SOURCE, *cuda_op.HEADERS), inputs):
+    from kernels import dense_op
+
+    # every header beside the .cu is a build input (build_cache), the dense ops' too
+    sources = (cuda_op.CUDA_SOURCE, *cuda_op.HEADERS, *dense_op.HEADERS)
+    inputs = [tmp_path / p.name for p in sources]
+    for src, dst in zip(sources, inputs):
         dst.write_bytes(src.read_bytes())
     copy = inputs[0]  # the .cu, its headers beside it
     base = cuda_op.cuda_check_key("sm_90", 0, "nvcc 12.8", copy)

@@ -53,8 +53,9 @@ def test_every_shape_matches_the_reference():
 ISA_SCRIPT = """
 import json, sys
 from tests.unit.kernels.test_dense_op_gemm import SHAPES, _check
+from tests.unit.kernels.test_dense_op import argmax_failures
 from kernels import dense_op
-print(json.dumps({"isa": dense_op.packed_linear_isa(), "failures": _check(SHAPES, seed=1)}))
+print(json.dumps({"isa": dense_op.packed_linear_isa(), "failures": _check(SHAPES, seed=1) + argmax_failures(3)}))
 """
 
 
