@@ -206,13 +206,18 @@ int64_t first_match_portable(const float* x, int64_t from, int64_t n, float top,
   return 0;  // not reached: top is one of the row's values
 }
 
-int64_t argmax_row_portable(const float* x, int64_t n) {
-  float top = x[0];
-  bool any_nan = false;
-  for (int64_t i = 0; i < n; ++i) {
+// Elements [from, n) folded into the running max (NaN never taken) and the NaN flag.
+void scan_max(const float* x, int64_t from, int64_t n, float& top, bool& any_nan) {
+  for (int64_t i = from; i < n; ++i) {
     top = x[i] > top ? x[i] : top;
     any_nan = any_nan || (x[i] != x[i]);
   }
+}
+
+int64_t argmax_row_portable(const float* x, int64_t n) {
+  float top = x[0];
+  bool any_nan = false;
+  scan_max(x, 0, n, top, any_nan);
   return first_match_portable(x, 0, n, top, any_nan);
 }
 
@@ -230,10 +235,7 @@ __attribute__((target("avx512f"))) int64_t argmax_row_avx512(const float* x, int
   }
   float top = _mm512_reduce_max_ps(_mm512_max_ps(best0, best1));
   bool any_nan = nan != 0;
-  for (; i < n; ++i) {
-    top = x[i] > top ? x[i] : top;
-    any_nan = any_nan || (x[i] != x[i]);
-  }
+  scan_max(x, i, n, top, any_nan);
   const __m512 t = _mm512_set1_ps(top);
   for (i = 0; i + w <= n; i += w) {
     const __m512 v = _mm512_loadu_ps(x + i);
@@ -259,10 +261,7 @@ __attribute__((target("avx2"))) int64_t argmax_row_avx2(const float* x, int64_t 
   float top = lanes[0];
   for (int j = 1; j < w; ++j) top = lanes[j] > top ? lanes[j] : top;
   bool any_nan = _mm256_movemask_ps(nan) != 0;
-  for (; i < n; ++i) {
-    top = x[i] > top ? x[i] : top;
-    any_nan = any_nan || (x[i] != x[i]);
-  }
+  scan_max(x, i, n, top, any_nan);
   const __m256 t = _mm256_set1_ps(top);
   for (i = 0; i + w <= n; i += w) {
     const __m256 v = _mm256_loadu_ps(x + i);
