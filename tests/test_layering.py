@@ -16,12 +16,14 @@ from tests.conftest import REPO_ROOT
 LAYERS = ["harness", "impls", "kernels"]  # each may import only itself and what follows it
 
 # harness/'s rooms and what each may import besides itself (and impls/, kernels/): lowest first.
-FOUNDATION = {"harness.errors", "harness.paths", "harness.git", "harness.results"}
+FOUNDATION = {"harness.errors", "harness.paths", "harness.results", "harness.untrusted"}
 ROOMS: dict[str, set[str]] = {
     "harness.errors": set(),
     "harness.paths": set(),
-    "harness.git": set(),  # how kvbench asks git about its checkout: read-only
     "harness.results": set(),  # the tidy row schema and how tables are written
+    # SECURITY.md's rules: how a folder kvbench did not make is read and written (its CSVs as results writes
+    # them), and how git is asked about the checkout (read-only, from the checkout's root)
+    "harness.untrusted": {"harness.results", "harness.paths"},
     "harness.model": FOUNDATION,
     "harness.config": FOUNDATION | {"harness.model"},  # the schema's model group is the model's own config
     "harness.measure": FOUNDATION,

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.front.schemas import register_configs
 from harness.errors import ConfigError
 from harness.results import atomic_write
+from harness.untrusted import own_subfolder
 from harness.job.gpu_slots import pin_gpu_for_launcher, register_gpu_count_resolver
 from harness.measure.fingerprint import register_slug_resolver
 from harness.job.summary import print_summary
@@ -41,8 +42,7 @@ def write_hydra_record(folder: Path, task_cfg: DictConfig, hydra_cfg) -> None:
     changed sweep, leaves for the folder its identity names). Here they go in once the folder
     is the job's, without the machine's paths (harness/front/portable.py): the folder may be published.
     """
-    out = folder / ".hydra"
-    out.mkdir(parents=True, exist_ok=True)
+    out = own_subfolder(folder, ".hydra")  # a link planted there is refused: nothing is written where it points
     hydra_node = portable({"hydra": OmegaConf.to_container(hydra_cfg, resolve=False)})
     for name, node in (("config.yaml", portable(task_cfg)), ("hydra.yaml", hydra_node),
                        ("overrides.yaml", portable(list(hydra_cfg.overrides.task)))):

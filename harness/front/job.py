@@ -20,6 +20,7 @@ from harness.config import Config
 from harness.errors import ConfigError
 from harness.front.resolve import impls_to_run, resolve
 from harness.job.folder import RunFolder, RunFolderError
+from harness.untrusted import UntrustedError
 from harness.job.interrupts import JobInterrupted, stop_on_signals
 from harness.results import TableWriteError, run_id, write_run
 
@@ -27,7 +28,10 @@ from harness.results import TableWriteError, run_id, write_run
 def _raw_identifiers(raw: DictConfig, run_dir: Path) -> dict:
     """Best-effort identifiers of a config that failed to resolve."""
     def get(key):
-        return OmegaConf.select(raw, key, default=None, throw_on_missing=False)
+        try:  # a value that cannot resolve (``${oc.env:NOPE}``) is not an identifier: left empty
+            return OmegaConf.select(raw, key, default=None, throw_on_missing=False, throw_on_resolution_failure=False)
+        except Exception:  # noqa: BLE001 - any resolver's own error: the row is written with what is known
+            return None
 
     return {"run_id": run_id(run_dir), "scenario": get("scenario.name"), "impl": get("impl.name"),
             "model": get("model.name"), "dtype": get("dtype"), "batch": get("batch"),
@@ -48,8 +52,8 @@ def run_job(raw: DictConfig | Config, run_dir: Path, extra: dict | None = None, 
     try:
         with stop_on_signals(), folder.locked():
             return _run_locked(raw_cfg, folder, extra or {}, sweep_dir, on_claimed)
-    except RunFolderError as e:  # the row is not written: the folder is not this run's to write
-        return [{**_raw_identifiers(raw_cfg, run_dir), "status": "error", "error": f"RunFolderError: {e}"}], 2
+    except (RunFolderError, UntrustedError) as e:  # the row is not written: the folder is not this run's to write
+        return [{**_raw_identifiers(raw_cfg, run_dir), "status": "error", "error": f"{type(e).__name__}: {e}"}], 2
     except TableWriteError as e:  # the folder keeps its earlier tables whole; this run's rows are not in it
         print(f"kvbench: {e}; the rows of this run are not in {run_dir}", file=sys.stderr)
         return [{**_raw_identifiers(raw_cfg, run_dir), "status": "error", "error": f"TableWriteError: {e}"}], 1

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.front.composed_once import ComposedOnce
 from harness.front.portable import portable
+from harness.results import atomic_write
 
 SHOWN_FAILURES = 5  # failing folders named in the summary line
 # conf/sweep/ files are named for the device they are the default sweep of (make sweep)
@@ -230,7 +231,9 @@ class GuardedSweeper(Sweeper):
         parsed = OverridesParser.create(config_loader=self.hydra_context.config_loader).parse_overrides(params)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(portable(self.config), sweep_dir / "multirun.yaml")  # published: no machine paths
+        # published: no machine paths; renamed into place, so a link planted there is replaced, never written through
+        record = portable(self.config)
+        atomic_write(sweep_dir / "multirun.yaml", lambda tmp: OmegaConf.save(record, tmp))
 
         returns: list[Sequence[JobReturn]] = []
         outcomes: list[JobOutcome] = []

@@ -9,7 +9,6 @@ cleared of the earlier attempt's files before anything is written.
 from __future__ import annotations
 
 import json
-import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +17,10 @@ from typing import Iterator
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from harness.git import read_only_git_env
+from harness.untrusted.git import committed_unchanged
 from harness.results import write_json, write_run, write_tokens
+from harness.untrusted import RECORD_LIMIT, TABLE_LIMIT, UntrustedError, bare_name, own_file, read_json, read_text
+from harness.untrusted import read_table as read_untrusted_table
 
 JOB_FILE = "job.json"
 LOCK_FILE = ".kvbench.lock"
@@ -38,15 +39,28 @@ class RunFolderError(Exception):
 
 
 def read_table(path_stem: Path) -> pd.DataFrame | None:
-    """``<stem>.parquet``, else ``<stem>.csv``; None when neither is there or readable."""
-    for path, read in ((path_stem.with_suffix(".parquet"), pd.read_parquet),
-                       (path_stem.with_suffix(".csv"), pd.read_csv)):
+    """``<stem>.parquet``, else ``<stem>.csv``; None when neither is there or readable. Read as untrusted
+    data (harness/untrusted.py): a regular file inside the stem's folder, within the size limits."""
+    for path in (path_stem.with_suffix(".parquet"), path_stem.with_suffix(".csv")):
         if path.exists():
             try:
-                return read(path)
-            except Exception:  # noqa: BLE001 - a damaged table: try its twin, else treat as absent
+                return read_untrusted_table(path, root=path_stem.parent)
+            except Exception:  # noqa: BLE001 - a damaged or refused table: try its twin, else treat as absent
                 continue
     return None
+
+
+def table_names(job: dict | None) -> list[str]:
+    """The side tables a job.json lists, those that are bare names only: a name is joined to the folder and
+    its files deleted on a fresh start, so an absolute path or ``../victim`` is never one (and is ignored)."""
+    names = (job or {}).get("tables") or []
+    kept = []
+    for name in names if isinstance(names, list) else []:
+        try:
+            kept.append(bare_name(name, "a table in job.json"))
+        except UntrustedError:
+            continue
+    return kept
 
 
 def _records(df: pd.DataFrame) -> list[dict]:
@@ -106,7 +120,8 @@ class RunFolder:
         survives a crash.
         """
         self.path.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(self.path / LOCK_FILE, timeout=0)
+        # filelock opens the file to truncate it: a planted link there would truncate what it points to
+        lock = FileLock(own_file(self.path / LOCK_FILE), timeout=0)
         try:
             lock.acquire()
         except Timeout:
@@ -119,18 +134,22 @@ class RunFolder:
 
     def job(self) -> dict | None:
         """The folder's job.json, or None (a new folder, or one written before job.json existed)."""
-        try:
-            job = json.loads((self.path / JOB_FILE).read_text())
-        except (OSError, ValueError):
+        if not (self.path / JOB_FILE).exists():
             return None
-        return job if isinstance(job, dict) and job.get("job_id") else None
+        try:
+            job = read_json(self.path / JOB_FILE, RECORD_LIMIT, root=self.path)
+        except UntrustedError:
+            return None
+        return job if isinstance(job, dict) and isinstance(job.get("job_id"), str) and job["job_id"] else None
 
     def measured_elsewhere(self, machine: dict) -> str | None:
         """How the machine that wrote the folder's env.json differs from ``machine`` (``key: then -> now``),
         or None when it is the same; an unreadable or absent env.json counts as another machine."""
         try:
-            then = json.loads((self.path / "env.json").read_text())
-        except (OSError, ValueError):
+            then = read_json(self.path / "env.json", RECORD_LIMIT, root=self.path)
+        except UntrustedError:
+            return "no readable env.json"
+        if not isinstance(then, dict):
             return "no readable env.json"
         diffs = [f"{k}: {then.get(k)} -> {machine.get(k)}" for k in MACHINE if str(then.get(k)) != str(machine.get(k))]
         return "; ".join(diffs) or None
@@ -141,21 +160,12 @@ class RunFolder:
         Such rows are the project's published figures, measured on the machine that published
         them. A fresh clone on a machine of the same model would otherwise resume them all and
         measure nothing. Rows this machine wrote (an interrupted sweep's) are new or modified
-        files, and resume keeps them. Outside a git checkout nothing counts as shipped.
+        files, and resume keeps them. Outside kvbench's own checkout nothing counts as shipped: git is
+        asked about this checkout from its root (harness/untrusted/git.py), never from the folder, which may hold
+        a repository of its own.
         """
         rows = next((p for p in (self.path / f"{ROWS}.csv", self.path / f"{ROWS}.parquet") if p.exists()), None)
-        if rows is None:
-            return False
-        try:
-            tracked = subprocess.run(["git", "ls-files", "--error-unmatch", rows.name], cwd=self.path,
-                                     capture_output=True, timeout=10, env=read_only_git_env())
-            if tracked.returncode != 0:
-                return False
-            same = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", rows.name], cwd=self.path,
-                                  capture_output=True, timeout=10, env=read_only_git_env())
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return same.returncode == 0
+        return rows is not None and committed_unchanged(rows)
 
     def refuse_other(self, job_id: str | None) -> None:
         """Raise unless the folder is new, of unknown job, or holds ``job_id``'s files."""
@@ -184,19 +194,18 @@ class RunFolder:
 
     def read(self) -> Previous:
         rows = read_table(self.path / ROWS)
-        tokens = []
         try:
-            tokens = [json.loads(line) for line in (self.path / TOKENS).read_text().splitlines() if line.strip()]
-        except (OSError, ValueError):
-            pass  # none written yet, or damaged: the impls that need them run again
-        names = (self.job() or {}).get("tables", [])
-        tables = {n: t for n in names if (t := read_table(self.path / n)) is not None}
+            lines = read_text(self.path / TOKENS, TABLE_LIMIT, root=self.path).splitlines()
+            tokens = [rec for line in lines if line.strip() and isinstance(rec := json.loads(line), dict)]
+        except (UntrustedError, ValueError):
+            tokens = []  # none written yet, or damaged: the impls that need them run again
+        tables = {n: t for n in table_names(self.job()) if (t := read_table(self.path / n)) is not None}
         if rows is None:  # no rows: nothing finished, nothing to keep
             return Previous()
         return Previous(_records(rows), tokens, tables)
 
     def clear(self, held: dict | None) -> None:
-        names = {ROWS, *KNOWN_TABLES, *((held or {}).get("tables") or [])}
+        names = {ROWS, *KNOWN_TABLES, *table_names(held)}
         for name in names:
             for suffix in (".csv", ".parquet"):
                 (self.path / f"{name}{suffix}").unlink(missing_ok=True)

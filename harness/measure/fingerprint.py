@@ -7,12 +7,11 @@ import os
 import platform
 import re
 import socket
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.git import read_only_git_env
+from harness.untrusted.git import git
 from harness.measure.nvml import driver_version
 from harness.paths import REPO_ROOT
 
@@ -40,12 +39,8 @@ class Fingerprint:
 
 
 def _git(*args: str, repo: Path = REPO_ROOT) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10,
-                             env=read_only_git_env())
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    out = git(*args, repo=repo)
+    return out.stdout.strip() if out is not None and out.returncode == 0 else None
 
 
 def code_version(repo: Path = REPO_ROOT) -> tuple[str | None, bool | None]:

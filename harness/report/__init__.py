@@ -23,7 +23,8 @@ from harness.report.stale import stale_reasons
 from harness.report.service_plots import goodput, kv_over_time, normalized_latency
 from harness.report.speed_plots import decode_throughput, gpu_comparison, kernel_latency_bandwidth
 from harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread
-from harness.results import write_table
+from harness.results import atomic_write, write_table
+from harness.untrusted import own_subfolder
 
 __all__ = ["NoRows", "Report", "build_report", "regenerate_command"]
 
@@ -70,7 +71,7 @@ def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = 
             write_table(table, out / name)
             report.files += [out / f"{name}.parquet", out / f"{name}.csv"]
 
-    plots = out / "plots"
+    plots = own_subfolder(out, "plots")  # refused when a link: nothing is written where it points
     for name, _ in SECTIONS:  # a figure whose data is gone must not linger from an earlier report
         for ext in ("png", "svg"):
             (plots / f"{name}.{ext}").unlink(missing_ok=True)
@@ -98,6 +99,7 @@ def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = 
         }
         report.figures.update((name, fig) for name, fig in drawn.items() if fig is not None)
         report.files += save_all(report.figures, plots)
-    (out / "REPORT.md").write_text(render(col, list(report.figures), command, notes, max_spread, include_contended))
+    text = render(col, list(report.figures), command, notes, max_spread, include_contended)
+    atomic_write(out / "REPORT.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     report.files.append(out / "REPORT.md")
     return report

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.untrusted import TABLE_LIMIT, UntrustedError, read_text
+
 from harness.measure.agreement import Key, prefix_agreement  # noqa: F401 (the report's view of it)
 
 EXACT_DTYPES = ("float32", "float64")  # where the impls must agree token for token
@@ -22,9 +24,9 @@ def read_tokens(folder: Path, impl: str) -> dict[Key, list[int]] | None:
     """``impl``'s output tokens per request in ``folder``/tokens.jsonl, or None when there are none to read.
 
     Data, never code: each line is parsed as JSON, and a line that is not a record of ids is skipped."""
-    try:
-        lines = (folder / "tokens.jsonl").read_text().splitlines()
-    except OSError:
+    try:  # a regular file inside the folder, within the table limit (harness/untrusted.py)
+        lines = read_text(folder / "tokens.jsonl", TABLE_LIMIT, root=folder).splitlines()
+    except UntrustedError:
         return None
     out: dict[Key, list[int]] = {}
     for line in lines:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.report.selection import measured_as, ok_rows
-from harness.report.tables import md_table, pick
+from harness.report.tables import md_table, md_text, pick
 
 CLOCK_TITLE = "The simulated clock against the wall clock"
 SATURATED = 0.9  # achieved over offered rate below which a run is saturated
@@ -143,7 +143,7 @@ def _drift_lines(rows: pd.DataFrame) -> list[str]:
     jobs = ok_rows(rows, "profile").dropna(subset=["profile_drift"])
     if jobs.empty:
         return []
-    said = ", ".join(f"{r.device_slug} {r.impl} {_pct(r.profile_drift)}" for r in
+    said = ", ".join(f"{md_text(r.device_slug)} {md_text(r.impl)} {_pct(r.profile_drift)}" for r in
                      jobs.sort_values(["device_slug", "impl"]).itertuples())
     return ["Rows marked one process were served on the wall clock by the profile's own job, right after it "
             "measured the profile (`scenario.wall=true`): a profile and wall runs from two processes compare two "
@@ -207,7 +207,7 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
                       *rates.get("device_slug", pd.Series(dtype=str)).dropna()})
     for device in devices or [None]:
         mine = pairs["device_slug"] == device if device is not None else pd.Series(True, index=pairs.index)
-        on = f" on {device}" if device is not None and len(devices) > 1 else ""
+        on = f" on {md_text(device)}" if device is not None and len(devices) > 1 else ""
         its_rates = rates[rates["device_slug"] == device] if device is not None and not rates.empty else rates
         s = summary(pairs[~chunked & mine], its_rates)
         if s:

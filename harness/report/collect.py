@@ -14,6 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from harness.report.external import read_external
+from harness.untrusted import YAML_LIMIT, UntrustedError, read_text, read_yaml
+from harness.untrusted import read_table as read_untrusted_table
 from harness.results import BOOLEANS, COLUMNS, METRICS, REQUIRED, STATUSES, TEXT_METRICS, typed
 
 BOOLEAN = list(BOOLEANS)  # true/false columns (harness/results): a CSV gives them back as text
@@ -129,17 +131,18 @@ def read_table(run_dir: Path, stem: str, problems: list[ReadProblem] | None = No
     label = label or run_dir.as_posix()
     pq, csv = run_dir / f"{stem}.parquet", run_dir / f"{stem}.csv"
     failed: list[ReadProblem] = []
-    if pq.exists():
+    # Read as untrusted data (harness/untrusted.py): a regular file inside the run folder, within size limits.
+    if pq.exists() or pq.is_symlink():
         try:
-            return pd.read_parquet(pq)
+            return read_untrusted_table(pq, root=run_dir)
         except Exception as e:  # noqa: BLE001 - pyarrow's errors for a truncated or foreign file have no common base
             failed.append(ReadProblem(f"{label}/{pq.name}", pq, _reason(e, pq)))
-    if csv.exists():
+    if csv.exists() or csv.is_symlink():
         try:
-            df = pd.read_csv(csv)
+            df = read_untrusted_table(csv, root=run_dir)
         except pd.errors.EmptyDataError:
             df = pd.DataFrame()
-        except (pd.errors.ParserError, UnicodeDecodeError, OSError) as e:
+        except (pd.errors.ParserError, UnicodeDecodeError, OSError, UntrustedError) as e:
             failed.append(ReadProblem(f"{label}/{csv.name}", csv, _reason(e, csv)))
             df = None
         if df is not None:
@@ -188,14 +191,15 @@ def concat(frames: list[pd.DataFrame], first: list[str]) -> pd.DataFrame:
 
 
 def _load_yaml(path: Path):
-    """A YAML file, or None without PyYAML (the GPU machine may lack it) or on a malformed file."""
+    """A YAML file of a run folder as plain data (harness/untrusted.py: a regular file in its own folder, size
+    and alias limits), or None without PyYAML (the GPU machine may lack it) or when it is not readable."""
     try:
-        import yaml
+        import yaml  # noqa: F401 - only to know that it is there
     except ImportError:
         return None
     try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+        return read_yaml(path, root=path.parent)
+    except UntrustedError:
         return None
 
 
@@ -203,6 +207,8 @@ def _overrides(cfg, group: str) -> list[str]:
     try:
         items = cfg["hydra"]["overrides"][group] or []
     except (KeyError, TypeError):
+        return []
+    if not isinstance(items, list):
         return []
     return [str(i) for i in items if not str(i).startswith("hydra.mode=")]  # -m already says it
 
@@ -213,8 +219,12 @@ def _task_overrides(path: Path) -> list[str] | None:
         return None
     items = _load_yaml(path)
     if items is None:
-        items = [ln[2:].strip() for ln in path.read_text().splitlines() if ln.startswith("- ")]
-    return [str(i) for i in items]
+        try:
+            text = read_text(path, YAML_LIMIT, root=path.parent)
+        except UntrustedError:
+            return None
+        items = [ln[2:].strip() for ln in text.splitlines() if ln.startswith("- ")]
+    return [str(i) for i in items] if isinstance(items, list) else None
 
 
 def _command(overrides: list[str], multirun: bool) -> str:

@@ -15,6 +15,8 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+
+from harness.results import atomic_write  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, LogFormatterSciNotation, NullLocator, ScalarFormatter  # noqa: E402
 
@@ -34,12 +36,14 @@ def theme():
         yield
 
 
+# Each file is drawn into a temporary twin and renamed over its name (harness/results.atomic_write): a link
+# planted at plots/<name>.png is replaced, never written through (SECURITY.md).
 def _png(fig: Figure, path: Path) -> None:
-    fig.savefig(path, metadata={"Software": None})
+    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
 
 
 def _svg(fig: Figure, path: Path) -> None:
-    fig.savefig(path, metadata={"Date": None, "Creator": None})
+    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="svg", metadata={"Date": None, "Creator": None}))
 
 
 def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:

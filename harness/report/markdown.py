@@ -17,7 +17,7 @@ from harness.report.parity import parity_section
 from harness.report.reuse_plots import reuse_table
 from harness.report.service_plots import max_rate_table, service_table
 from harness.report.summary import Headline, concurrency_headlines, memory_headlines, rate_headlines
-from harness.report.tables import cell, md_table, pick
+from harness.report.tables import Markdown, cell, md_code, md_fence, md_table, md_text, pick
 from harness.report.units import readable_durations
 from harness.report.variance import DEFAULT_MAX_SPREAD, footnote, mark_spread
 
@@ -234,12 +234,12 @@ def unread_section(col: Collection) -> list[str]:
     if col.incomplete:
         parts += ["Incomplete run folders (a config.yaml or an empty rows table, but no rows: the job stopped, "
                   "or is still running, before its first row):\n",
-                  "\n".join(f"- `{label}`" for label, _ in col.incomplete) + "\n"]
+                  "\n".join(f"- {md_code(label)}" for label, _ in col.incomplete) + "\n"]
     if col.problems:
         parts += ["Unreadable tables, and rows not read (no identifiers, or an unknown status):\n",
-                  "\n".join(f"- `{p.label}`: " + (f"{p.rows_left_out} rows not read ({cell(p.reason)})"
-                                                  if p.rows_left_out else f"{cell(p.reason)}; ")
-                            + ("" if p.rows_left_out else (f"read `{p.used}` instead" if p.used else "left out"))
+                  "\n".join(f"- {md_code(p.label)}: " + (f"{p.rows_left_out} rows not read ({cell(p.reason)})"
+                                                       if p.rows_left_out else f"{cell(p.reason)}; ")
+                            + ("" if p.rows_left_out else (f"read {md_code(p.used)} instead" if p.used else "left out"))
                             for p in col.problems) + "\n"]
     return ["## Run folders not fully read\n", *parts] if parts else []
 
@@ -292,11 +292,15 @@ def answer_section(col: Collection, drawn: list[str], has_max_rate: bool) -> lis
         return []
     titles = section_titles(drawn)
     available = set(drawn) | ({"max_rate"} if has_max_rate else set())
+    # The cells hold kvbench's own markup around the folder's text, which is escaped (harness/report/tables.py).
     table = pd.DataFrame([{
-        "device": h.device, "model": h.model, "paging buys": f"**{h.value}** {h.fact}",
-        "how": h.detail + (f"; **stale**: {why}" if (why := _stale_reason(col.rows, h.run_dir)) else ""),
-        "section": f"[{titles[h.section]}](#{anchor(titles[h.section])})" if h.section in available else "–",
-        "command": f"[`{h.run_dir}`](#{command_anchor(h.run_dir)})" if h.run_dir else "–",
+        "device": h.device, "model": h.model,
+        "paging buys": Markdown(f"**{md_text(h.value)}** {md_text(h.fact)}"),
+        "how": Markdown(md_text(h.detail) + (f"; **stale**: {md_text(why)}"
+                                             if (why := _stale_reason(col.rows, h.run_dir)) else "")),
+        "section": (Markdown(f"[{md_text(titles[h.section])}](#{anchor(titles[h.section])})")
+                    if h.section in available else "–"),
+        "command": Markdown(f"[{md_code(h.run_dir)}](#{command_anchor(h.run_dir)})") if h.run_dir else "–",
     } for h in found])
     return ["## What paging buys\n",
             "Each figure is the best paged impl against contiguous at one setting; its section has the rest, "
@@ -332,11 +336,11 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
     max_rate = max_rate_markdown(rows)
     parts = [
         "# kvbench report\n",
-        f"{len(rows)} rows from {rows['run_dir'].nunique()} run folders on {devices(rows)}. "
+        f"{len(rows)} rows from {rows['run_dir'].nunique()} run folders on {md_text(devices(rows))}. "
         "Tables: `all_runs.parquet` / `all_runs.csv`"
         + (", `all_points.parquet` / `all_points.csv`" if not col.points.empty else "") + ".\n",
         "Regenerate this report with:\n",
-        f"```\n{command}\n```\n",
+        f"{md_fence(command)}\n",
         *answer_section(col, drawn, bool(max_rate)),
         "## Environment\n",
         md_table(environment_table(rows)),
@@ -358,7 +362,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
     for name, title in [s for s in SECTIONS if s[0] in drawn]:
         parts += [f"## {titles[name]}\n", _figure(name, title)]
         if notes.get(name):
-            parts.append("Not shown (too many panels): " + "; ".join(notes[name]) + "\n")
+            parts.append("Not shown (too many panels): " + "; ".join(map(md_text, notes[name])) + "\n")
         if name == "memory_vs_concurrency" and "memory_vs_concurrency_more" in drawn:
             parts.append("The seeds' experiment first, then the other settings at block 16; the rest (the "
                          "block-size sweep among them) are in the next figure.\n")
@@ -377,7 +381,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
     if not col.commands:
         parts.append("_No run folder recorded its overrides (.hydra/overrides.yaml)._\n")
     for scenario in sorted({c.scenario for c in col.commands}):
-        parts.append(f"### {scenario}\n")
+        parts.append(f"### {md_text(scenario)}\n")
         for c in sorted((c for c in col.commands if c.scenario == scenario), key=lambda c: c.run_dir):
-            parts.append(f'<a id="{command_anchor(c.run_dir)}"></a>`{c.run_dir}`:\n\n```\n{c.command}\n```\n')
+            parts.append(f'<a id="{command_anchor(c.run_dir)}"></a>{md_code(c.run_dir)}:\n\n{md_fence(c.command)}\n')
     return "\n".join(parts)

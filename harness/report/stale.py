@@ -9,13 +9,12 @@ another machine's is stale too (copied, or measured before the slug named the CP
 
 from __future__ import annotations
 
-import subprocess
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
-from harness.git import read_only_git_env
+from harness.untrusted.git import git, is_object_id
 from harness.paths import REPO_ROOT
 
 # What a row's figures depend on; documentation and the results themselves do not count.
@@ -24,18 +23,17 @@ CODE_PATHS = ("harness", "impls", "kernels", "conf", "hydra_plugins", "pyproject
 RESULTS_FOLDER = "results"  # results/<device slug>/<sweep>/<job>: the slug a row is filed under
 
 
-def _git(*args: str, repo: Path) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=20,
-                              env=read_only_git_env())
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+def _git(*args: str, repo: Path):
+    return git(*args, repo=repo, timeout=20)
 
 
 @lru_cache(maxsize=256)
 def code_changes_since(sha: str, repo: Path = REPO_ROOT) -> str | None:
     """Why the code at ``sha`` is not this checkout's (a short reason), or None when it is the same code,
-    or when git cannot say (no git, not a checkout: nothing is flagged on a guess)."""
+    or when git cannot say (no git, not a checkout: nothing is flagged on a guess). ``sha`` comes from a row, which
+    is data: only a hex commit id is ever given to git (``--output=FILE`` would be an option)."""
+    if not is_object_id(sha):
+        return f"its git_sha {sha[:20]!r} is not a commit id"
     head = _git("rev-parse", "HEAD", repo=repo)
     if head is None or head.returncode != 0:
         return None

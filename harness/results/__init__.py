@@ -6,6 +6,7 @@ status, and metrics. Columns that do not apply stay empty (never invented).
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -186,6 +187,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """
     tmp = temporary_twin(path)
     try:
+        tmp.unlink(missing_ok=True)  # the name is kvbench's: a link planted there is never written through
         write(tmp)
         os.replace(tmp, path)
     except BaseException:
@@ -205,10 +207,54 @@ def _storable(values: pd.Series) -> bool:
     return not (kinds == {int} and any(not -2**63 <= v < 2**63 for v in values.dropna()))
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula (OWASP's CSV injection list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+CSV_ESCAPE = "'"  # the prefix a spreadsheet shows as text, and that csv_cell_back takes off again
+
+
+def csv_cell(value):
+    """A text cell as the CSV holds it: one that a spreadsheet would run as a formula (or that starts with the
+    escape itself, so that reading back is exact) gets a leading ``'``. Numbers are never touched."""
+    if isinstance(value, str) and value.startswith((*FORMULA_STARTS, CSV_ESCAPE)):
+        return CSV_ESCAPE + value
+    return value
+
+
+def csv_cell_back(value):
+    """``csv_cell`` undone, for kvbench's own reading of a CSV it wrote."""
+    return value[1:] if isinstance(value, str) and value.startswith(CSV_ESCAPE) else value
+
+
+def _text_columns(df: pd.DataFrame) -> list:
+    """The columns that may hold text: object columns and pandas' string columns (pandas 3 reads text as those)."""
+    return [c for c in df.columns if df[c].dtype == object or pd.api.types.is_string_dtype(df[c].dtype)]
+
+
+def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every text cell passed through ``csv_cell``; numeric columns as they are."""
+    text = _text_columns(df)
+    if not text:
+        return df
+    out = df.copy()
+    for col in text:
+        out[col] = out[col].map(csv_cell, na_action="ignore")
+    return out
+
+
+def csv_frame_back(df: pd.DataFrame) -> pd.DataFrame:
+    """A CSV kvbench wrote, read back: the escapes ``csv_cell`` added taken off the text columns."""
+    for col in _text_columns(df):
+        df[col] = df[col].map(csv_cell_back, na_action="ignore")
+    return df
+
+
 def write_table(df: pd.DataFrame, path_stem: Path) -> None:
     """``<stem>.csv`` and ``<stem>.parquet`` (object columns Parquet cannot hold as they are kept as strings).
 
-    Both are written to temporary files first and renamed only once both are complete, so the
+    The CSV is the one a spreadsheet opens: a text cell that would run as a formula is escaped (``csv_cell``),
+    and every text cell is quoted (numbers are not), so no line break inside a cell, a bare CR included (which
+    minimal quoting leaves bare), can start a new row. The Parquet
+    holds the values exactly. Both are written to temporary files first and renamed only once both are complete, so the
     two never disagree: a failure (disk full, memory) leaves the earlier pair, and raises
     ``TableWriteError`` with one line.
     """
@@ -219,7 +265,7 @@ def write_table(df: pd.DataFrame, path_stem: Path) -> None:
     csv_path, pq_path = path_stem.with_suffix(".csv"), path_stem.with_suffix(".parquet")
     tmp_csv, tmp_pq = temporary_twin(csv_path), temporary_twin(pq_path)
     try:
-        df.to_csv(tmp_csv, index=False)
+        csv_frame(df).to_csv(tmp_csv, index=False, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
         pq.to_parquet(tmp_pq, index=False)
         os.replace(tmp_pq, pq_path)  # the Parquet first: a reader prefers it, and the CSV follows at once
         os.replace(tmp_csv, csv_path)

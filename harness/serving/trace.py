@@ -29,6 +29,8 @@ READERS = {
 # A request length read from a file: a whole token count up to int32's range (the kernels index with
 # int32), checked on the file's value before any cast (1e30 would wrap to a negative int64).
 MAX_TRACE_TOKENS = 2**31 - 1
+# A trace is read whole into memory: the largest public ones (BurstGPT's 1.4 M rows) are a few hundred MB.
+TRACE_LIMIT = 2 * 2**30
 MAX_ARRIVAL_S = 1e9  # about 32 years: beyond it a trace's time column is not seconds
 # Its own random stream for sample=random, apart from the token ids' and the arrivals'.
 SAMPLE_STREAM = 0x5A3B1E
@@ -75,8 +77,11 @@ def _read_frame(path: Path) -> pd.DataFrame:
     if reader is None:
         raise ConfigError(f"workload.path={str(path)!r} has an unknown file type {path.suffix!r}; "
                           f"allowed: {', '.join(READERS)}")
-    if not path.is_file():
+    if not path.is_file():  # a FIFO or a device is no file either: never opened, so it cannot block the run
         raise ConfigError(f"workload.path={str(path)!r}: no such file")
+    if (size := path.stat().st_size) > TRACE_LIMIT:
+        raise ConfigError(f"workload.path={str(path)!r} is {size / 2**30:.1f} GiB, over the {TRACE_LIMIT / 2**30:g} GiB "
+                          "kvbench reads as a trace (SECURITY.md); select its rows into a smaller file")
     try:
         return reader(path)
     except Exception as e:  # noqa: BLE001 - a malformed file of any kind is the user's input

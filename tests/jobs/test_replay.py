@@ -162,7 +162,7 @@ def test_kvbench_own_kernels_replay_without_an_opt_in(saved_run, tmp_path):
     ("", "holds NoneType, not a kvbench config"),
     ("batch: {a: 1}\n", "does not match this kvbench's config schema"),
     ("nope_key: 1\n", "does not match this kvbench's config schema"),
-    (b"\xff\xfe\x00bad", "cannot be read"),
+    (b"\xff\xfe\x00bad", "is not UTF-8 text"),
 ])
 def test_every_load_error_is_one_line(tmp_path, content, says):
     from harness.front.replay import load_config

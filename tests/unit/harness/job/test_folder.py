@@ -165,21 +165,26 @@ def test_resume_on_the_same_machine_keeps_the_rows_and_says_so(compose, tmp_path
     assert "nothing was measured" in summary_line([JobOutcome(0, "a", "ok", 0, kept=True)])
 
 
-def test_resume_never_keeps_the_rows_a_checkout_shipped_but_keeps_this_machines_own(compose, tmp_path, capsys):
+def test_resume_never_keeps_the_rows_a_checkout_shipped_but_keeps_this_machines_own(compose, tmp_path, capsys,
+                                                                                    monkeypatch):
     """Rows committed and unchanged are the publisher's: a fresh clone measures them. Rows
     this machine wrote since (modified, or never committed) are its own, and resume keeps them."""
     import subprocess
 
+    import harness.untrusted.git as kv_git
+
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
-    first, _ = run_job(compose(CAPACITY), tmp_path)
+    monkeypatch.setattr(kv_git, "REPO_ROOT", tmp_path)  # the checkout kvbench runs from; the run folder is in it
+    run_dir = tmp_path / "results" / "run"
+    first, _ = run_job(compose(CAPACITY), run_dir)
     git("init", "-q")
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "published")
-    again, code = run_job(compose([*CAPACITY, "resume=true"]), tmp_path)
+    again, code = run_job(compose([*CAPACITY, "resume=true"]), run_dir)
     assert code == 0 and "published with this checkout" in capsys.readouterr().out
     assert not any(r.get("_kept") for r in again) and again[0]["wall_s"] != first[0]["wall_s"]
     # The re-measured rows differ from the commit: they are this machine's now, and resume keeps them.
-    kept, code = run_job(compose([*CAPACITY, "resume=true"]), tmp_path)
+    kept, code = run_job(compose([*CAPACITY, "resume=true"]), run_dir)
     assert code == 0 and all(r["_kept"] for r in kept) and kept[0]["wall_s"] == again[0]["wall_s"]
