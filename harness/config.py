@@ -214,6 +214,10 @@ class Config:
     # profile is used, or ``clock_profile_impl``'s.
     clock_profile: Optional[str] = None
     clock_profile_impl: Optional[str] = None
+    # A profile records the model, dtype, KV store, kernel and device that measured it (and kvbench's commit); a
+    # run on other settings, or a profile with no record, is refused in one line naming the differences. true:
+    # price with it anyway, the row's notes naming them (a commit alone is only ever a note).
+    clock_profile_allow_mismatch: bool = False
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)
     # Most prompt tokens one prefill forward computes (vLLM's name); a longer prompt runs alone.
     # With chunked_prefill: most tokens of any step, decodes included; longer prompts go in chunks.

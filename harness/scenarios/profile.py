@@ -10,8 +10,9 @@ point times single forwards of ``tokens`` prompt tokens (the default grid double
 sides of each row count where the model's GEMMs change kernel), in prompts of the job's workload's mean
 prompt length (a forward's attention grows with each prompt's length, not only with the tokens:
 one 512-token prompt costs more than eight of 64, so the workload's own shape is the one to price). The points go into the run folder's
-``profile`` table (harness/serving/profile_table.py); ``clock_profile=RUN_DIR`` prices a
-simulated run from them (harness/serving/profiled_clock.py). The grid is measured ``passes`` times
+``profile`` table (harness/serving/profile_table.py), each row with what measured it (model, dtype,
+KV store, kernel, device and commit: ``made_by``); ``clock_profile=RUN_DIR`` prices a simulated run of
+those settings from them (harness/serving/profiled_clock.py; another setting's run is refused, clocks.py). The grid is measured ``passes`` times
 over and each point pools its samples from every pass (harness/scenarios/profile_grid.py: the grid,
 and ``GridSampler``, which says why).
 
@@ -38,6 +39,7 @@ from harness.scenarios.profile_grid import GridSampler, grid_batches, grid_conte
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from harness.scenarios.context import JobContext
+    from harness.serving.profile_table import Provenance
     from harness.serving.profiled_clock import ProfilePoints
 
 
@@ -146,6 +148,15 @@ def points_of(rows: list[dict]) -> ProfilePoints:
                          tuple((r["tokens"], r["seconds"]) for r in rows if r["kind"] == "prefill"))
 
 
+def made_by(ctx: JobContext, impl: ImplConfig) -> Provenance:
+    """What measures this job's profile of ``impl``, as its table records it: a run of other settings that
+    reads the table is refused, naming them (harness/serving/clocks.py)."""
+    from harness.serving.profile_table import provenance_of
+
+    fp = ctx.fingerprint
+    return provenance_of(ctx.cfg, impl.kernel, fp.device_slug, fp.gpu_name or fp.cpu_name, fp.git_sha)
+
+
 def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: float,
                chunked_budget: int | None = None) -> dict:
     """The job's workload at ``rate`` on the profiled clock, as a capacity run prices it; with
@@ -210,7 +221,7 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     measure_pass()
     interleaved(tasks, sc.passes - 1, measure_pass)
     rows = sampler.rows()
-    append_table(ctx.tables, "profile", profile_frame(rows))
+    append_table(ctx.tables, "profile", profile_frame(rows, made_by(ctx, impl)))
     points = points_of(rows)
     pid = profile_id(points)
     spread = f"; measured in {sc.passes} passes spread over the wall runs" if tasks and sc.passes > 1 else ""

@@ -106,6 +106,7 @@ class ProfiledClock:
     points: ProfilePoints
     outside: int = 0  # steps priced outside the profiled batches or contexts
     fallback: object | None = None  # a StepClock for the shapes outside the profile (else: the extension)
+    notes: tuple[str, ...] = ()  # what the row says of the profile (harness/serving/clocks.py provenance_notes)
     _batches: tuple[int, ...] = field(init=False, repr=False)
     _by_batch: dict[int, Line] = field(init=False, repr=False)
     _prefill: Line = field(init=False, repr=False)
