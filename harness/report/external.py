@@ -24,6 +24,8 @@ from typing import Callable, Mapping
 import pandas as pd
 
 from harness.results import tidy
+from harness.results.consistency import check_consistency, judged
+from harness.untrusted import JSON_LIMIT, UntrustedError, read_text
 from harness.results.vllm_json import VllmJsonError, from_vllm, looks_like_vllm
 
 EXTERNAL = "external"  # <report folder>/external/<system>/*.json
@@ -63,8 +65,11 @@ def _metric(tag: str, value) -> Mapping | None:
 
 
 def _stat(where: str, v) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ExternalFileError(f"{where}: expected a finite number, got {str(v)[:40]!r}")
+    """``v`` if it is a number; its range is the row's checks' (harness/results/consistency.py)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ExternalFileError(f"{where}: expected a number, got {str(v)[:40]!r}")
+    if isinstance(v, int) and not -2**1023 < v < 2**1023:  # JSON's integers have no bound; float math overflows
+        raise ExternalFileError(f"{where}: expected a number a float holds, got one of {len(str(abs(v)))} digits")
     return v
 
 
@@ -75,8 +80,10 @@ def looks_like_aiperf(obj) -> bool:
 
 
 def from_aiperf(result: Mapping) -> dict:
-    """The row columns an AIPerf profile export gives, in kvbench's units."""
+    """The row columns an AIPerf profile export gives, in kvbench's units; a figure out of its range or
+    against another (harness/results/consistency.py) makes the row ``status=error``, naming the file's key."""
     row: dict = {"clock": "wall", "status": "ok"}
+    names: dict[str, str] = {}  # row column -> the file's <tag>.<stat>, for the checks' clauses
     for tag, stem in AIPERF_LATENCIES.items():
         if (m := _metric(tag, result.get(tag))) is None:
             continue
@@ -85,22 +92,26 @@ def from_aiperf(result: Mapping) -> dict:
         for stat, col in AIPERF_STATS.items():
             if m.get(stat) is not None:
                 row[f"{stem}_ms_{col}"] = _stat(f"{tag}.{stat}", m[stat]) * _TO_MS[m["unit"]]
+                # a clause shows the row's value: its unit is said where the file's differs (a TTFT in s)
+                names[f"{stem}_ms_{col}"] = f"{tag}.{stat}" + (" in ms" if _TO_MS[m["unit"]] != 1.0 else "")
     for tag, (col, units) in AIPERF_SCALARS.items():
         if (m := _metric(tag, result.get(tag))) is None or m.get("avg") is None:
             continue
         if m["unit"] not in units:
             raise ExternalFileError(f"{tag}: unit {m['unit']!r} is not one of {', '.join(units)}")
         value = _stat(f"{tag}.avg", m["avg"]) * units[m["unit"]]
-        if m["unit"] in COUNTED:  # a count is a whole number, read as it is (never rounded)
-            if not float(value).is_integer() or not 0 <= value < 2**63:
-                raise ExternalFileError(f"{tag}.avg: expected a whole number of 0 or more, got {value}")
+        if m["unit"] in COUNTED and math.isfinite(value):  # a count is a whole number, read as it is (never rounded)
+            if not float(value).is_integer() or not -2**63 <= value < 2**63:
+                raise ExternalFileError(f"{tag}.avg: expected a whole number, got {value}")
             value = int(value)
-        row[col] = value
+        row[col], names[col] = value, f"{tag}.avg" + (" in s" if units[m["unit"]] != 1.0 else "")  # s, from a file in ms
     row["wall_s"] = row.get("duration_s")
-    names = _at(result, "input_config", "endpoint", "model_names")  # AIPerf calls this section unstable: read if there
-    if isinstance(names, list) and names and isinstance(names[0], str):
-        row["model"] = names[0]
-    return row
+    names["wall_s"] = names.get("duration_s", "benchmark_duration.avg")
+    models = _at(result, "input_config", "endpoint", "model_names")  # AIPerf calls this section unstable: read if there
+    if isinstance(models, list) and models and isinstance(models[0], str):
+        row["model"] = models[0]
+    # No throughput against its counts here: check_rates says why AIPerf's definitions do not allow it.
+    return judged(row, check_consistency(row, names))
 
 
 def _at(obj, *keys):
@@ -127,14 +138,17 @@ def _objects(text: str) -> list:
     return out
 
 
-def read_file(path: Path, system: str, label: str) -> list[dict]:
-    """One row per result in the file at ``path``; ``ExternalFileError`` says, in one line, why it is not read."""
+def read_file(path: Path, system: str, label: str, root: Path | None = None) -> list[dict]:
+    """One row per result in the file at ``path``; ``ExternalFileError`` says, in one line, why it is not read.
+
+    Read as untrusted data (harness/untrusted): a regular file (never a FIFO or a device) inside ``root`` (the
+    report folder, when given: a link that leads out of it is not followed), at most ``JSON_LIMIT`` bytes."""
     try:
-        objects = _objects(path.read_text(encoding="utf-8"))
+        objects = _objects(read_text(path, JSON_LIMIT, root=root))
     except ExternalFileError:
         raise
-    except (OSError, UnicodeDecodeError) as e:
-        raise ExternalFileError(f"{type(e).__name__}: {str(e).replace(str(path), path.name)}") from None
+    except UntrustedError as e:
+        raise ExternalFileError(str(e)) from None
     except RecursionError:  # nested deeper than the parser goes
         raise ExternalFileError("nested too deeply to be a result file") from None
     except ValueError as e:  # not JSONDecodeError: e.g. an integer of more digits than Python converts
@@ -174,7 +188,7 @@ def read_external(root: Path, label: Callable[[Path], str]) -> tuple[list[pd.Dat
     for path in find_external_files(root):
         name = label(path)
         try:
-            rows = read_file(path, path.parent.name, name)
+            rows = read_file(path, path.parent.name, name, root=root)
         except ExternalFileError as e:
             problems.append((name, path, str(e)))
             continue

@@ -31,6 +31,7 @@ from typing import Iterable, Mapping
 import pandas as pd
 
 from harness.results import TableWriteError, atomic_write
+from harness.results.consistency import check_consistency, check_each, check_rates, judged
 
 FILE_PREFIX = "vllm-"  # vllm-<impl>.json in the run folder, one per decode row
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -199,16 +200,18 @@ def write_vllm_results(run_dir: Path, rows: Iterable[Mapping], requests: pd.Data
 
 
 def _number(key: str, v, whole: bool = False) -> float | int | None:
-    """``v`` as the number ``key`` holds, checked as it is (no cast): finite, and whole and >= 0 for a count."""
+    """``v`` as the number ``key`` holds, checked for its kind as it is (no cast): a number, and a whole one
+    for a count. Its range (finite, not negative) and its agreement with the file's other figures are
+    checked on the row (harness/results/consistency.py), which then says so as an error row."""
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise VllmJsonError(f"{key}: expected a number, got {type(v).__name__} {str(v)[:40]!r}")
-    if not math.isfinite(v):
-        raise VllmJsonError(f"{key}: expected a finite number, got {v}")
-    if whole:
-        if not float(v).is_integer() or not 0 <= v < 2**63:
-            raise VllmJsonError(f"{key}: expected a whole number of 0 or more, got {v}")
+    if isinstance(v, int) and not -2**1023 < v < 2**1023:  # JSON's integers have no bound; float math overflows
+        raise VllmJsonError(f"{key}: expected a number a float holds, got one of {len(str(abs(v)))} digits")
+    if whole and math.isfinite(v):
+        if not float(v).is_integer() or not -2**63 <= v < 2**63:
+            raise VllmJsonError(f"{key}: expected a whole number, got {v}")
         return int(v)
     return v
 
@@ -239,6 +242,8 @@ def _arrival(result: Mapping) -> tuple[str | None, float | None]:
     if isinstance(shape, float) and math.isinf(shape) and shape > 0:
         return "constant", rate  # vLLM: infinite burstiness is a constant gap
     shape = _number("burstiness", shape)
+    if shape is not None and not (math.isfinite(shape) and shape > 0):  # a setting, not a figure: no row holds it
+        raise VllmJsonError(f"burstiness: expected a gamma shape above 0 (or inf), got {shape}")
     if rate is None or shape is None:
         return None, rate
     return ("poisson" if shape == 1 else "gamma"), rate
@@ -254,19 +259,23 @@ def from_vllm(result: Mapping) -> dict:
 
     ``normalized_latency_s`` (the mean of latency / output tokens) comes from the per-request lists,
     when the file has them (``--save-detailed``); requests that failed (0 output tokens) are left out.
+    A figure out of its range or against another (harness/results/consistency.py) makes the row
+    ``status=error``, naming the file's keys.
     """
     row: dict = {"clock": "wall"}  # vLLM times requests on the client's wall clock
+    names: dict[str, str] = {}  # row column -> the file's key it holds, for the checks' clauses
     for key, col in SAME_FIGURE.items():
         v = result.get(key)
         v = _text(key, v) if key in TEXT else _number(key, v, whole=key in COUNTS)
         if v is not None or col not in row:  # median_*_ms and p50_*_ms are one column: either fills it
-            row[col] = v
+            row[col], names[col] = v, key
     for key, col in METADATA.items():
         if (v := _text(key, result.get(key))) is not None:
             row[col] = v
     arrival, row["request_rate"] = _arrival(result)
     row.setdefault("arrival", arrival)
     row["wall_s"] = row["duration_s"]  # one run: its wall time is its duration
+    names.update(request_rate="request_rate", wall_s="duration", normalized_latency_s="mean of latencies / output_lens")
     completed = _number("completed", result.get("completed"), whole=True)
     lat, out = _numbers("latencies", result.get("latencies")), _numbers("output_lens", result.get("output_lens"))
     if lat is not None and out is not None:
@@ -278,4 +287,5 @@ def from_vllm(result: Mapping) -> dict:
         row.update(status="error", error="no request completed")
     else:
         row["status"] = "ok"
-    return row
+    lists = check_each("latencies", lat, "time") + check_each("output_lens", out, "count")  # normalized_latency_s's
+    return judged(row, check_consistency(row, names) + lists + check_rates(row, completed, names))

@@ -40,6 +40,13 @@ DUMMY_NOTE = ("accuracy on dummy (random) weights: it says how far the KV data t
               "not what a trained model loses")
 
 
+def unchecked_note(kv_dtype: str, why: str) -> str:
+    """The note of a row at a quantized ``kv_dtype`` whose accuracy was not measured (``why``: what turned
+    it off). Its speed is that of a store whose error nobody looked at: a faster row that may be a worse
+    model must say so, or it reads as a free win."""
+    return f"kv_dtype={kv_dtype}: the quantized KV cache's accuracy was not checked ({why})"
+
+
 def reference_config(cfg: Config) -> Config:
     """The same job with the model's own dtype in the cache."""
     ref = copy.deepcopy(cfg)

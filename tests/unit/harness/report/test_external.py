@@ -119,3 +119,73 @@ def test_the_report_draws_and_tabulates_external_rows(tmp_path):
     report = build_report([root], tmp_path / "out", "python -m harness.report results")
     assert set(report.collection.rows["impl"]) == {"paged_torch", "vllm"}
     assert "external" in (tmp_path / "out" / "all_runs.csv").read_text()
+
+
+def _aiperf(**change) -> dict:
+    from harness.report.external import from_aiperf
+
+    return from_aiperf({**AIPERF, **change})
+
+
+@pytest.mark.parametrize("change, clauses", [
+    # the reproducer: negative averages, and the row said ok (the clause shows the row's unit)
+    ({"time_to_first_token": {"unit": "s", "avg": -1.5888, "p50": 0.7875, "p99": 4.1193},
+      "request_latency": {"unit": "ms", "avg": -6550.4}},
+     ["time_to_first_token.avg in ms = -1588.8: a time, allowed >= 0", "request_latency.avg = -6550.4: a time"]),
+    ({"output_token_throughput": {"unit": "tokens/sec", "avg": -1274.6}},
+     ["output_token_throughput.avg = -1274.6: a rate"]),
+    ({"total_osl": {"unit": "tokens", "avg": -19370}}, ["total_osl.avg = -19370: a count, allowed >= 0"]),
+    ({"benchmark_duration": {"unit": "ms", "avg": -15196.6}}, ["benchmark_duration.avg in s = -15.1966: a time"]),
+    ({"inter_token_latency": {"unit": "ms", "avg": 51.76, "p99": float("nan")}},
+     ["inter_token_latency.p99 = nan: allowed a finite number"]),
+    ({"total_isl": {"unit": "tokens", "avg": float("inf")}}, ["total_isl.avg = inf: allowed a finite number"]),
+    # the other family of failure, in the other format: a percentile below the one under it
+    ({"request_latency": {"unit": "ms", "avg": 6550.4, "p50": 5799.9, "p90": 5000.0, "p99": 9381.6}},
+     ["request_latency.p90 = 5000 < request_latency.p50 = 5799.9: a higher percentile, "
+      "allowed >= request_latency.p50"]),
+])
+def test_an_aiperf_figure_out_of_range_or_order_is_an_error_row_naming_its_key(change, clauses):
+    row = _aiperf(**change)
+    assert row["status"] == "error" and "\n" not in row["error"]
+    for clause in clauses:
+        assert clause in row["error"], (clause, row["error"])
+    assert all(not (isinstance(v, float) and (v != v or v in (float("inf"), float("-inf")))) for v in row.values())
+
+
+def test_an_aiperf_export_as_it_is_stays_ok():
+    row = _aiperf()
+    assert row["status"] == "ok" and row.get("error") is None
+
+
+@pytest.mark.parametrize("change, names", [
+    ({"total_osl": {"unit": "tokens", "avg": 10.5}}, "total_osl.avg: expected a whole number"),
+    ({"time_to_first_token": {"unit": "s", "avg": 10**400}},
+     "time_to_first_token.avg: expected a number a float holds"),
+    ({"time_to_first_token": {"unit": "s", "avg": "1.5"}}, "time_to_first_token.avg: expected a number"),
+])
+def test_an_aiperf_value_of_the_wrong_kind_is_still_one_problem_line(change, names):
+    from harness.report.external import ExternalFileError
+
+    with pytest.raises(ExternalFileError, match=f"^{names}"):
+        _aiperf(**change)
+
+
+def test_false_figures_of_either_format_are_rows_not_ok_in_the_report(tmp_path):
+    from harness.report.markdown import render
+
+    root = tmp_path / "r"
+    (root / "external" / "vllm").mkdir(parents=True)
+    (root / "external" / "dynamo").mkdir(parents=True)
+    vllm = {**json.loads(FIXTURE.read_text()), "duration": -2.5561, "request_throughput": -1.56, "mean_ttft_ms": -48.2}
+    (root / "external" / "vllm" / "negative.json").write_text(json.dumps(vllm))
+    (root / "external" / "dynamo" / "profile_export_aiperf.json").write_text(
+        json.dumps({**AIPERF, "request_latency": {"unit": "ms", "avg": -6550.4}}))
+    col = collect([root])
+    assert col.warnings() == []  # read, as rows: not problem lines
+    rows = col.rows.set_index("impl")
+    assert list(rows["status"]) == ["error", "error"]
+    assert rows.loc["vllm", "error"].startswith("duration = -2.5561: a time, allowed >= 0")
+    assert "request_latency.avg = -6550.4" in rows.loc["dynamo", "error"]
+    text = render(col, [], "python -m harness.report r", {})
+    listed = text.split("Rows not ok:", 1)[1]
+    assert "duration = -2.5561" in listed and "request_latency.avg = -6550.4" in listed

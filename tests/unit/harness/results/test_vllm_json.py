@@ -106,9 +106,11 @@ def test_a_real_vllm_file_reads_in_kvbench_units():
 @pytest.mark.parametrize("change, names", [
     ({"mean_ttft_ms": "12.5"}, "mean_ttft_ms"),
     ({"completed": 2.5}, "completed"),
-    ({"total_output_tokens": -3}, "total_output_tokens"),
+    ({"total_output_tokens": 3.5}, "total_output_tokens"),
     ({"duration": True}, "duration"),
-    ({"p99_itl_ms": float("nan")}, "p99_itl_ms"),
+    ({"p99_itl_ms": 10**400}, "p99_itl_ms"),  # a JSON integer no float holds: float math would overflow
+    ({"burstiness": -1.0}, "burstiness"),  # a setting, not a figure: no row column would hold it
+    ({"burstiness": float("nan")}, "burstiness"),
     ({"request_rate": "fast"}, "request_rate"),
     ({"model_id": ["a"]}, "model_id"),
     ({"latencies": [0.1, "x"]}, "latencies[1]"),
@@ -139,3 +141,84 @@ def test_a_file_that_cannot_be_written_is_one_line_and_leaves_no_half_file(tmp_p
     monkeypatch.undo()
     assert "No space left on device" in str(e.value) and "\n" not in str(e.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def _read(**change) -> dict:
+    """The fixture file with ``change`` applied, read as a row."""
+    return from_vllm({**json.loads(FIXTURE.read_text()), **change})
+
+
+@pytest.mark.parametrize("change, clauses", [
+    # the issue's reproducer: each figure impossible, and the row said ok
+    ({"duration": -2.5561, "request_throughput": -1.56, "mean_ttft_ms": -48.2},
+     ["duration = -2.5561: a time, allowed >= 0", "request_throughput = -1.56: a rate, allowed >= 0",
+      "mean_ttft_ms = -48.2: a time, allowed >= 0"]),
+    ({"p90_e2el_ms": -1.0}, ["p90_e2el_ms = -1: a time, allowed >= 0"]),  # another family
+    ({"total_output_tokens": -416}, ["total_output_tokens = -416: a count"]),
+    ({"completed": -4}, ["completed = -4: a count"]),  # no row column holds it: checked all the same
+    ({"completed": float("nan")}, ["completed = nan: allowed a finite number"]),
+    ({"request_rate": -2.0}, ["request_rate = -2: a rate"]),  # the offered rate
+    ({"latencies": [1.5407, -1.1884, 1.649, 0.781]}, ["latencies[1] = -1.1884: a time"]),  # the mean stays > 0
+    ({"latencies": [-1.5407, -1.1884, -1.649, -0.781]},
+     ["latencies[0] = -1.5407", "mean of latencies / output_lens = -"]),
+    ({"output_lens": [128, 96, float("nan"), 64]}, ["output_lens[2] = nan: allowed a finite number"]),
+    ({"p99_itl_ms": float("nan")}, ["p99_itl_ms = nan: allowed a finite number"]),
+    ({"failed": float("inf"), "mean_tpot_ms": float("-inf")},
+     ["failed = inf: allowed a finite", "mean_tpot_ms = -inf: allowed a finite"]),
+])
+def test_an_impossible_figure_makes_an_error_row_naming_its_key_and_value(change, clauses):
+    row = _read(**change)
+    assert row["status"] == "error" and "\n" not in row["error"]
+    for clause in clauses:
+        assert clause in row["error"], (clause, row["error"])
+    for col, v in row.items():  # NaN would read as "not measured": the error keeps what the file said
+        assert not (isinstance(v, float) and v != v) and v not in (float("inf"), float("-inf")), col
+
+
+@pytest.mark.parametrize("change, clauses", [
+    # the issue's reproducers: goodput above the request throughput, a p99 below its median
+    ({"request_goodput": 50.0}, ["request_goodput = 50 > request_throughput = 1.56488: goodput counts completed "
+                                 "requests, allowed <= request_throughput"]),
+    ({"p99_ttft_ms": 20.0},
+     ["p99_ttft_ms = 20 < median_ttft_ms = 46.15: a higher percentile, allowed >= median_ttft_ms"]),
+    ({"p90_tpot_ms": 13.0}, ["p99_tpot_ms = 12.488 < p90_tpot_ms = 13"]),  # p90 between them
+    ({"p90_itl_ms": 11.0}, ["p90_itl_ms = 11 < median_itl_ms = 12.1"]),
+    # throughputs are vLLM's counts over duration: a rate from another count, duration or unit
+    ({"request_throughput": 15.648840029732798},
+     ["request_throughput = 15.6488, but (completed) / duration = 1.56488: allowed within 0.1% of it"]),
+    ({"output_throughput": 0.1627479363092211}, ["output_throughput = 0.162748, but (total_output_tokens) / duration"]),
+    ({"total_token_throughput": 900.0},
+     ["total_token_throughput = 900, but (total_input_tokens + total_output_tokens)"]),
+    ({"completed": 40}, ["request_throughput = 1.56488, but (completed) / duration = 15.6488"]),
+])
+def test_figures_that_contradict_each_other_make_an_error_row_naming_both_keys(change, clauses):
+    row = _read(**change)
+    assert row["status"] == "error" and "\n" not in row["error"]
+    for clause in clauses:
+        assert clause in row["error"], (clause, row["error"])
+
+
+def test_goodput_above_throughput_in_a_file_of_bare_summaries():
+    """The issue's file: nothing else wrong, so the goodput clause is the whole error."""
+    row = from_vllm({"duration": 10.0, "completed": 3, "request_throughput": 0.3, "request_goodput": 50.0})
+    assert row["status"] == "error"
+    assert row["error"] == ("request_goodput = 50 > request_throughput = 0.3: goodput counts completed requests, "
+                            "allowed <= request_throughput")
+
+
+def test_figures_true_to_the_last_digit_or_rounded_as_printed_stay_ok():
+    # every request met the SLO: goodput is the throughput, one float step apart along other arithmetic
+    same = _read(request_goodput=np.nextafter(1.5648840029732798, 2.0), p90_ttft_ms=46.15, p99_ttft_ms=46.15)
+    assert same["status"] == "ok" and same.get("error") is None
+    # vLLM's console figures, two decimals each (150.87 s, 0.21 req/s for 32 / 150.87 = 0.2121)
+    printed = from_vllm({"duration": 150.87, "completed": 32, "total_input_tokens": 65536, "total_output_tokens": 65536,
+                         "request_throughput": 0.21, "output_throughput": 434.40, "total_token_throughput": 868.80,
+                         "median_ttft_ms": 7099.88, "p99_ttft_ms": 10999.46, "mean_ttft_ms": 7279.56})
+    assert printed["status"] == "ok", printed.get("error")
+    # the same file with a throughput a tenth of its counts over duration is not rounding
+    assert from_vllm({"duration": 150.87, "completed": 32, "request_throughput": 0.021})["status"] == "error"
+
+
+def test_an_error_row_keeps_its_own_reason_first():
+    row = from_vllm({"duration": -1.0, "completed": 0, "failed": 4})
+    assert row["error"].startswith("no request completed; duration = -1: a time, allowed >= 0")
