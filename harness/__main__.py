@@ -5,12 +5,15 @@ checked here first, so that it gives what every bad value gives: one line, an er
 in the run folder, exit code 2. Each job of a ``-m`` sweep is checked by the sweeper.
 The ``kvbench`` console script (pyproject.toml) is ``cli`` below: the same door, under a
 name Hydra's shell completion can follow (``eval "$(kvbench -sc install=bash)"``).
+``--version`` names kvbench's version and those of torch, Triton and Hydra; a pipe whose reader
+has gone (``kvbench --help | head -3``) ends the command quietly (harness/front/unix.py).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 
 COMPLETION_FLAGS = ("-sc", "--shell-completion")
@@ -34,26 +37,71 @@ def completion_line(line: str) -> str:
     return " ".join([words[0], *finished]) + sep + typed
 
 
-def cli() -> None:
-    """What ``kvbench ARGS`` and ``python -m harness ARGS`` do: aliases, the preflight check, then Hydra."""
-    try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
-        from harness.front.aliases import translate
-        from harness.front.app import main
-        from harness.front.preflight import check_command_line
+def _installed(*names: str) -> str | None:
+    """The version of the first of ``names`` installed (a distribution's name, as pip knows it), or None."""
+    from importlib.metadata import PackageNotFoundError, version
 
-        sys.argv[1:], notes = translate(sys.argv[1:])  # vLLM's key names, impl= without the +
-        for note in notes:
-            print(f"kvbench: note: {note}", file=sys.stderr)
-        if "COMP_LINE" in os.environ and any(a in COMPLETION_FLAGS for a in sys.argv[1:]):
-            os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])  # Hydra's query reads it there
-        if (code := check_command_line(sys.argv[1:])) is not None:
-            sys.exit(code)
-        main()
+    for name in names:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def kvbench_version() -> str:
+    """kvbench's version: the installed package's, else this checkout's pyproject.toml (run from source)."""
+    if (installed := _installed("kvbench")) is not None:
+        return installed
+    try:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"  # the checkout's root
+        return tomllib.loads(pyproject.read_text())["project"]["version"]
+    except (ImportError, OSError, KeyError, ValueError):  # Python 3.10 (no tomllib), or no pyproject beside it
+        return "unknown"
+
+
+def version_line() -> str:
+    """``kvbench --version``: kvbench's own version, then those of what its rows depend on (read from the
+    packages' metadata: nothing is imported, so it answers at once)."""
+    deps = (("torch", ("torch",)), ("triton", ("triton", "pytorch-triton")), ("hydra", ("hydra-core",)))
+    found = ", ".join(f"{label} {_installed(*names) or 'not installed'}" for label, names in deps)
+    return f"kvbench {kvbench_version()} ({found})"
+
+
+def _run(argv: list[str]) -> int | None:
+    """One command line: ``--version``, or the aliases, the preflight check, then Hydra."""
+    if "--version" in argv:  # before Hydra (whose own --version names Hydra's) and its imports
+        print(version_line())
+        return 0
+    from harness.front.aliases import translate
+    from harness.front.app import main
+    from harness.front.preflight import check_command_line
+
+    sys.argv[1:], notes = translate(argv)  # vLLM's key names, impl= without the +
+    for note in notes:
+        print(f"kvbench: note: {note}", file=sys.stderr)
+    if "COMP_LINE" in os.environ and any(a in COMPLETION_FLAGS for a in sys.argv[1:]):
+        os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])  # Hydra's query reads it there
+    if (code := check_command_line(sys.argv[1:])) is not None:
+        return code
+    main()
+    return None
+
+
+def cli() -> None:
+    """What ``kvbench ARGS`` and ``python -m harness ARGS`` do; a closed pipe (``| head``) ends it quietly."""
+    from harness.front.unix import quiet_when_closed
+
+    try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
+        code = quiet_when_closed(lambda: _run(sys.argv[1:]))
     except KeyboardInterrupt:
         print("kvbench: interrupted before any run started; nothing was written", file=sys.stderr, flush=True)
         # os._exit: nothing to clean up yet, and interpreter shutdown mid-import can raise the
         # interrupt again and end the process by SIGINT (exit -2) instead of 130.
         os._exit(130)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

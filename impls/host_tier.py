@@ -52,7 +52,11 @@ class HostTier:
         self.capacity = capacity
         # chain hash -> (token ids, host slot), least recently stored or hit first
         self.entries: OrderedDict[int, tuple[tuple[int, ...], int]] = OrderedDict()
-        self.free_slots = list(range(capacity - 1, -1, -1))  # popped from the end: slot 0 first
+        # Free slots: the freed ones (popped from the end: the last freed first), then the never used ones,
+        # fresh_slot .. capacity - 1 in order. Never used slots take no memory: a simulated tier of terabytes
+        # (scenario=capacity) costs only the blocks the run stores (a list of every slot took 40 bytes each).
+        self.free_slots: list[int] = []
+        self.fresh_slot = 0
         self._pinned: set[int] = set()  # host slots a queued load reads
         self.reserved: set[int] = set()  # slots of swapped-out sequences
         self._free_after: list[int] = []  # reserved slots whose loads are queued: free once taken
@@ -113,7 +117,7 @@ class HostTier:
     def swap_out(self, device_blocks: list[int]) -> list[int] | None:
         """Reserve a slot per block and queue their stores; None (nothing done) if the tier lacks room."""
         unpinned = sum(1 for _, slot in self.entries.values() if slot not in self._pinned)
-        if len(device_blocks) > len(self.free_slots) + unpinned:
+        if len(device_blocks) > self.num_free_slots + unpinned:
             return None
         slots = [self._free_slot() for _ in device_blocks]
         self.reserved.update(slots)
@@ -129,9 +133,16 @@ class HostTier:
         self._loads += zip(device_blocks, slots)
         self.loaded_blocks += len(slots)
 
+    @property
+    def num_free_slots(self) -> int:
+        return len(self.free_slots) + self.capacity - self.fresh_slot
+
     def _free_slot(self) -> int | None:
         if self.free_slots:
             return self.free_slots.pop()
+        if self.fresh_slot < self.capacity:
+            self.fresh_slot += 1
+            return self.fresh_slot - 1
         for h, (_, slot) in self.entries.items():  # least recent first; pinned ones are rare and recent
             if slot not in self._pinned:
                 self._drop(h)
@@ -144,14 +155,15 @@ class HostTier:
         self.dropped_blocks += 1
 
     def check_invariants(self) -> None:
+        free = self.free_slots + list(range(self.fresh_slot, self.capacity))
         slots = [slot for _, slot in self.entries.values()]
         assert len(set(slots)) == len(slots), "two host entries share a slot"
-        assert not set(slots) & set(self.free_slots), "a host slot is both held and free"
+        assert not set(slots) & set(free), "a host slot is both held and free"
         slots += [*self.reserved, *self._free_after]
         assert len(set(slots)) == len(slots), "a host slot is held twice (cached, swapped, freed after the step)"
-        assert not set(slots) & set(self.free_slots), "a host slot is both held and free"
-        assert len(slots) + len(self.free_slots) == self.capacity, "host slots held + free != capacity"
-        assert all(0 <= s < self.capacity for s in slots + self.free_slots)
+        assert not set(slots) & set(free), "a host slot is both held and free"
+        assert len(slots) + len(free) == self.capacity, "host slots held + free != capacity"
+        assert all(0 <= s < self.fresh_slot for s in slots + self.free_slots), "a slot handed out is not below fresh_slot"
         for _, slot in self._loads:
             assert slot in self._pinned and slot in slots, "a queued load reads a slot not held and pinned"
 

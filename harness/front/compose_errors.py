@@ -10,6 +10,8 @@ of text and exit code 1. Here they become what every other bad value gives: a on
 from __future__ import annotations
 
 import difflib
+import re
+import sys
 
 from pathlib import Path
 
@@ -51,6 +53,21 @@ def _unchosen_group_key(overrides: list[str]) -> str | None:
     return None
 
 
+def _oversized_integer(overrides: list[str]) -> str | None:
+    """An override with more digits in a row than Python converts to an int (4300 by default): the one line for it.
+
+    Hydra's parser fails such a value with a bare ValueError that advises ``sys.set_int_max_str_digits()``."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        digits = max((len(run) for run in re.findall(r"\d+", value)), default=0)
+        if sep and digits > limit:
+            shown = value if len(value) <= 24 else f"{value[:12]}...{value[-4:]}"
+            return (f"{key}={shown} is a number of {digits} digits, out of range: an integer key is at most "
+                    f"9223372036854775807 (int64)")
+    return None
+
+
 def describe(exc: BaseException, overrides: list[str] = ()) -> str:
     """Hydra's or OmegaConf's composition error as one line naming the override or key."""
     from hydra.errors import MissingConfigException
@@ -60,8 +77,11 @@ def describe(exc: BaseException, overrides: list[str] = ()) -> str:
 
     if isinstance(exc, AssertionError) and (message := _unchosen_group_key(list(overrides))):
         return message
+    if isinstance(exc, ValueError) and (message := _oversized_integer(list(overrides))):
+        return message
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
-        group, _, name = exc.missing_cfg_file.partition("/")
+        missing = exc.missing_cfg_file  # model/meta-llama/Llama-3.1-8B: the group is the first part; hydra/launcher/x
+        group, _, name = missing.rpartition("/") if missing.startswith("hydra/") else missing.partition("/")
         allowed = f"allowed: {', '.join(exc.options)}"
         if group == "model" and "/" in name:  # meta-llama/Llama-3.1-8B: a hub name
             return (f"model={name} is a Hugging Face hub name, and kvbench never downloads: point model.path= "

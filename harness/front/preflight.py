@@ -4,8 +4,12 @@ Hydra composes a run's config before calling the task function; a type error
 (``batch=abc``), an unknown key or an unknown option (``model=nope``) would end the
 process with Hydra's several-line message and exit code 1, and leave no row. Composing
 it here first (as Hydra will) turns such a failure into one line, an error row in the
-folder the run would have had, and exit code 2. A ``-m`` sweep is checked the same way
-for its shared overrides; the sweeper checks each job (harness/front/sweeper.py).
+folder the run would have had, and exit code 2. So do a number too long for Python to parse
+(``batch=`` and 5000 digits: Hydra's bare ValueError) and, in a single run, an interpolation that
+does not resolve (``batch=${oc.env:NOPE}``: Hydra resolves it only in the job, as a traceback).
+``--cfg`` and ``--info`` compose the same way: a bad override is the same one line, with no row.
+A ``-m`` sweep is checked the same way for its shared overrides; the sweeper checks each job
+(harness/front/sweeper.py).
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import os
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.front.compose_errors import CONFIG_ERROR_CODE, describe, write_failed_job
 from harness.paths import CONF_DIR
 
 CONFIG_NAME = "config"
+SHOWN_CONFIGS = ("all", "config", "defaults", "defaults-tree")  # the --info views that compose the overrides
 
 
 def _placement_overrides(overrides: list[str]) -> list[list[str]]:
@@ -82,6 +87,27 @@ def _unusable_folder(cfg: DictConfig, multirun: bool) -> int | None:
     return CONFIG_ERROR_CODE
 
 
+def unresolvable(cfg: DictConfig) -> str | None:
+    """A task key whose interpolation does not resolve (``batch=${oc.env:NOPE}``, ``batch=${nope}``): its one
+    line, else None. Hydra composes such a value as written and resolves it only in the job, where the failure
+    was a traceback with no row."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import InterpolationResolutionError
+
+    HydraConfig.instance().set_config(cfg)  # ${hydra:...} resolves as in the job (Hydra sets it again there)
+    task = copy.deepcopy(cfg)
+    with open_dict(task):
+        del task["hydra"]
+    try:
+        OmegaConf.to_container(task, resolve=True)
+    except InterpolationResolutionError as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return f"{e.full_key}: its interpolation cannot be resolved: {reason}"
+    return None
+
+
 def check_command_line(argv: list[str]) -> int | None:
     """None when Hydra can compose ``argv``; else writes the error row and returns the exit code."""
     from hydra import initialize_config_dir
@@ -95,9 +121,14 @@ def check_command_line(argv: list[str]) -> int | None:
 
     register_configs()  # the schema the defaults list names
     args = get_args_parser().parse_args(argv)
-    if (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-            or args.config_path or args.config_dir or args.config_name or args.experimental_rerun):
-        return None  # not a run, or a config source of its own: Hydra's own handling
+    if args.config_dir is not None and not Path(args.config_dir).is_dir():  # Hydra: its message and exit 1
+        print(f"kvbench: error: --config-dir {args.config_dir} is not a folder", file=sys.stderr)
+        return CONFIG_ERROR_CODE
+    if (args.help or args.hydra_help or args.shell_completion or args.config_path or args.config_dir
+            or args.config_name or args.experimental_rerun or (args.info and args.info not in SHOWN_CONFIGS)):
+        return None  # not a config, or a config source of its own: Hydra's own handling
+    # --cfg and --info show the composed config: a bad override is the same one line, but no run, so no row.
+    shows = bool(args.cfg or args.info)
     multirun = bool(args.multirun)
     mode = RunMode.MULTIRUN if multirun else RunMode.RUN
     overrides = list(args.overrides)
@@ -105,12 +136,14 @@ def check_command_line(argv: list[str]) -> int | None:
         hydra_app = GlobalHydra.instance().hydra
         try:
             cfg = hydra_app.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
-        except (HydraException, OmegaConfBaseException, AssertionError) as e:
-            message = describe(e, overrides)
-        else:
-            return _unusable_folder(cfg, multirun)
-        place = _failure_place(hydra_app, overrides, mode, multirun)
-    print(f"kvbench: run: error: ConfigError: {message}", file=sys.stderr)
+        except (HydraException, OmegaConfBaseException, AssertionError, ValueError) as e:
+            message = describe(e, overrides)  # ValueError: a number Python will not parse (4300+ digits)
+        else:  # a sweep's jobs are composed and resolved by the sweeper; --cfg shows values as written
+            message = None if multirun or (shows and not args.resolve) else unresolvable(cfg)
+            if message is None:
+                return None if shows else _unusable_folder(cfg, multirun)
+        place = None if shows else _failure_place(hydra_app, overrides, mode, multirun)
+    print(f"kvbench: {'config' if shows else 'run'}: error: ConfigError: {message}", file=sys.stderr)
     if place is not None:
         run_dir, base = place
         write_failed_job(run_dir, message, overrides, base)

@@ -19,8 +19,6 @@ A results folder is data, shared and committed, so replay trusts none of it to r
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +35,7 @@ from harness.measure.fingerprint import Fingerprint, collect
 from harness.paths import REPO_ROOT
 from harness.results import FINGERPRINT, run_id
 from harness.job.folder import read_table
+from harness.untrusted import RECORD_LIMIT, UntrustedError, read_json, read_yaml
 
 
 def builtin_kernel(name: str) -> bool:
@@ -60,18 +59,13 @@ def _interpolations(node: Any, at: str = "") -> list[str]:
 
 
 def _saved(path: Path) -> dict:
-    """``config.yaml`` as plain data: YAML, a mapping, with nothing to resolve; else one line."""
-    import yaml
-
+    """``config.yaml`` as plain data: YAML, a mapping, with nothing to resolve; else one line. Read as untrusted
+    data (harness/untrusted): a regular file in the run folder, size and alias limits (a 1 KB alias bomb is
+    refused before anything walks it)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path} cannot be read: {type(e).__name__}: {e}".splitlines()[0]) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path} is not valid YAML{where}: {problem}") from None
+        data = read_yaml(path, root=path.parent)
+    except UntrustedError as e:
+        raise ConfigError(str(e)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds {type(data).__name__}, not a kvbench config (a mapping of keys)")
     if found := _interpolations(data):
@@ -118,9 +112,11 @@ def replay(run_dir: Path, out: Path, allow_kernels: tuple[str, ...] = ()) -> tup
 
     cfg = load_config(run_dir, allow_kernels)
     try:
-        original_env = json.loads((run_dir / "env.json").read_text())
-    except (OSError, ValueError):
+        original_env = read_json(run_dir / "env.json", RECORD_LIMIT, root=run_dir)
+    except UntrustedError:
         original_env = {}  # the diff then lists every field: nothing is known to match
+    if not isinstance(original_env, dict):
+        original_env = {}
     diff = fingerprint_diff(original_env, collect(cfg.device.name))
     rows, code = run_job(cfg, out, extra={"replay_of": run_id(run_dir), "fingerprint_diff": diff})
     before = read_table(run_dir / "rows")
@@ -133,25 +129,35 @@ def replay(run_dir: Path, out: Path, allow_kernels: tuple[str, ...] = ()) -> tup
     return rows, code
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int | str | None:
+    """The command: one line and exit 2 for a bad argument or saved config; 141, quietly, when stdout's reader
+    went away (harness/front/unix.py)."""
+    from harness.front.unix import USAGE_ERROR, OneLineParser, quiet_when_closed, unwritable
     from harness.job.summary import print_summary
 
-    parser = argparse.ArgumentParser(prog="python -m harness.replay", description="run a finished run again from its saved config")
-    parser.add_argument("run_dir", type=Path, help="a finished run folder (holds config.yaml)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where the replay goes (default runs/replay/<date>/<time>)")
-    parser.add_argument("--allow-kernel", action="append", default=[], metavar="MODULE",
-                        help="a kernel module (dotted path) the saved config names that replay may import and run")
-    args = parser.parse_args(argv)
-    out = args.out or Path("runs/replay") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
-    register_configs()
-    try:
-        rows, code = replay(args.run_dir, out, tuple(args.allow_kernel))
-    except ConfigError as e:
-        print(f"kvbench: replay: {e}", file=sys.stderr)
-        return 2
-    print_summary(rows, out)
-    return code
+    def command() -> int:
+        parser = OneLineParser(prog="python -m harness.replay", description="run a finished run again from its saved config")
+        parser.add_argument("run_dir", type=Path, help="a finished run folder (holds config.yaml)")
+        parser.add_argument("--out", type=Path, default=None,
+                            help="where the replay goes (default runs/replay/<date>/<time>)")
+        parser.add_argument("--allow-kernel", action="append", default=[], metavar="MODULE",
+                            help="a kernel module (dotted path) the saved config names that replay may import and run")
+        args = parser.parse_args(argv)
+        out = args.out or Path("runs/replay") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+        if (why := unwritable(out)) is not None:  # before the run, which writes its rows there
+            print(f"kvbench: replay: --out {out} cannot hold the replay ({why}); choose a writable folder",
+                  file=sys.stderr)
+            return USAGE_ERROR
+        register_configs()
+        try:
+            rows, code = replay(args.run_dir, out, tuple(args.allow_kernel))
+        except ConfigError as e:
+            print(f"kvbench: replay: {e}", file=sys.stderr)
+            return USAGE_ERROR
+        print_summary(rows, out)
+        return code
+
+    return quiet_when_closed(command)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,13 @@ import copy
 import dataclasses
 import importlib.util
 import math
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness.kv.budget import check_host_workload, check_memory_bounds, check_memory_values
+from harness.kv.factory import check_host_memory, check_kernel_pool
 from harness.config import (
     ARRIVALS, DEVICES, DISTRIBUTIONS, DTYPES, ISOLATIONS, MAX_BLOCK_SIZE, PROBES, RATE_ARRIVALS, THINK_DISTRIBUTIONS,
     TRACE_FORMATS, TRACE_SAMPLES, WORKLOAD_KINDS, Config,
@@ -78,8 +80,29 @@ def check_int_ranges(node: object, prefix: str = "") -> None:
                 raise ConfigError(f"{key}={item} is out of range: an integer key is at most {INT64_MAX} (int64)")
 
 
+def check_finite_floats(node: object, prefix: str = "") -> None:
+    """Every float key of the config (nested groups and lists too) is finite: inf and nan size nothing.
+
+    Runs after the keys' own checks (whose messages say more), before any value sizes anything."""
+    for f in dataclasses.fields(node):
+        value, key = getattr(node, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            check_finite_floats(value, f"{key}.")
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ConfigError(f"{key}={item} must be a finite number")
+
+
 def to_config(cfg: DictConfig | Config) -> Config:
-    return OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg)
+    if not isinstance(cfg, DictConfig):
+        return copy.deepcopy(cfg)
+    from omegaconf.errors import InterpolationResolutionError
+
+    try:
+        return OmegaConf.to_object(cfg)
+    except InterpolationResolutionError as e:  # ${oc.env:NOPE}, ${nope}: resolved only now
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"{e.full_key}: its interpolation cannot be resolved: {reason}") from None
 
 
 def resolve(raw: DictConfig | Config) -> Config:
@@ -125,12 +148,17 @@ def resolve(raw: DictConfig | Config) -> Config:
         _resolve_gpu(cfg)
     if cfg.device.name == "cpu" and cfg.device.memory_gb is None:
         cfg.device.memory_gb = CPU_MEMORY_GB
-    check_memory_bounds(cfg, _gpu_total_bytes() if cfg.device.name == "cuda" else None)
+    gpu_total = _gpu_total_bytes() if cfg.device.name == "cuda" else None
+    check_memory_bounds(cfg, gpu_total)
     if cfg.workload.distribution == "trace":
         describe_trace(cfg)
     import psutil  # the RAM free now: what every part of the run will be built in
 
-    check_host_workload(cfg, psutil.virtual_memory().available)
+    free = psutil.virtual_memory().available
+    check_host_workload(cfg, free)
+    check_host_memory(cfg, free, gpu_total)  # the host tier, the paged pool's bookkeeping
+    if isinstance(cfg.scenario, KernelScenario):
+        check_kernel_pool(cfg, free, gpu_total)
     return cfg
 
 
@@ -144,6 +172,7 @@ def describe_trace(cfg: Config) -> None:
     """Read the trace once here, so a bad file is a config error before the run starts, and
     record the selected requests' mean lengths as ``workload.prompt_len``/``output_len``, and
     their count as ``workload.num_requests`` when it was left unset (every row of the file)."""
+    from harness.serving.hash_blocks import check_hash_block_size
     from harness.serving.trace import read_trace
 
     w = cfg.workload
@@ -153,6 +182,8 @@ def describe_trace(cfg: Config) -> None:
     _check(cfg.arrival.name != "trace" or trace.arrival_s is not None,
            f"arrival=trace needs arrival times, but workload.path={w.path!r} has no "
            f"workload.columns.arrival_s={w.columns.arrival_s!r} column")
+    if trace.hash_ids is not None:  # format=mooncake: the blocks its hash ids name
+        check_hash_block_size(w.hash_block_size, cfg.max_seq_len, int(trace.prompt_lens.max()))
     w.prompt_len = round(float(trace.prompt_lens.mean()), 2)
     w.output_len = round(float(trace.output_lens.mean()), 2)
 
@@ -196,6 +227,10 @@ def validate(cfg: Config) -> None:
     _check(cfg.repeat >= 1, f"repeat={cfg.repeat} must be >= 1")
     _check(cfg.seed >= 0, f"seed={cfg.seed} must be >= 0")  # numpy's generators take no negative seed
     _check(cfg.cpu_threads is None or cfg.cpu_threads >= 1, f"cpu_threads={cfg.cpu_threads} must be >= 1 (or null: the cores free at the job's start)")
+    cpus = os.cpu_count() or 1  # a bookkeeping run computes on no thread: it only records the number
+    _check(cfg.cpu_threads is None or cfg.scenario.bookkeeping or cfg.cpu_threads <= cpus,
+           f"cpu_threads={cfg.cpu_threads} must be in [1, {cpus}] (this machine's logical CPUs; more only wait on "
+           "each other), or null: the cores free at the job's start")
     _check(cfg.max_seq_len >= 2, f"max_seq_len={cfg.max_seq_len} must be >= 2")
     bs = cfg.block_size
     _check(_power_of_two_block(bs),
@@ -237,12 +272,15 @@ def validate(cfg: Config) -> None:
     validate_clock_profile(cfg)
     if cfg.impl is not None:
         validate_impl(cfg.impl)
+    check_finite_floats(cfg)  # last: the keys' own checks above say more
 
 
 def validate_clock_profile(cfg: Config) -> None:
     """clock_profile=PATH: a readable profile table (its impl is checked when the impl runs)."""
     if cfg.clock_profile is None:
         _check(cfg.clock_profile_impl is None, "clock_profile_impl needs clock_profile=RUN_DIR (a scenario=profile run)")
+        _check(not cfg.clock_profile_allow_mismatch,
+               "clock_profile_allow_mismatch needs clock_profile=RUN_DIR (a scenario=profile run)")
         return
     _check(cfg.scenario.bookkeeping,
            f"clock_profile prices simulated steps; scenario={cfg.scenario.name} runs on the wall clock "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -199,7 +200,111 @@ def test_vllm_names_and_impl_without_plus_run_the_same_job(tmp_path):
     ("model=meta-llama/Llama-3.1-8B", "is a Hugging Face hub name, and kvbench never downloads: point model.path="),
     ("model=tiny-lama", "did you mean model=tiny-llama?"),
     ("workload=sharegtp", "did you mean workload=sharegpt?"),
+    ("hydra/launcher=jobib", "hydra/launcher=jobib is unknown (no hydra/launcher/jobib.yaml on the config path); "
+                             "allowed: basic, joblib, "),  # was "hydra=launcher/jobib is unknown"
 ])
 def test_the_likeliest_mistakes_get_the_best_messages(tmp_path, override, expected):
     p = harness("+impl=paged_torch", "scenario=capacity", override, f"hydra.run.dir={tmp_path}")
     assert p.returncode == 2 and expected in p.stderr and p.stderr.strip().count("\n") == 0, p.stderr
+
+
+# ---- every refusal is one line and exit 2 (issue 41, "Command line") -------------------------------------
+
+DIGITS = "1" * 5000  # past Python's int max str digits (4300)
+
+
+@pytest.mark.parametrize("args, row", [
+    ([f"batch={DIGITS}"], "."),
+    (["-m", f"batch=1,{DIGITS}"], "0"),  # a sweep: its first job's folder gets the row
+    (["--cfg", "job", f"batch={DIGITS}"], None),  # shows the config: nothing runs, no row
+])
+def test_a_number_too_long_for_python_is_one_line_and_exit_2(tmp_path, args, row):
+    """Hydra's parser raised a bare ValueError (advising sys.set_int_max_str_digits) as a traceback."""
+    where = "hydra.sweep.dir" if "-m" in args else "hydra.run.dir"
+    p = harness(*args, "+impl=paged_torch", "scenario=capacity", f"{where}={tmp_path / 'r'}")  # flags first
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
+    assert "batch=" in p.stderr and "5000 digits, out of range" in p.stderr and len(p.stderr) < 300, p.stderr
+    if row is None:
+        assert not (tmp_path / "r").exists()
+    else:
+        assert pd.read_csv(tmp_path / "r" / row / "rows.csv").status[0] == "error"
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("batch=${oc.env:KVBENCH_SURELY_UNSET}", "batch: its interpolation cannot be resolved"),  # was Hydra's traceback
+    ("workload.prompt_len=1e999", "workload.prompt_len=inf must be a finite number"),  # was an OverflowError
+    ("cpu_threads=100000", "cpu_threads=100000 must be in [1, "),
+])
+def test_values_that_failed_inside_the_run_are_one_line_with_a_row(tmp_path, override, expected):
+    scenario = "scenario=decode" if override.startswith("cpu_threads") else "scenario=capacity"
+    p = harness("+impl=paged_torch", scenario, "model=tiny-llama", override, f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 2 and expected in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert pd.read_csv(tmp_path / "rows.csv").status[0] == "error"
+
+
+def module(name: str, *args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", name, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    """A finished capacity run to report on and replay (about 2 s)."""
+    folder = tmp_path_factory.mktemp("run") / "r"
+    assert harness("+impl=paged_torch", "scenario=capacity", "model=tiny-llama", f"hydra.run.dir={folder}").returncode == 0
+    return folder
+
+
+@pytest.mark.parametrize("name", ["harness.report", "harness.replay"])
+@pytest.mark.parametrize("where", ["under_file", "file", "read_only"])
+def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, run_folder, name, where):
+    """The report ended in a PermissionError (or NotADirectoryError) traceback; the replay too, after its run."""
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    out = {"under_file": afile / "out", "file": afile, "read_only": read_only / "out"}[where]
+    try:
+        if where == "read_only" and os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder (its parent being a file is the test root cannot pass)")
+        p = module(name, str(run_folder), "--out", str(out))
+    finally:
+        read_only.chmod(0o755)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert f"--out {out} cannot hold the" in p.stderr
+    assert afile.read_text() == "" and not any(read_only.iterdir()) and p.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["--bogus"], []])
+@pytest.mark.parametrize("name", ["harness.report", "harness.replay"])
+def test_a_usage_error_is_one_line(tmp_path, name, args):
+    """argparse printed its usage block first; report without DIRS reads results/, so it is given one."""
+    if name == "harness.report":
+        args = [*args, str(tmp_path / "nowhere")]
+    p = module(name, *args, cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith(f"python -m {name}: error: ")
+    assert p.stderr.rstrip().endswith(f"(see python -m {name} --help)"), p.stderr
+
+
+def closed_stdout(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m NAME ARGS | head -1``, head gone before the first write: every write to stdout fails with EPIPE."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", name, *args], cwd=cwd, stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("name", ["harness.report", "harness.replay"])
+def test_a_closed_pipe_ends_the_report_and_the_replay_quietly(tmp_path, run_folder, name):
+    """--help (argparse's print and exit) and a real report or replay, whose last lines go nowhere."""
+    p = closed_stdout(name, "--help", cwd=tmp_path)
+    # argparse itself drops an OSError of its help's write, so the report (which cannot wrap stdout: it imports
+    # nothing of the entry points) sees no closed pipe there: quiet, exit 0
+    assert p.returncode in (0, 141) and p.stderr == "", p.stderr
+    p = closed_stdout(name, str(run_folder), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert p.returncode == 141 and "Traceback" not in p.stderr and "Exception" not in p.stderr, p.stderr
+    assert (tmp_path / "out" / ("REPORT.md" if name == "harness.report" else "rows.csv")).is_file()

@@ -157,3 +157,46 @@ def test_a_run_through_the_script_is_a_run(tmp_path):
                     "(impl is in no defaults list, so it is added with +)")
     assert error.startswith("kvbench: ") and error.endswith("ConfigError: batch=0 must be >= 1"), p.stderr
     assert pd.read_csv(tmp_path / "r" / "rows.csv").status[0] == "error"
+
+
+# ---- a well-made Unix tool: its own --version, quiet when its reader has gone (issue 41, "Command line") ----
+
+def test_version_is_kvbenchs_own_then_what_it_runs_on(tmp_path):
+    """``kvbench --version`` printed Hydra's ("Hydra 1.3.8"); python -m harness --version is the same door."""
+    from importlib.metadata import version
+
+    for argv in ([str(KVBENCH), "--version"], [sys.executable, "-m", "harness", "--version"]):
+        p = subprocess.run(argv, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and p.stderr == "", p.stderr
+        assert p.stdout.startswith(f"kvbench {version('kvbench')} (torch {version('torch')}, triton ")
+        assert p.stdout.endswith(f", hydra {version('hydra-core')})\n") and not any(tmp_path.iterdir())
+
+
+def with_closed_stdout(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``argv`` writing into a pipe whose reader has already gone (``| head -3`` once head has its lines):
+    every write to stdout fails with EPIPE, whatever the timing."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(argv, cwd=cwd, env=env(), stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"],  # Hydra's help: a BrokenPipeError traceback, exit 1
+    ["-sc", "install=bash"],  # inside Hydra's own error handler, which printed the traceback itself
+    ["--cfg", "job"],
+    ["--version"],
+])
+def test_a_closed_pipe_ends_quietly_with_141(tmp_path, args):
+    p = with_closed_stdout([str(KVBENCH), *args], tmp_path)
+    assert (p.returncode, p.stderr) == (141, ""), p.stderr
+
+
+def test_a_run_whose_reader_has_gone_writes_its_rows_and_ends_quietly(tmp_path):
+    """The run's summary is what fails to reach the reader: the rows are written all the same."""
+    p = with_closed_stdout([str(KVBENCH), "+impl=paged_torch", "scenario=capacity", "model=tiny-llama",
+                            f"hydra.run.dir={tmp_path / 'r'}"], tmp_path)
+    assert p.returncode == 141 and "Traceback" not in p.stderr and "Error" not in p.stderr, p.stderr
+    assert pd.read_csv(tmp_path / "r" / "rows.csv").status.tolist() == ["ok"]
