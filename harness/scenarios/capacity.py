@@ -112,6 +112,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     from harness.kv.factory import analytic_max_concurrency, build_allocator
     from harness.measure.metrics import per_second
     from harness.serving.clocks import outside_note, step_clock
+    from harness.serving.closed_loop import unsent_note
     from harness.serving.profiled_clock import ProfiledClock
     from harness.serving.reuse_meter import ReuseMeter
     from harness.serving.service_metrics import service_columns
@@ -125,7 +126,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     budget = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests])
     allocator = build_allocator(impl, cfg, budget.kv_bytes)
     if clock is None:
-        clock, source = step_clock(cfg, impl.name)
+        clock, source = step_clock(cfg, impl)
     if isinstance(clock, ProfiledClock) and reads_padded(impl.kernel):
         # A profile is of the impl's own kernel, and prices what it reads: the torch reference's padded
         # window, as its wall steps record it (the roofline prices the PagedAttention kernel's read instead).
@@ -163,7 +164,8 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     mean_len = round(statistics.mean(r.total_len for r in requests))
     rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
     outside = outside_note(clock)
-    notes = " | ".join(ctx.workload_notes + [n for n in (rejected, outside) if n]) or None
+    unsent = unsent_note(len(requests), len(served))  # a closed loop's turns after a rejected one
+    notes = " | ".join(ctx.workload_notes + [n for n in (rejected, unsent, outside) if n]) or None
     return {
         "status": "ok",
         "notes": notes,

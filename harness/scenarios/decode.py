@@ -85,6 +85,7 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
          reuse: RunReuse) -> dict:
     from harness.kv.budget import budget_limit_note
     from harness.measure.metrics import median_and_spread, ms, output_digest, per_second, percentile
+    from harness.serving.closed_loop import unsent_note
     from harness.serving.service_metrics import service_columns
 
     res = results[len(results) // 2]  # a representative repeat for the non-timing columns
@@ -102,6 +103,8 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
         notes.append(note)
     if res.rejected:
         notes.append("rejected: " + "; ".join(f"request {s.request_id}: {why}" for s, why in res.rejected[:5]))
+    if unsent := unsent_note(len(requests), len(reuse.served)):  # a closed loop's turns after a rejected one
+        notes.append(unsent)
     return {
         "status": "ok",
         "notes": " | ".join(notes) or None,
@@ -148,9 +151,16 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+    from kernels.kv_formats import is_quantized
+
     rows = measure(ctx, impl, ctx.cfg.scenario.warmup)
     if ctx.cfg.scenario.accuracy:
         _with_accuracy(ctx, impl, rows[0])
+    elif is_quantized(ctx.cfg.kv_dtype):  # no accuracy columns: the row must not read as checked and fine
+        from harness.serving.kv_accuracy import unchecked_note
+
+        rows[0]["notes"] = " | ".join(n for n in (rows[0].get("notes"),
+                                                  unchecked_note(ctx.cfg.kv_dtype, "scenario.accuracy=false")) if n)
     return rows
 
 
@@ -159,15 +169,18 @@ def _with_accuracy(ctx: JobContext, impl: ImplConfig, row: dict) -> None:
     and with workload=text the perplexity on the text."""
     from dataclasses import replace
 
-    from harness.serving.kv_accuracy import DUMMY_NOTE, measure_kv_accuracy, measure_perplexity
+    from harness.serving.kv_accuracy import DUMMY_NOTE, measure_kv_accuracy, measure_perplexity, unchecked_note
+    from kernels.kv_formats import is_quantized
 
     forced = ctx.workload.continuations
-    quantized = ctx.cfg.kv_dtype != "auto"
+    quantized = is_quantized(ctx.cfg.kv_dtype)
     if not quantized and forced is None:
         return
     if ctx.cfg.workload.n != 1:
-        row["notes"] = " | ".join(n for n in (row.get("notes"), "no accuracy check: it compares one sequence per "
-                                              "request (workload.n=1)") if n)
+        one = "it compares one sequence per request"
+        note = (unchecked_note(ctx.cfg.kv_dtype, f"workload.n={ctx.cfg.workload.n}: {one}") if quantized
+                else f"no accuracy check: {one} (workload.n=1)")
+        row["notes"] = " | ".join(n for n in (row.get("notes"), note) if n)
         return
     requests = [replace(r, arrival_s=0.0) for r in ctx.requests]  # a burst: accuracy does not depend on arrivals
     if quantized:
@@ -186,6 +199,11 @@ def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
     from harness.measure.contention import probe_for, with_contention
     from harness.serving.timeline import append_table, requests_table, steps_table
 
+    import psutil
+
+    from harness.kv.factory import host_tier_note
+
+    host_note = host_tier_note(ctx.cfg, psutil.virtual_memory().available)  # before the tier takes its RAM
     budget = ctx.kv_budget()
     for _ in range(warmup):
         _run_once(ctx, impl, budget, warmup_requests(ctx.requests), track=False)
@@ -207,6 +225,8 @@ def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
         for s in final.sequences
     ]
     row = _row(ctx, results, mem, max_conc, budget, final_reuse)
+    if host_note:  # a host tier that took most of the RAM: the run shared what was left
+        row["notes"] = " | ".join(n for n in (row.get("notes"), host_note) if n)
     if probe is not None:
         with_contention(row, probe.result(idle_s=sum(r.idle_s for r in results)))
     return [row]

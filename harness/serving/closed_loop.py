@@ -6,6 +6,9 @@ or simulated) plus the turn's think time. First turns arrive at the ``arrival`` 
 that is rejected (it never fits) ends its conversation: nothing waits on it. Without a clock (the
 capacity scenario's memory-only runs) there is no time to think in: a turn arrives at t=0, as soon as
 its predecessor finished.
+
+The turns after a rejected one are never sent, on either clock; ``unsent_note`` says how many in the
+row, whose ``prefix_hit_rate`` counts their prompt tokens as hitting nothing.
 """
 
 from __future__ import annotations
@@ -55,3 +58,14 @@ class ClosedLoopSource:
                 continue
             at = 0.0 if s.finish_s is None else s.finish_s + self._think[nxt]
             heapq.heappush(self._pending, (at, nxt))
+
+
+def unsent_note(total: int, sent: int) -> str | None:
+    """The row's note when a run sent ``sent`` of its ``total`` turns (None: all): the others followed a
+    rejected turn of their conversation (one longer than the whole KV pool holds), which ended it. The
+    rate counts their prompts (over every prompt token of the workload, as the ideal does), so a pool
+    too small for the later turns shows as a low hit rate, not only as rejections."""
+    if sent >= total:
+        return None
+    return (f"{total - sent} of {total} turns not sent (an earlier turn of their conversation was rejected): "
+            "prefix_hit_rate counts their prompt tokens as not hit")

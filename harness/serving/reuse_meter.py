@@ -11,6 +11,17 @@ decided at each admission, so it needs nothing from the allocator but its evicti
   prompt tokens admitted so far.
 - ``recomputed_tokens``: tokens a re-admission after a preemption computed again (not found cached).
 - ``evicted_blocks``: cached blocks the allocator evicted to reuse their memory (None: it keeps none).
+
+Both clocks count alike: one scheduler, one allocator (its host tier too) and this meter, and a multi-turn
+history holds the same drawn answers on both (harness/serving/conversations.py; the blocks a turn generates,
+the model's tokens or the simulator's, are hashed on both and hit by neither clock's next turn). So at
+the same pool and the same arrival order (a think time of 0, or a burst) the wall and simulated clocks
+give the same rate, hits, host hits and evictions (tests/unit/harness/serving/test_closed_loop.py); with
+think time, when each turn arrives depends on each clock's step times. The pool is ``kv_pool_bytes`` over
+``kv_bytes_per_token``: ``dtype=auto`` is float32 on a CPU and bfloat16 on a GPU, a simulated one
+(``gpu=NAME``) included, so one ``device.kv_cache_gb`` holds twice the tokens in a simulated GPU run as in
+a CPU wall-clock run. In a pool too small for a conversation's later turns, a turn is rejected and its
+later turns are not sent (the row's notes count them): their prompt tokens hit nothing.
 """
 
 from __future__ import annotations

@@ -103,3 +103,64 @@ def test_capacity_multi_turn_closes_the_loop_on_the_simulated_clock(compose, tmp
     assert row["duration_s"] >= 0.02  # two think times at least
     assert steps["admitted_prompt_tokens"].iloc[-1] == row["prompt_tokens"]
     assert steps["prefix_hit_rate"].iloc[-1] == pytest.approx(row["prefix_hit_rate"])
+
+
+# The issue's case (a multi-turn closed loop at think time 0 with a host tier, the wall clock's hit rate against
+# the simulated clock's) at test scale: 12 blocks of 4 float32 tokens (tiny-llama: 4096 bytes a token), too few
+# for every user's history (two turns never fit: one is a third turn, the other ends its user's conversation,
+# whose third turn is never sent), and a host tier of 12 blocks behind them.
+BLOCK_BYTES = 4 * 4096
+THINK_0 = [o for o in MULTI_TURN if not o.startswith("workload.think_time_s=")] + ["workload.think_time_s=0"]
+SMALL_POOL = [f"device.kv_cache_gb={12 * BLOCK_BYTES / 1e9}", f"device.host_kv_gb={12 * BLOCK_BYTES / 1e9}"]
+REUSE = ("prefix_hit_rate", "prefix_hit_rate_ideal", "cache_hit_tokens", "host_hit_tokens", "host_stored_blocks",
+         "host_loaded_blocks", "evicted_blocks", "recomputed_tokens", "preemptions", "rejected", "prompt_tokens")
+
+
+def _capacity(compose, tmp_path, overrides):
+    rows, code = run_job(compose(["scenario=capacity", "+impl=paged_torch", *overrides]), tmp_path)
+    assert code == 0, rows[0].get("error")
+    return rows[0]
+
+
+def _unsent(row) -> list[str]:
+    return [n for n in (row["notes"] or "").split(" | ") if "not sent (an earlier turn" in n]
+
+
+def test_both_clocks_count_the_same_prefix_hits_with_a_host_tier(compose, tmp_path):
+    """The wall clock (real forwards: the model's own tokens fill each turn's last blocks), the simulator
+    without a clock and the simulated clock (its synthetic tokens there) serve the same turns in the same
+    order at think time 0, so they count the same hits, host hits and evictions; a turn too long for the
+    pool is rejected on each, and each row says how many later turns were therefore not sent."""
+    wall, _, _ = _run(compose, tmp_path / "wall", ["+impl=paged_torch", "scenario.warmup=0", *THINK_0, *SMALL_POOL])
+    memory = _capacity(compose, tmp_path / "memory", [*THINK_0, *SMALL_POOL])
+    simulated = _capacity(compose, tmp_path / "simulated", [*THINK_0, *SMALL_POOL, "gpu=h100-sxm"])
+    assert (wall["clock"], simulated["clock"], simulated["dtype"]) == ("wall", "simulated", "float32")
+    # the device pool evicts, the tier serves some of it back, and turns never fit
+    assert wall["evicted_blocks"] > 0 and wall["host_hit_tokens"] > 0 and wall["rejected"] > 0
+    assert 0 < wall["prefix_hit_rate"] < wall["prefix_hit_rate_ideal"]
+    reuse = {k: wall[k] for k in REUSE}
+    assert {k: memory[k] for k in REUSE} == reuse == {k: simulated[k] for k in REUSE}
+    assert _unsent(wall) == _unsent(memory) == _unsent(simulated) == [
+        ("1 of 9 turns not sent (an earlier turn of their conversation was rejected): prefix_hit_rate counts "
+         "their prompt tokens as not hit")]
+
+
+def test_a_simulated_gpu_pool_holds_twice_the_tokens_of_a_cpu_pool_of_the_same_bytes(compose, tmp_path):
+    """Where the clocks' rates differ at think time 0, the pools do: dtype=auto is bfloat16 on a simulated GPU
+    and float32 on this CPU, so the same device.kv_cache_gb and host_kv_gb hold twice the tokens there. The
+    bfloat16 run's reuse is the float32 run's at twice the bytes, not the float32 run's at the same bytes."""
+    auto = [o for o in THINK_0 if o != "dtype=float32"]
+    bf16 = _capacity(compose, tmp_path / "bf16", [*auto, *SMALL_POOL, "gpu=h100-sxm"])
+    doubled = [f"device.kv_cache_gb={24 * BLOCK_BYTES / 1e9}", f"device.host_kv_gb={24 * BLOCK_BYTES / 1e9}"]
+    fp32_doubled = _capacity(compose, tmp_path / "fp32x2", [*THINK_0, *doubled, "gpu=h100-sxm"])
+    fp32 = _capacity(compose, tmp_path / "fp32", [*THINK_0, *SMALL_POOL, "gpu=h100-sxm"])
+    assert (bf16["dtype"], bf16["kv_bytes_per_token"] * 2) == ("bfloat16", fp32["kv_bytes_per_token"])
+    assert {k: bf16[k] for k in REUSE} == {k: fp32_doubled[k] for k in REUSE}
+    assert bf16["prefix_hit_rate"] > fp32["prefix_hit_rate"]
+
+
+def test_the_unsent_note():
+    from harness.serving.closed_loop import unsent_note
+
+    assert unsent_note(9, 9) is None
+    assert unsent_note(9, 5).startswith("4 of 9 turns not sent")
