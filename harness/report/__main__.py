@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Callable, NoReturn
 
+from harness.results import TableWriteError
+from harness.untrusted import UntrustedError
 from harness.report import NoRows, build_report, regenerate_command
 from harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread
 
@@ -108,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         _warn(e.collection.warnings())
         print(f"kvbench report: {e}", file=sys.stderr)
         return 1
+    except (UntrustedError, TableWriteError) as e:  # a planted link where the report writes, a full disk: one line
+        print(f"kvbench report: {e}", file=sys.stderr)
+        return USAGE_ERROR if isinstance(e, UntrustedError) else 1
     _warn(report.collection.warnings())
     rows = report.collection.rows
     print(f"{len(rows)} rows from {rows['run_dir'].nunique()} run folders; "

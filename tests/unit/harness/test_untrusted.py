@@ -183,6 +183,9 @@ def test_the_report_never_writes_its_plots_through_a_planted_link(tmp_path):
     (runs / "plots").symlink_to(outside)
     with pytest.raises(UntrustedError):
         build_report([runs], runs, "cmd")
+    from harness.report.__main__ import main
+
+    assert main([str(runs)]) == 2  # the command: one line, exit 2
     assert list(outside.iterdir()) == []
 
 
