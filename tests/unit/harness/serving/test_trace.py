@@ -293,12 +293,10 @@ def test_bad_mooncake_hash_ids_are_config_errors(tmp_path, records, column, expe
         draw_workload(cfg, len(records), 32000, 1024, seed=0)
 
 
-def test_the_shared_mooncake_trace_reads(compose, tmp_path):
-    """The release's synthetic trace (../shared/data), first rows: prompts as long as the file says,
-    sharing the blocks its hash ids share."""
-    shared = REPO_ROOT.parent / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
-    if not shared.is_file():
-        pytest.skip(f"{shared} is not on this machine")
+def test_the_shipped_mooncake_trace_reads(compose, tmp_path):
+    """The release's synthetic trace (conf/traces/, in the checkout: never skipped), first rows: prompts as long as
+    the file says, sharing the blocks its hash ids share."""
+    shared = REPO_ROOT / "conf" / "traces" / "mooncake_synthetic_trace.jsonl"
     cfg = resolve(compose(["model=tiny-llama", "device=cpu", "workload=mooncake", f"workload.path={shared}",
                            "workload.num_requests=20", "max_seq_len=131072", "arrival=trace"]))
     lines = [json.loads(line) for line in shared.read_text().splitlines()[:20]]
