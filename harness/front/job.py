@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.config import Config
 from harness.errors import ConfigError
-from harness.front.resolve import impls_to_run, resolve
+from harness.front.groups import impls_to_run
+from harness.front.resolve import resolve
 from harness.job.folder import RunFolder, RunFolderError
 from harness.untrusted import UntrustedError
 from harness.job.interrupts import JobInterrupted, stop_on_signals

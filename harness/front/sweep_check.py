@@ -5,7 +5,7 @@ rename or a typo is found in seconds, not in the first minutes of a rare GPU lea
 Each sweep is composed as ``python -m harness -m +sweep=NAME`` would compose it, once per
 combination of its sweeper values (and of the ``key=values`` given after the files, as they
 would be on the sweep's command line), and the result goes through the same validation as a
-run (``harness.front.resolve.validate``), with the device forced to what this machine has (and, on
+run (``harness.front.validate.validate``), with the device forced to what this machine has (and, on
 a machine without a GPU, the GPU-only switches off: ``GPU_ONLY``). The
 folder each sweep writes to (``hydra.sweep.dir``) is resolved too.
 """

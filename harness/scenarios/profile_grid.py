@@ -10,18 +10,27 @@ point's samples. Nothing here is a scenario (harness/scenarios/__init__.py ``NOT
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from harness.config import ImplConfig
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from harness.scenarios.context import JobContext
-    from harness.scenarios.profile import ProfileScenario
 
 MIN_CONTEXT = 16
 
 
-def grid_batches(sc: ProfileScenario, batch: int) -> list[int]:
+class GridKeys(Protocol):
+    """The keys of scenario=profile's schema (harness/scenarios/profile.py ``ProfileScenario``) that set its grid:
+    named by their shape, so this module does not import the scenario that imports it."""
+
+    batches: Sequence[int]
+    contexts: Sequence[int]
+    prefill_tokens: Sequence[int]
+    decode_steps: int
+
+
+def grid_batches(sc: GridKeys, batch: int) -> list[int]:
     if sc.batches:
         return sorted(set(sc.batches))
     out, b = [], 1
@@ -31,7 +40,7 @@ def grid_batches(sc: ProfileScenario, batch: int) -> list[int]:
     return out + [batch]
 
 
-def grid_contexts(sc: ProfileScenario, max_seq_len: int) -> list[int]:
+def grid_contexts(sc: GridKeys, max_seq_len: int) -> list[int]:
     """Five contexts, geometric from 16 to the longest prompt the decode steps still fit after."""
     if sc.contexts:
         return sorted(set(sc.contexts))
@@ -42,7 +51,7 @@ def grid_contexts(sc: ProfileScenario, max_seq_len: int) -> list[int]:
     return sorted({round(MIN_CONTEXT * ratio ** i) for i in range(4)} | {top})
 
 
-def grid_prefill(sc: ProfileScenario, max_num_batched_tokens: int) -> list[int]:
+def grid_prefill(sc: GridKeys, max_num_batched_tokens: int) -> list[int]:
     """Doubling from 16 to min(max_num_batched_tokens, 4096). Doubling, not x4: a prefill's cost bends
     where its attention starts to weigh and where its GEMMs change kernel, and a line over a x4 span
     priced the 2-core CPU's 65-128-token prefills 13-15% under their wall time."""

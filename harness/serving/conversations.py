@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.config import WorkloadConfig
-from harness.serving.workload import Request, Workload, draw_lengths, shared_ints
+from harness.serving.request import Request, Workload, draw_lengths, shared_ints
 
 THINK_STREAM = 0x7A1C  # mixed with the seed: think times apart from the lengths and token ids
 

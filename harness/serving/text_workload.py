@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.serving.workload import Request
+from harness.serving.request import Request
 
 TOKENIZER_FILE = "tokenizer.json"
 

@@ -16,7 +16,8 @@ import pytest
 from harness.kv.budget import kv_budget
 from harness.kv.factory import build_allocator
 from harness.kv.sizes import kv_bytes_per_token
-from harness.front.resolve import load_impl, resolve
+from harness.front.groups import load_impl
+from harness.front.resolve import resolve
 from harness.serving.clocks import step_clock
 from harness.serving.simulator import simulate
 from harness.serving.workload import generate_requests

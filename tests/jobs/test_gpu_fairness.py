@@ -22,7 +22,7 @@ ALL_IMPLS_FP32 = ["model=tiny-llama", "dtype=float32", "device=cuda", "max_seq_l
      "workload.prompt_len=30", "workload.output_len=20"],
 ], ids=["chat", "shared-prefix-b8", "parallel-sampling-b1"])
 def test_every_impl_generates_the_same_tokens_on_gpu(compose, tmp_path, overrides):
-    from harness.front.resolve import impl_names
+    from harness.front.groups import impl_names
     from harness.front.job import run_job
 
     rows, code = run_job(compose([*ALL_IMPLS_FP32, *overrides]), tmp_path / "parity")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.front.resolve import impl_names
+from harness.front.groups import impl_names
 from harness.front.job import run_job
 from tests.helpers.harness_proc import GATED, GATED_KERNEL, TINY, rows, run, start, wait_for
 

@@ -49,7 +49,7 @@ def test_reading_the_config_does_not_import_torch(no_torch, args):
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("batch=0", "batch=0 must be >= 1"),  # harness/front/resolve.py, after Hydra composed the config
+    ("batch=0", "batch=0 must be >= 1"),  # harness/front/validate.py, after Hydra composed the config
     ("dtype=float8", "dtype='float8' is not allowed"),
     ("arrival=poisson", "arrival=poisson needs arrival.rate"),
     ("device.memory_gb=99999", "device.memory_gb=99999 is larger than"),  # needs the device: device=auto is resolved

@@ -79,12 +79,13 @@ def test_an_unimportable_kernel_module_is_a_one_line_error(plugin):
 
 
 def test_alias_composes_its_target_and_is_not_an_impl_of_its_own(compose):
-    from harness.front.resolve import impl_names, resolve
+    from harness.front.groups import impl_names
+    from harness.front.resolve import resolve
 
     assert "paged" not in impl_names() and "paged_triton" in impl_names()
     cfg = resolve(compose(["+impl=paged", "device=cpu"]))
     assert (cfg.impl.name, cfg.impl.cache, cfg.impl.kernel) == ("paged_triton", "paged", "triton")
-    from harness.front.resolve import load_impl
+    from harness.front.groups import load_impl
 
     assert load_impl("paged") == load_impl("paged_triton") and load_impl("orca_max").name == "contiguous"
 

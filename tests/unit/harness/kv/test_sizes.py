@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.kv.sizes import kv_bytes_per_token
-from harness.front.resolve import load_group
+from harness.front.groups import load_group
 from harness.model.config import ModelConfig
 from impls.kinds import PoolSpec, cache_kind
 

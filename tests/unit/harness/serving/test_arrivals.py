@@ -11,7 +11,8 @@ from harness.serving.arrivals import arrival_times
 from harness.config import ArrivalConfig, WorkloadConfig
 from harness.scenarios.context import JobContext
 from harness.errors import ConfigError
-from harness.front.resolve import _load, resolve
+from harness.front.groups import _load
+from harness.front.resolve import resolve
 from harness.serving.workload import _lengths, draw_workload, generate_requests, workload_digest
 from tests.conftest import REPO_ROOT
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.front.resolve import load_group, resolve
+from harness.front.groups import load_group
+from harness.front.resolve import resolve
 from harness.kv.sizes import kv_bytes_per_token
 from harness.model.config import ModelConfig
 from harness.serving.cost_model import cost_model_for, model_cost

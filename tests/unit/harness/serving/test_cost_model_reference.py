@@ -18,7 +18,7 @@ import dataclasses
 import pytest
 
 from harness.config import GpuConfig
-from harness.front.resolve import load_group
+from harness.front.groups import load_group
 from harness.model.config import ModelConfig
 from harness.serving.cost_model import CostModel, gpu_spec, model_cost
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.front.resolve import load_impl, resolve
+from harness.front.groups import load_impl
+from harness.front.resolve import resolve
 from harness.kv.factory import build_cache
 from harness.model.weights import build_model
 from harness.serving.engine import Engine

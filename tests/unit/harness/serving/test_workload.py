@@ -67,12 +67,12 @@ def test_a_huge_vocabulary_is_drawn_without_materialising_it():
 def test_interned_and_tabled_ids_are_the_same_tokens(monkeypatch):
     """Beyond TOKEN_TABLE_MAX ids are interned as drawn: the same requests, byte for byte, and shared objects."""
     from harness.config import WorkloadConfig
-    from harness.serving import workload
+    from harness.serving import request
     from harness.serving.workload import draw_workload, workload_digest
 
     cfg = WorkloadConfig(name="chat", prompt_len=40, output_len=8, shared_prefix_len=4)
     tabled = draw_workload(cfg, 30, 5000, 128, seed=7)
-    monkeypatch.setattr(workload, "TOKEN_TABLE_MAX", 0)
+    monkeypatch.setattr(request, "TOKEN_TABLE_MAX", 0)  # shared_ints' table (harness/serving/request.py)
     interned = draw_workload(cfg, 30, 5000, 128, seed=7)
     assert workload_digest(interned.requests) == workload_digest(tabled.requests)
     ids = [t for r in interned.requests for t in r.prompt_ids[4:] if t > 256]  # past the prefix; beyond small ints
