@@ -77,6 +77,12 @@ _SOURCES = {
 }
 
 
+# A timed row of the Triton kernel on a CPU says what its figures are (``+impl=paged`` picks the C++ kernel there).
+INTERPRETED_NOTE = ("kernel_backend=triton-interpreter: Triton's interpreter runs the kernel, 30-40x slower than "
+                    "the paged_cuda op's C++ kernel on this CPU (+impl=paged runs that one): its times test the "
+                    "kernel, they do not measure paging")
+
+
 def _triton_interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 

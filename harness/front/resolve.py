@@ -19,7 +19,8 @@ from harness.errors import ConfigError
 from harness.front.checks import check, check_int_ranges, choices, one_of
 from harness.front.groups import load_group
 from harness.front.strict import check_known_keys, check_model_name, hydra_choice
-from harness.front.validate import validate
+from harness.front.native import resolve_native
+from harness.front.validate import validate, validate_impl
 from harness.kv.budget import check_host_workload, check_memory_bounds
 from harness.kv.factory import check_host_memory, check_kernel_pool
 from harness.kv.sizes import GB, weight_bytes
@@ -76,6 +77,8 @@ def resolve(raw: DictConfig | Config) -> Config:
     check(not cfg.cpu_compile or cfg.device.name == "cpu",
           f"cpu_compile=true compiles the CPU decode forward; device={cfg.device.name}: leave it null or false "
           "(cuda_graph=true is the GPU's way)")
+    if resolve_native(cfg):  # +impl=paged: the device's own paged kernel (harness/front/native.py)
+        validate_impl(cfg.impl)
     if cfg.dtype == "auto":  # a simulated GPU counts as a GPU
         cfg.dtype = "bfloat16" if cfg.device.name == "cuda" or _simulated_gpu(cfg) else "float32"
     check(not cfg.cpu_fused or (cfg.device.name == "cpu" and cfg.dtype == "float32"),

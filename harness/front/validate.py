@@ -116,6 +116,8 @@ def validate_impl(impl: ImplConfig) -> None:
     from kernels.registry import KERNELS, is_plugin
 
     one_of("impl.cache", impl.cache, tuple(KINDS))
+    if impl.kernel == "native" and impl.cache == "paged":
+        return  # +impl=paged: the device's kernel, chosen once the device is known (harness/front/native.py)
     if is_plugin(impl.kernel):  # a kernel module by dotted path (kernels/registry.py)
         check(importlib.util.find_spec(impl.kernel.rsplit(".", 1)[0]) is not None
              and importlib.util.find_spec(impl.kernel) is not None,

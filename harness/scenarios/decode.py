@@ -225,8 +225,12 @@ def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
         for s in final.sequences
     ]
     row = _row(ctx, results, mem, max_conc, budget, final_reuse)
-    if host_note:  # a host tier that took most of the RAM: the run shared what was left
-        row["notes"] = " | ".join(n for n in (row.get("notes"), host_note) if n)
+    from kernels.registry import INTERPRETED_NOTE
+
+    interpreted = INTERPRETED_NOTE if ctx.kernel_backend(impl) == "triton-interpreter" else None
+    for note in (host_note, interpreted):  # a host tier that crowded the RAM; Triton's interpreter timed
+        if note:
+            row["notes"] = " | ".join(n for n in (row.get("notes"), note) if n)
     if probe is not None:
         with_contention(row, probe.result(idle_s=sum(r.idle_s for r in results)))
     return [row]

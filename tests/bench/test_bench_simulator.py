@@ -55,7 +55,7 @@ def test_bench_simulate_issue_25_memory_bound(benchmark, compose, device):
     requests = generate_requests(cfg.workload, cfg.workload.num_requests, cfg.model.vocab_size, cfg.max_seq_len,
                                  cfg.seed)
     kv_bytes = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests]).kv_bytes
-    config = load_impl("paged")
+    config = cfg.impl  # +impl=paged, resolved to the device's native kernel
     clock, _ = step_clock(cfg, config.name)
     arrivals = [r.arrival_s for r in requests] if clock is not None else None
 
@@ -82,7 +82,7 @@ def test_bench_simulate_issue_25_100k(benchmark, compose):
     requests = generate_requests(cfg.workload, cfg.workload.num_requests, cfg.model.vocab_size, cfg.max_seq_len,
                                  cfg.seed)
     kv_bytes = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests]).kv_bytes
-    config = load_impl("paged")
+    config = cfg.impl  # +impl=paged, resolved to the device's native kernel
 
     def run():
         return simulate(build_allocator(config, cfg, kv_bytes), requests, cfg.batch, cfg.max_num_batched_tokens,

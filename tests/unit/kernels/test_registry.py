@@ -83,8 +83,8 @@ def test_alias_composes_its_target_and_is_not_an_impl_of_its_own(compose):
     from harness.front.resolve import resolve
 
     assert "paged" not in impl_names() and "paged_triton" in impl_names()
-    cfg = resolve(compose(["+impl=paged", "device=cpu"]))
-    assert (cfg.impl.name, cfg.impl.cache, cfg.impl.kernel) == ("paged_triton", "paged", "triton")
+    cfg = resolve(compose(["+impl=paged", "device=cpu"]))  # the device's native kernel (harness/front/native.py)
+    assert (cfg.impl.name, cfg.impl.cache, cfg.impl.kernel) == ("paged_cuda", "paged", "cuda")
     from harness.front.groups import load_impl
 
     assert load_impl("paged") == load_impl("paged_triton") and load_impl("orca_max").name == "contiguous"
