@@ -6,21 +6,23 @@ an unknown option). This one composes each job the same way, gives a failing job
 error row (in the folder the job would have had) and launches the others through the
 configured launcher (basic, joblib, submitit), each under its own job number. At the end
 it prints one line (``3 jobs: 2 ok, 1 error: multirun/.../1``) and exits non-zero when any
-job failed. As each job ends it prints a progress line on stderr (``SweepProgress``: job n of N,
-the counts so far, an ETA), one whole line each, so a log of the sweep reads as well as a terminal.
+job failed. On a terminal, tqdm's bar on stderr moves on as each job ends (``SweepProgress``:
+job n of N, the counts so far, the ETA and rate); a pipe or a log file gets no bar.
 Registered for Hydra as hydra_plugins/kvbench_sweeper (``hydra/sweeper=kvbench``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
+import logging
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
@@ -86,28 +88,58 @@ def summary_line(outcomes: Sequence[JobOutcome]) -> str:
     return line
 
 
-BAR_WIDTH = 20
+BAR_FORMAT = "{desc}: [{bar:20}] {n_fmt}/{total_fmt} jobs{postfix} [{elapsed}<{remaining}, {rate_fmt}]"
 
 
-def _duration(seconds: float) -> str:
-    """``42 s``, ``3 min 05 s``, ``2 h 07 min``: what an ETA needs, no more."""
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+def _on_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
+class _AboveTheBar:
+    """A text stream whose lines are written with the sweep's bar cleared, then drawn again under them
+    (tqdm's ``external_write_mode`` on the bar's own file: its ``tqdm.write`` guesses the bar's
+    file from sys.stdout and sys.stderr, which kvbench wraps, and would write through the bar)."""
+
+    def __init__(self, stream: Any, bar: Any) -> None:
+        self._stream, self._bar, self._partial = stream, bar, ""
+
+    def write(self, text: str) -> int:
+        self._partial += text
+        if "\n" in self._partial:
+            lines, _, self._partial = self._partial.rpartition("\n")
+            self._write(lines + "\n")
+        return len(text)
+
+    def _write(self, text: str) -> None:
+        from tqdm import tqdm
+
+        with tqdm.external_write_mode(file=self._bar.fp):
+            self._stream.write(text)
+            self._stream.flush()
+
+    def flush(self) -> None:
+        if self._partial:
+            text, self._partial = self._partial, ""
+            self._write(text)
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)  # fileno, isatty, encoding, buffer, ...
 
 
 @dataclass
 class SweepProgress:
-    """One line on stderr as each job of a sweep ends, e.g.
-    ``kvbench: [#####---------------] 3/12 jobs done (job 2: ok): 3 ok, 0 error; eta 1 min 10 s (7.8 s/job)``.
-
-    Whole lines, never a carriage return: the sweep's jobs print their own tables between two
-    progress lines, and a sweep's stderr is often a log file (make sweep > log). The ETA is the
-    mean wall time per measured job so far times the jobs left: jobs kept by resume take no
-    time, so they count as done but not in the mean (no ETA until one job was measured).
+    """tqdm's bar on stderr, moved on as each job of a sweep ends, e.g.
+    ``kvbench: [#####               ] 3/12 jobs, 2 ok, 1 error (job 2: ok) [00:30<01:30, 10.00s/job]``:
+    the counts so far (ok and error always shown), the job that just ended, tqdm's elapsed time,
+    ETA and rate. On a terminal only: a pipe or a log file (make sweep > log) gets no bar and no
+    carriage returns, just the jobs' own output and the summary line. The jobs' own output goes
+    above the bar (``output_above``). The ETA is tqdm's, on the measured jobs only: jobs kept by
+    resume take no time, so they count as done (``n``) and as tqdm's ``initial``, out of the rate
+    (no ETA, ``?``, until one job was measured); smoothing off, so the rate is the mean so far.
     """
 
     total: int
@@ -117,34 +149,93 @@ class SweepProgress:
     # submitit) pickles the task, and this with it: a copy there must stay silent.
     owner_pid: int = field(default_factory=os.getpid)
     done: dict[int, JobOutcome] = field(default_factory=dict)
+    bar: Any = field(default=None, repr=False, compare=False)  # the live tqdm, in the owner on a terminal
 
-    def line(self, outcome: JobOutcome, now: float | None = None, eta: bool = True) -> str:
-        n = len(self.done)
-        filled = BAR_WIDTH * n // max(1, self.total)
-        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "bar": None}  # a worker's copy draws nothing
+
+    def start(self, total: int, enabled: bool) -> None:
+        """Size it once the jobs are known, start the clock, and open the bar where it is shown."""
+        self.close()
+        self.total, self.enabled, self.started = total, enabled, time.monotonic()
+        if enabled and _on_terminal(sys.stderr):
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc="kvbench", unit="job", bar_format=BAR_FORMAT, smoothing=0,
+                            mininterval=0, dynamic_ncols=True, file=sys.stderr)
+
+    @property
+    def live(self) -> bool:
+        return self.bar is not None and os.getpid() == self.owner_pid
+
+    def _counts(self, outcome: JobOutcome) -> str:
         counts: dict[str, int] = {"ok": 0, "error": 0}  # both always shown: a reader looks for them
         for o in self.done.values():
             counts[o.status] = counts.get(o.status, 0) + 1
-        line = (f"kvbench: [{bar}] {n}/{self.total} jobs done (job {outcome.num}: {outcome.status}): "
-                + ", ".join(f"{k} {status}" for status, k in counts.items()))
-        measured = sum(not o.kept for o in self.done.values())
-        left = self.total - n
+        return ", ".join(f"{k} {status}" for status, k in counts.items()) + f" (job {outcome.num}: {outcome.status})"
+
+    def _kept(self) -> int:
+        return sum(o.kept for o in self.done.values())
+
+    def line(self, outcome: JobOutcome, now: float | None = None) -> str:
+        """What the bar shows after ``outcome`` (tqdm's meter, ``now`` on the monotonic clock)."""
+        from tqdm import tqdm
+
         elapsed = (time.monotonic() if now is None else now) - self.started
-        if left and measured and eta:
-            line += f"; eta {_duration(elapsed / measured * left)} ({elapsed / measured:.1f} s/job)"
-        elif not left:
-            line += f"; done in {_duration(elapsed)}"
-        return line
+        return tqdm.format_meter(len(self.done), self.total, elapsed, prefix="kvbench", unit="job", ascii=" #",
+                                 bar_format=BAR_FORMAT, postfix=self._counts(outcome), initial=self._kept())
 
-    def job_done(self, outcome: JobOutcome, eta: bool = True) -> None:
-        """Record ``outcome`` and print its line, once per job (the task and the sweeper may both report it).
+    def job_done(self, outcome: JobOutcome, draw: bool = True) -> None:
+        """Record ``outcome`` and move the bar on, once per job (the task and the sweeper may both report it).
 
-        ``eta=False``: one of several jobs reported at the same moment; only the last line guesses."""
+        ``draw=False``: one of several jobs reported at the same moment; only the last is drawn."""
         if os.getpid() != self.owner_pid or outcome.num in self.done:
             return
         self.done[outcome.num] = outcome
-        if self.enabled:
-            print(self.line(outcome, eta=eta), file=sys.stderr, flush=True)
+        if self.live:
+            self.bar.initial = self._kept()
+            self.bar.n = len(self.done)
+            self.bar.set_postfix_str(self._counts(outcome), refresh=False)
+            if draw:
+                self.bar.refresh()
+
+    def write(self, message: str) -> None:
+        """A line on stderr above the bar (the bar is drawn again under it)."""
+        if self.live:
+            _AboveTheBar(sys.stderr, self.bar).write(message + "\n")
+        else:
+            print(message, file=sys.stderr)
+
+    @contextlib.contextmanager
+    def output_above(self) -> Iterator[None]:
+        """While the bar is drawn, what the sweep prints goes above it (``_AboveTheBar``): stdout (the
+        jobs' tables, and the log handlers a job configures on it) and the root logger's console
+        handlers (Hydra's ``Launching 2 jobs locally``). stderr itself is left alone: a job's own
+        per-impl tqdm bars draw there."""
+        if not self.live:
+            yield
+            return
+        handlers = [h for h in logging.root.handlers
+                    if isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)]
+        streams = [h.stream for h in handlers]
+        try:
+            for h in handlers:
+                h.setStream(_AboveTheBar(h.stream, self.bar))
+            out = _AboveTheBar(sys.stdout, self.bar)
+            with contextlib.redirect_stdout(out):
+                try:
+                    yield
+                finally:
+                    out.flush()
+        finally:
+            for h, stream in zip(handlers, streams):
+                h.setStream(stream)
+
+    def close(self) -> None:
+        """Leave the bar's last state on the terminal and stop drawing it."""
+        if self.live:
+            self.bar.close()
+        self.bar = None
 
 
 @dataclass
@@ -241,14 +332,16 @@ class GuardedSweeper(Sweeper):
         batches = expand(parsed, self.max_batch_size, self.first)
         # Sized in place: the launcher's ReportingTask holds this same object. progress=false
         # (the sweep's shared value) silences it, as it does the per-impl bars.
-        self.progress.total = sum(len(b) for b in batches)
-        self.progress.enabled = bool(OmegaConf.select(self.config, "progress", default=True))
-        self.progress.started = time.monotonic()
-        for batch in batches:
-            results, batch_outcomes = self._run_batch(batch, first)
-            returns.append(results)
-            outcomes += batch_outcomes
-            first += len(batch)
+        self.progress.start(sum(len(b) for b in batches), bool(OmegaConf.select(self.config, "progress", default=True)))
+        try:
+            with self.progress.output_above():
+                for batch in batches:
+                    results, batch_outcomes = self._run_batch(batch, first)
+                    returns.append(results)
+                    outcomes += batch_outcomes
+                    first += len(batch)
+        finally:
+            self.progress.close()
         self._finish(outcomes)
         return returns
 
@@ -268,7 +361,7 @@ class GuardedSweeper(Sweeper):
                 # ones this process ran were reported as they ended (ReportingTask).
                 fresh = [o for o in done if o.num not in self.progress.done]
                 for k, outcome in enumerate(fresh):
-                    self.progress.job_done(outcome, eta=k == len(fresh) - 1)
+                    self.progress.job_done(outcome, draw=k == len(fresh) - 1)
 
         start = first
         for num, overrides in enumerate(batch, first):
@@ -312,16 +405,15 @@ class GuardedSweeper(Sweeper):
         with open_dict(base):
             del base["hydra"]
         write_failed_job(run_dir, message, overrides, base)
-        print(f"kvbench: job {num}: error: ConfigError: {message}", file=sys.stderr)
+        self.progress.write(f"kvbench: job {num}: error: ConfigError: {message}")
         return JobOutcome(num, str(run_dir), "error", CONFIG_ERROR_CODE)
 
-    @staticmethod
-    def _outcome(num: int, ret: JobReturn) -> JobOutcome:
+    def _outcome(self, num: int, ret: JobReturn) -> JobOutcome:
         run_dir = str(OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir", default="")) if ret.hydra_cfg else ""
         if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict):
             return outcome_of(num, run_dir, ret.return_value)
         exc = ret._return_value  # a failed job's exception (the public property re-raises it)
-        print(f"kvbench: job {num}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        self.progress.write(f"kvbench: job {num}: error: {type(exc).__name__}: {exc}")
         return JobOutcome(num, run_dir, "error", 1)
 
     @staticmethod

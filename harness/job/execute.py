@@ -19,7 +19,7 @@ from harness.job.identity import job_id
 from harness.job.impl_runner import ImplResult, run_impl
 from harness.job.interrupts import JobInterrupted
 from harness.job.isolation import run_in_process
-from harness.measure.fingerprint import collect
+from harness.measure.fingerprint import collect, env_record
 from harness.results import atomic_write, measured_at, write_json
 from harness.results.vllm_json import write_vllm_results
 from harness.scenarios.context import JobContext
@@ -71,7 +71,7 @@ def _execute_in(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: 
         return rows, max(map(exit_code, rows), default=0)
     previous = previous.without({impl.name for impl in todo})
     atomic_write(run_dir / "config.yaml", lambda tmp: OmegaConf.save(OmegaConf.structured(cfg), tmp))
-    write_json(run_dir / "env.json", fingerprint.as_dict())
+    write_json(run_dir / "env.json", env_record(fingerprint, with_torch=not cfg.scenario.bookkeeping))
     ctx = JobContext(cfg, run_dir, fingerprint, tokens=previous.tokens, tables=previous.tables)
     by_impl = {impl.name: previous.rows_of(impl.name) for impl in impls}  # the order rows are written in
     code = max((exit_code(r) for rows in by_impl.values() for r in rows), default=0)

@@ -4,7 +4,7 @@ On a shared machine other work can take the cores a wall-clock figure assumes (a
 ran 12x slower under load, and its row still read ``ok``). A probe around the measured work
 reads the process's CPU time (every thread), how long its threads waited on the run queue
 (``/proc/self/task/*/schedstat``: ready to run, no core free), the 1-minute load average
-before and after, and the hypervisor's steal time where /proc/stat reports it. A row whose
+before and after, and the hypervisor's steal time where the platform reports it (psutil). A row whose
 threads waited for a core more than ``MAX_WAIT`` of the busy wall time, or that lost more
 than ``MAX_STEAL`` of the machine to steal, is flagged ``contended``: its times say more about
 the neighbours than about the cache. (CPU time over wall time alone cannot tell a starved
@@ -15,11 +15,11 @@ The run-queue wait misses one kind of load: other work that takes no core the jo
 wanted, yet shares what cores cannot split (a hypervisor's sibling hyperthreads, the memory
 bus, the last-level cache). A one-thread job beside two CPU hogs on two cores waited almost
 never and still ran at under half its idle speed. So the probe also reads how busy the whole
-machine was (/proc/stat) less the process's own CPU: ``others_cpu``, in cores. A busy row is
-contended too when its threads and the others together asked for more than ``MAX_DEMAND`` of
-the machine's cores. One co-runner beside a one-thread job on two cores (1 + 1) is recorded in
-``others_cpu`` but not flagged: on a shared machine that is most of the time, and flagged rows
-leave the figures.
+machine was (psutil's cpu_times: /proc/stat on Linux) less the process's own CPU:
+``others_cpu``, in cores. A busy row is contended too when its threads and the others together
+asked for more than ``MAX_DEMAND`` of the machine's cores. One co-runner beside a one-thread
+job on two cores (1 + 1) is recorded in ``others_cpu`` but not flagged: on a shared machine
+that is most of the time, and flagged rows leave the figures.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 MAX_WAIT = 0.25  # run-queue wait summed over the threads, over the busy wall time
 MIN_SHARE = 0.75  # without schedstat: of the CPU the measured threads could use (threads, at most the cores)
@@ -39,7 +41,10 @@ BUSY_SHARE = 0.5  # of the CPU its threads could use: below, the process mostly 
 
 
 def _run_queue_wait_s() -> float | None:
-    """Seconds this process's threads have waited, ready, for a core (schedstat's second field), or None."""
+    """Seconds this process's threads have waited, ready, for a core (schedstat's second field), or None.
+
+    Read from /proc by hand: psutil has no run-queue wait (its per-thread figures are user and
+    system time only), and this is the figure that tells a starved process from a one-thread one."""
     total, found = 0, False
     for stat in Path("/proc/self/task").glob("*/schedstat"):
         try:
@@ -50,30 +55,38 @@ def _run_queue_wait_s() -> float | None:
     return total / 1e9 if found else None
 
 
-def _steal_and_total() -> tuple[int, int] | None:
-    """(steal, total) jiffies of every CPU since boot, or None where /proc/stat says nothing."""
+def _cpu_times() -> tuple[float, float | None, float] | None:
+    """(busy, steal, total) CPU seconds of every CPU since boot (psutil's ``cpu_times``), or None.
+
+    Total: every state but guest and guest_nice, which Linux already counts in user and nice (on
+    Linux, /proc/stat's first eight fields: user nice system idle iowait irq softirq steal). Busy:
+    neither idle nor iowait. Steal: None where the platform reports none."""
     try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    except (OSError, IndexError):
+        times = psutil.cpu_times()
+    except (OSError, RuntimeError, NotImplementedError):
         return None
-    values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
-    return (values[7], sum(values)) if len(values) == 8 else None
+    fields = times._asdict()
+    total = sum(v for k, v in fields.items() if k not in ("guest", "guest_nice"))
+    return total - fields["idle"] - fields.get("iowait", 0.0), fields.get("steal"), total
+
+
+def _steal_and_total() -> tuple[float, float] | None:
+    """(steal, total) CPU seconds of every CPU since boot, or None where the platform reports no steal."""
+    times = _cpu_times()
+    return None if times is None or times[1] is None else (times[1], times[2])
 
 
 def _load() -> float | None:
     try:
-        return os.getloadavg()[0]
-    except OSError:
+        return psutil.getloadavg()[0]
+    except (OSError, AttributeError):
         return None
 
 
-def _busy_and_total() -> tuple[int, int] | None:
-    """(busy, total) jiffies of every CPU since boot (busy: neither idle nor iowait), or None."""
-    try:
-        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
-    except (OSError, IndexError, ValueError):
-        return None
-    return (sum(values) - values[3] - values[4], sum(values)) if len(values) == 8 else None
+def _busy_and_total() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of every CPU since boot (busy: neither idle nor iowait), or None."""
+    times = _cpu_times()
+    return None if times is None else (times[0], times[2])
 
 
 def free_cores(sample_s: float = 0.25, cores: int | None = None) -> int:
@@ -83,7 +96,7 @@ def free_cores(sample_s: float = 0.25, cores: int | None = None) -> int:
     The default intra-op thread count: torch's own default (one per core) collapses on a shared
     machine, because every OpenMP barrier waits for the thread the OS descheduled (measured on
     2 cores beside 2 CPU hogs: 39 tok/s at 2 threads, 583 at 1; idle, 1157 and 809). Where
-    /proc/stat says nothing, every core counts as free.
+    the platform reports no CPU times, every core counts as free.
     """
     cores = cores or os.cpu_count() or 1
     before = _busy_and_total()

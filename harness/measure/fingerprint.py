@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
 import re
 import socket
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -174,3 +176,61 @@ def collect(device: str) -> Fingerprint:
         git_dirty=dirty,
         hostname_hash=hashlib.sha256(socket.gethostname().encode()).hexdigest()[:12],
     )
+
+
+@functools.cache
+def torch_environment(device: str) -> dict:
+    """What torch reports of the environment beyond the fingerprint's fields, for env.json only (never the
+    rows, whose columns stay the fingerprint's): torch.utils.collect_env's reports (OS, libc, compiler,
+    driver, GPUs, CUDA runtime, cuDNN, the CPU as lscpu shows it), torch's build
+    (``torch.__config__.show()``: BLAS and LAPACK, MKL, oneDNN, the CPU capability it uses) with its
+    ``BLAS_INFO`` and ``LAPACK_INFO`` apart, and its threads as the process starts
+    (``torch.__config__.parallel_info()``: ATen, OpenMP and MKL threads and their variables; a CPU row's
+    ``cpu_threads`` is what the run then used). Once a process (a sweep's jobs share it), about 0.05 s
+    on a CPU machine; ``seconds`` says what the reports took here. Never fails a run: a report that
+    fails is named under ``errors``. ``cuda_module_loading`` is asked of a CUDA run only: collect_env
+    initialises CUDA for it, which a CPU run on a GPU machine must not pay for (nor hold a context on
+    the GPU)."""
+    import torch  # a run that measures imports it anyway: its second is not this record's
+    from torch.utils import collect_env as ce
+
+    started = time.perf_counter()
+    # each of collect_env's reports a function of its own: all of get_env_info's but the pip and conda
+    # package lists (``pip list`` alone took 0.54 s of its 0.6 s here; the fingerprint already names
+    # torch's and Triton's versions), clang's and cmake's (not what a run is built with), HIP's and XPU's
+    calls = {
+        "os": lambda: ce.get_os(ce.run), "libc_version": ce.get_libc_version,
+        "gcc_version": lambda: ce.get_gcc_version(ce.run), "python_platform": ce.get_python_platform,
+        "nvidia_driver_version": lambda: ce.get_nvidia_driver_version(ce.run),
+        "gpu_info": lambda: ce.get_gpu_info(ce.run),
+        "cuda_runtime_version": lambda: ce.get_running_cuda_version(ce.run),
+        "cudnn_version": lambda: ce.get_cudnn_version(ce.run),
+        "cuda_module_loading": ce.get_cuda_module_loading_config if device == "cuda" else lambda: "N/A",
+        "caching_allocator_config": ce.get_cachingallocator_config, "is_xnnpack_available": ce.is_xnnpack_available,
+        "cpu_info": lambda: ce.get_cpu_info(ce.run),
+        "build": torch.__config__.show, "parallel_info": torch.__config__.parallel_info,
+        "num_threads": torch.get_num_threads, "num_interop_threads": torch.get_num_interop_threads,
+    }
+    out: dict = {}
+    errors: dict[str, str] = {}
+    for key, call in calls.items():
+        try:
+            value = call()
+        except Exception as e:  # noqa: BLE001 - a missing tool or an odd platform: named, not raised
+            value, errors[key] = None, f"{type(e).__name__}: {e}"
+        out[key] = value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+    build = out.get("build") or ""
+    for key in ("BLAS_INFO", "LAPACK_INFO"):
+        found = re.search(rf"\b{key}=([^,\s]+)", build)
+        out[key.lower()] = found.group(1) if found else None
+    out["errors"] = errors or None
+    out["seconds"] = round(time.perf_counter() - started, 3)
+    return out
+
+
+def env_record(fingerprint: Fingerprint, with_torch: bool = True) -> dict:
+    """env.json: the fingerprint (a row's columns) and, under ``torch_environment``, ``torch_environment()``.
+    ``with_torch=False`` (a bookkeeping run, which never imports torch: the import alone costs about a
+    second) leaves it None."""
+    return {**fingerprint.as_dict(),
+            "torch_environment": torch_environment(fingerprint.device) if with_torch else None}

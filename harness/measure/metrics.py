@@ -4,19 +4,53 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 from typing import Iterable, Sequence
 
+import numpy as np
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile ``q`` in [0, 100]; None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+def percentiles(values: Sequence[float], qs: Sequence[float], counts: Sequence[int] | None = None,
+                method: str = "linear") -> list[float | None]:
+    """numpy's percentile at each of ``qs`` (in [0, 100]) of ``values``; None for each when there are none.
+
+    The one percentile of kvbench: every latency, step and profile figure comes from here.
+    ``method`` is numpy's (``"linear"``, its default and vLLM's ``np.percentile``, unless a caller
+    says otherwise). ``counts``: the multiset holding each value ``counts`` times, without expanding
+    it (a simulated run's inter-token gaps come as few values with large counts): one sort, the
+    running counts searched for the two order statistics around each rank, and numpy's own
+    interpolation of them, so the figure is bit for bit ``np.percentile(np.repeat(values, counts))``.
+    numpy's ``weights=`` does not serve here: it supports only ``inverted_cdf``, a step function,
+    not the interpolated figure."""
+    if counts is None:
+        if len(values) == 0:
+            return [None] * len(qs)
+        return [float(v) for v in np.percentile(np.asarray(values, dtype=float), list(qs), method=method)]
+    if method != "linear":
+        raise ValueError(f"counted percentiles are linear only, not {method!r}")
+    pairs = sorted((float(v), int(c)) for v, c in zip(values, counts) if c > 0)
+    if not pairs:
+        return [None] * len(qs)
+    xs = np.array([v for v, _ in pairs])
+    ends = np.cumsum([c for _, c in pairs])  # ends[i]: elements up to and including pair i
+    total = int(ends[-1])
+    # numpy's linear method on ``total`` sorted elements: virtual index (n - 1) * q, its floor and the
+    # next index (clipped to the last), and _lerp's two-sided formula (exact at both ends)
+    virtual = (total - 1) * np.true_divide(np.asarray(qs, dtype=float), 100)
+    prev = np.floor(virtual)
+    nxt = np.minimum(prev + 1, total - 1)
+    gamma = virtual - prev
+    a = xs[np.minimum(np.searchsorted(ends, prev, side="right"), len(xs) - 1)]
+    b = xs[np.minimum(np.searchsorted(ends, nxt, side="right"), len(xs) - 1)]
+    diff = b - a
+    out = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return [float(v) for v in out]
+
+
+def percentile(values: Sequence[float], q: float, counts: Sequence[int] | None = None,
+               method: str = "linear") -> float | None:
+    """``percentiles`` at one ``q`` in [0, 100]; None for no values."""
+    return percentiles(values, [q], counts, method)[0]
 
 
 def ms(seconds: float | None) -> float | None:

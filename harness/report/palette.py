@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
+import seaborn as sns
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
@@ -30,24 +31,31 @@ class ImplStyle:
     marker: str  # a matplotlib marker
 
 
+# seaborn's colour-blind palette (Okabe-Ito's, as seaborn gives it), by place: 0 blue, 1 orange, 2 green,
+# 3 vermillion, 4 pink, 5 tan, 6 light pink, 7 grey, 8 yellow, 9 sky blue.
+COLOURBLIND: tuple[str, ...] = tuple(c.upper() for c in sns.color_palette("colorblind").as_hex())
+# seaborn's dark palette: 0 navy, 3 dark red, 4 purple, 5 dark brown, 6 magenta, 8 ochre, 9 teal.
+DARK: tuple[str, ...] = tuple(c.upper() for c in sns.color_palette("dark").as_hex())
+
 # conf/impl/'s names (tests/unit/harness/report/test_palette.py checks the two agree), in legend order:
-# the contiguous cache and its Orca variants, then the paged ones. Colours: Okabe-Ito's colour-blind-safe
-# set without its yellow (too faint on white) and black (the reference lines' colour), plus a brown and a
-# purple; an alias (orca_max, paged) has a colour of its own, so a report holding both names tells them apart.
+# the contiguous cache and its Orca variants, then the paged ones. Colours: seaborn's colour-blind palette
+# by fixed place (never by which impls a figure holds), without its yellow and light pink (too faint on
+# white) and its grey (the colour of the legends' dash entries); paged, the eighth, takes the dark palette's
+# purple. An alias (orca_max, paged) has a colour of its own, so a report holding both names tells them apart.
 KNOWN: dict[str, ImplStyle] = {
-    "contiguous": ImplStyle("#0072B2", "o"),
-    "orca_max": ImplStyle("#56B4E9", "p"),
-    "orca_pow2": ImplStyle("#CC79A7", "X"),
-    "orca_oracle": ImplStyle("#8C564B", "s"),
-    "paged": ImplStyle("#6A3D9A", "v"),
-    "paged_torch": ImplStyle("#E69F00", "D"),
-    "paged_triton": ImplStyle("#009E73", "^"),
-    "paged_cuda": ImplStyle("#D55E00", "P"),
+    "contiguous": ImplStyle(COLOURBLIND[0], "o"),
+    "orca_max": ImplStyle(COLOURBLIND[9], "p"),
+    "orca_pow2": ImplStyle(COLOURBLIND[4], "X"),
+    "orca_oracle": ImplStyle(COLOURBLIND[5], "s"),
+    "paged": ImplStyle(DARK[4], "v"),
+    "paged_torch": ImplStyle(COLOURBLIND[1], "D"),
+    "paged_triton": ImplStyle(COLOURBLIND[2], "^"),
+    "paged_cuda": ImplStyle(COLOURBLIND[3], "P"),
 }
 KNOWN_IMPLS: tuple[str, ...] = tuple(KNOWN)
-# For other names: none of these is a known impl's colour or marker, and none is a near twin of one
-# (Tol's wine, olive and indigo, a darker sand, a magenta and a yellow-green).
-FALLBACK_COLOURS = ("#882255", "#999933", "#332288", "#C9B037", "#E7298A", "#66A61E")
+# For other names: seaborn's dark palette less paged's purple and its near twins of a known impl's colour
+# (its dark orange and green) and of the dash entries' grey; none of these markers is a known impl's.
+FALLBACK_COLOURS = tuple(DARK[i] for i in (3, 5, 6, 8, 9, 0))
 FALLBACK_MARKERS = ("*", "d", "H", "<", ">", "8")
 
 # Dash patterns for a figure's second variable, most distinct first.

@@ -30,6 +30,7 @@ import pandas as pd
 
 from harness.config import Config
 from harness.errors import ConfigError
+from harness.measure.metrics import percentile
 from harness.serving.profiled_clock import ProfiledClock, ProfilePoints
 
 PROFILE = "profile"  # the table's name in a run folder
@@ -109,8 +110,11 @@ def provenance_of(cfg: Config, kernel: str | None, device_slug: str | None, devi
 
 
 def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+    """The ``q`` quantile (in [0, 1]) as one measured sample, numpy's ``nearest`` method (index
+    (n - 1) * q rounded, half to even): a profile's p10/p90 are steps that were timed, not points
+    between two, so the spread a priced step is drawn within is one the device showed. kvbench's
+    only percentile that is not linear."""
+    return percentile(values, q * 100, method="nearest")
 
 
 def point(impl: str, kind: str, seconds: list[float], batch: int | None = None, context: float | None = None,

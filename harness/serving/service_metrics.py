@@ -20,16 +20,13 @@ within each set limit, and the mean normalized latency within its bound.
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import math
 import statistics
 from dataclasses import dataclass
 from functools import cache
 from typing import Iterable, Sequence as Seq
 
 from harness.config import ArrivalConfig, SloConfig
-from harness.measure.metrics import percentile
+from harness.measure.metrics import percentile, percentiles
 from harness.serving.sequence import Sequence
 from harness.serving.workload import Request
 
@@ -98,23 +95,8 @@ def request_timings(finished: Iterable[Sequence]) -> list[RequestTiming]:
 
 def weighted_percentiles(values: Seq[float], counts: Seq[int], qs: Seq[float]) -> list[float | None]:
     """``percentile`` at each of ``qs`` of the multiset holding each value ``counts`` times, without
-    expanding it: one sort, then a binary search of the running counts for each rank."""
-    pairs = sorted((v, c) for v, c in zip(values, counts) if c > 0)
-    if not pairs:
-        return [None] * len(qs)
-    ends = list(itertools.accumulate(c for _, c in pairs))  # ends[i]: elements up to and including pair i
-    total = ends[-1]
-
-    def at(index: int) -> float:  # the index-th element of the expanded, sorted multiset
-        return pairs[min(bisect.bisect_right(ends, index), len(pairs) - 1)][0]
-
-    out = []
-    for q in qs:
-        pos = (total - 1) * q / 100
-        lo, hi = math.floor(pos), math.ceil(pos)
-        a, b = at(lo), at(hi)
-        out.append(a + (b - a) * (pos - lo))
-    return out
+    expanding it (``metrics.percentiles`` with counts)."""
+    return percentiles(values, qs, counts)
 
 
 def weighted_percentile(values: Seq[float], counts: Seq[int], q: float) -> float | None:
@@ -135,8 +117,8 @@ def _stats(name: str, seconds: Seq[float]) -> dict:
     vals = [v * 1e3 for v in seconds]
     if not vals:
         return {f"{name}_ms_{k}": None for k in STATS}
-    return {f"{name}_ms_mean": statistics.fmean(vals), f"{name}_ms_p50": percentile(vals, 50),
-            f"{name}_ms_p90": percentile(vals, 90), f"{name}_ms_p99": percentile(vals, 99)}
+    return {f"{name}_ms_mean": statistics.fmean(vals),
+            **{f"{name}_ms_p{q}": v for q, v in zip(QS, percentiles(vals, QS))}}
 
 
 def meets_slo(t: RequestTiming, slo: SloConfig) -> bool:

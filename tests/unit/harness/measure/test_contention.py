@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -103,3 +104,61 @@ def test_free_cores_leaves_one_thread_beside_a_hog_on_every_core():
 def _spin() -> None:
     while True:
         pass
+
+
+# ---- the machine's CPU times: psutil's, the same figures /proc/stat gave ----------------------------------
+
+def _old_proc_stat(line: str):  # harness/measure/contention.py's /proc/stat reading before psutil
+    values = [int(v) for v in line.split()[1:9]]
+    return (values[7], sum(values)), (sum(values) - values[3] - values[4], sum(values))  # (steal, total), (busy, total)
+
+
+def test_cpu_times_are_the_proc_stat_fields(monkeypatch):
+    import psutil
+
+    from harness.measure import contention
+
+    line = "cpu  4705 150 1120 16250 520 30 45 60 200 7"  # guest and guest_nice: already in user and nice
+    ticks = 100
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+    fake = dict(zip(names, (int(v) / ticks for v in line.split()[1:])))
+
+    class Times(tuple):
+        def _asdict(self):
+            return fake
+
+    monkeypatch.setattr(psutil, "cpu_times", lambda: Times())
+    (steal, total), (busy, total2) = _old_proc_stat(line)
+    assert contention._steal_and_total() == pytest.approx((steal / ticks, total / ticks), rel=1e-12)
+    assert contention._busy_and_total() == pytest.approx((busy / ticks, total2 / ticks), rel=1e-12)
+    # the ratios every figure is made of are the old ones
+    got_steal, got_total = contention._steal_and_total()
+    assert got_steal / got_total == pytest.approx(steal / total, rel=1e-12)
+
+    del fake["steal"], fake["iowait"]  # a platform that reports neither (macOS): no steal, busy not idle
+    assert contention._steal_and_total() is None
+    assert contention._busy_and_total()[0] == pytest.approx((4705 + 150 + 1120 + 30 + 45) / ticks)
+
+    def fails():
+        raise OSError("no cpu times")
+
+    monkeypatch.setattr(psutil, "cpu_times", fails)
+    assert contention._busy_and_total() is None and contention._steal_and_total() is None
+
+
+def test_cpu_times_agree_with_proc_stat_on_this_machine():
+    from pathlib import Path
+
+    from harness.measure import contention
+
+    stat = Path("/proc/stat")
+    if not stat.exists():
+        pytest.skip("no /proc/stat")
+    ticks = os.sysconf("SC_CLK_TCK")
+    before = _old_proc_stat(stat.read_text().splitlines()[0])
+    busy, total = contention._busy_and_total()
+    steal, _ = contention._steal_and_total()
+    after = _old_proc_stat(stat.read_text().splitlines()[0])
+    assert before[1][1] / ticks <= total + 1e-6 and total <= after[1][1] / ticks + 1e-6
+    assert before[1][0] / ticks <= busy + 1e-6 and busy <= after[1][0] / ticks + 1e-6
+    assert before[0][0] / ticks <= steal + 1e-6 and steal <= after[0][0] / ticks + 1e-6

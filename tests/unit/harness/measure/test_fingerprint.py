@@ -47,3 +47,54 @@ def test_the_fingerprint_read_without_torch_is_the_one_torch_gives(monkeypatch):
     without = collect("cpu")
     assert without == with_torch
     assert (without.torch_version, without.cuda_version) == (torch.__version__, torch.version.cuda)
+
+
+# ---- env.json: torch's own report of the environment beside the fingerprint ------------------------------
+
+ROW_FIELDS = ["device", "device_slug", "gpu_name", "gpu_count", "gpu_memory_bytes", "driver_version", "cuda_version",
+              "cpu_name", "cpu_count", "torch_version", "triton_version", "python_version", "git_sha", "git_dirty",
+              "hostname_hash"]
+
+
+@pytest.fixture
+def fresh_environment():
+    from harness.measure.fingerprint import torch_environment
+
+    torch_environment.cache_clear()
+    yield torch_environment
+    torch_environment.cache_clear()
+
+
+def test_env_json_adds_torchs_report_and_the_rows_keep_their_columns(fresh_environment):
+    import json
+
+    from harness.measure.fingerprint import collect, env_record
+
+    fp = collect("cpu")
+    assert list(fp.as_dict()) == ROW_FIELDS  # what every row carries: unchanged
+    record = env_record(fp)
+    assert list(record) == [*ROW_FIELDS, "torch_environment"]
+    env = record["torch_environment"]
+    json.dumps(record)  # env.json is JSON
+    import torch
+
+    assert env["blas_info"] and env["blas_info"] in env["build"]  # BLAS, from torch's build configuration
+    assert env["num_threads"] == torch.get_num_threads() and "ATen/Parallel" in env["parallel_info"]
+    assert "cudnn_version" in env and "os" in env and "cpu_info" in env
+    assert env["cuda_module_loading"] == "N/A"  # a CPU run never initialises CUDA for it
+    assert 0 <= env["seconds"] < 3  # no pip list: about 0.1 s here (0.6 s with it)
+    assert fresh_environment("cpu") is env  # once a process
+    assert env_record(fp, with_torch=False)["torch_environment"] is None  # a bookkeeping run loads no torch
+
+
+def test_a_report_that_fails_is_named_not_raised(fresh_environment, monkeypatch):
+    from torch.utils import collect_env
+
+    def broken(*args):
+        raise OSError("no lsb_release")
+
+    monkeypatch.setattr(collect_env, "get_os", broken)
+    monkeypatch.setattr(collect_env, "get_cuda_module_loading_config", broken)  # not asked on a CPU run
+    env = fresh_environment("cpu")
+    assert env["os"] is None and env["errors"] == {"os": "OSError: no lsb_release"}
+    assert env["cuda_module_loading"] == "N/A"

@@ -38,11 +38,28 @@ def test_fallback_never_takes_a_known_impls_colour_or_marker():
 
 def test_styles_are_fixed_whatever_else_the_report_holds():
     """The old palette numbered the impls present: contiguous changed colour when another impl joined."""
-    assert impl_style("contiguous").colour == "#0072B2" and impl_style("contiguous").marker == "o"
+    assert impl_style("contiguous").colour == "#0173B2" and impl_style("contiguous").marker == "o"
     alone = impl_palette(["paged_cuda"])
     crowd = impl_palette(list(KNOWN_IMPLS) + ["vllm"])
     assert alone["paged_cuda"] == crowd["paged_cuda"] == impl_style("paged_cuda").colour
     assert impl_palette(["vllm"])["vllm"] == crowd["vllm"]
+
+
+def test_colours_are_seaborns_colourblind_palette_by_fixed_place():
+    """Each impl's colour is a fixed place in seaborn's palette; the hexes are pinned here so a seaborn
+    release that changed them would show, not silently recolour every figure from one report to the next."""
+    import seaborn as sns
+
+    colourblind = [c.upper() for c in sns.color_palette("colorblind").as_hex()]
+    assert {name: s.colour for name, s in KNOWN.items()} == {
+        "contiguous": "#0173B2", "orca_max": "#56B4E9", "orca_pow2": "#CC78BC", "orca_oracle": "#CA9161",
+        "paged": "#591E71", "paged_torch": "#DE8F05", "paged_triton": "#029E73", "paged_cuda": "#D55E00"}
+    dark = [c.upper() for c in sns.color_palette("dark").as_hex()]
+    assert {s.colour for s in KNOWN.values()} - set(colourblind) == {dark[4]}  # paged: the dark palette's purple
+    # light pink and yellow (faint on white), grey (the dash entries' colour): no impl's
+    assert not {colourblind[6], colourblind[7], colourblind[8]} & {s.colour for s in KNOWN.values()}
+    assert FALLBACK_COLOURS == ("#8C0800", "#592F0D", "#A23582", "#B8850A", "#006374", "#001C7F")
+    assert set(FALLBACK_COLOURS) <= set(dark)
 
 
 def test_an_unknown_name_keeps_its_style_in_another_process():
