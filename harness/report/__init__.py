@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from matplotlib.figure import Figure
 
@@ -25,6 +25,8 @@ from harness.report.speed_plots import decode_throughput, gpu_comparison, kernel
 from harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread
 from harness.results import atomic_write, write_table
 from harness.untrusted import own_subfolder
+
+DEFAULT_FOLDER = "results"  # what ``python -m harness.report`` reads without a folder
 
 __all__ = ["NoRows", "Report", "build_report", "regenerate_command"]
 
@@ -46,7 +48,13 @@ class Report:
 
 
 def regenerate_command(argv: list[str]) -> str:
-    return " ".join(["python -m harness.report", *(shlex.quote(a) for a in argv)])
+    """The command REPORT.md gives to make it again, the same however the folders were spelt (``results/``,
+    ``./results``, or nothing for the default ``results``), so regenerating the published report with the
+    README's command or ``make report`` leaves REPORT.md as it was."""
+    args = [a if a.startswith("-") else PurePath(a).as_posix() for a in argv]
+    if args == [DEFAULT_FOLDER]:
+        args = []
+    return " ".join(["python -m harness.report", *(shlex.quote(a) for a in args)])
 
 
 def build_report(dirs: list[Path], out: Path, command: str, max_spread: float = DEFAULT_MAX_SPREAD,

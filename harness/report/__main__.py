@@ -15,7 +15,7 @@ from typing import Callable, NoReturn
 
 from harness.results import TableWriteError
 from harness.untrusted import UntrustedError
-from harness.report import NoRows, build_report, regenerate_command
+from harness.report import DEFAULT_FOLDER, NoRows, build_report, regenerate_command
 from harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread
 
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--include-contended", action="store_true",
                         help="draw rows measured under CPU contention in the figures too (they stay in the tables)")
     args = parser.parse_args(argv)
-    dirs = args.dirs or [Path("results")]
+    dirs = args.dirs or [Path(DEFAULT_FOLDER)]
     out = args.out or dirs[0]
     missing = [d for d in dirs if not d.is_dir()]
     if missing:

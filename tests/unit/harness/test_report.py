@@ -333,3 +333,12 @@ def test_the_pure_torch_reference_is_marked_wherever_its_speed_is_shown():
                           "run_dir": "r"}])
     text = _section_table("decode_throughput", Collection(rows, pd.DataFrame()), 0.05)
     assert text.startswith(REFERENCE_NOTE) and "paged_torch (reference)" in text
+
+
+def test_the_regenerate_command_is_the_same_however_the_folders_are_spelt():
+    """REPORT.md's command does not change with a trailing slash or the default folder named: regenerating the
+    published report with the README's command or `make report` leaves REPORT.md as it was."""
+    from harness.report import regenerate_command
+
+    assert {regenerate_command(a) for a in ([], ["results"], ["results/"], ["./results"])} == {"python -m harness.report"}
+    assert regenerate_command(["runs/", "--out", "x/"]) == "python -m harness.report runs --out x"
