@@ -12,8 +12,8 @@ alone, at 70B scale, and config validation reads the cache kinds without loading
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 from impls.host_tier import NO_HOST_COPIES, HostCopies
 
@@ -84,7 +84,15 @@ class StalePlanError(RuntimeError):
 
 
 class KVAllocator(ABC):
-    """Bookkeeping of KV slots; check/act pairs so the scheduler never half-admits."""
+    """Bookkeeping of KV slots; check/act pairs so the scheduler never half-admits.
+
+    What a cache kind implements (the abstract methods): admission (``plan_admit``, ``admit``), growth
+    (``can_append``, ``append``), ``fork``, ``release``, addressing (``slots``, ``num_tokens``) and its
+    memory (``usage``). The rest has defaults: a kind without a host tier, variable-size regions or
+    prefix caching needs none of it. The event-driven simulator's fast path (a sequence riding many
+    decode steps without a call) is the optional ``FastPath`` (impls/fast_path.py); without it the
+    simulator asks the allocator at every step, the same figures, more slowly.
+    """
 
     cache_hit_tokens: int = 0  # prompt tokens served from a prefix cache over the run
     # Whether this pool's cache attends over a padded slab: every decoding sequence's keys up to
@@ -190,42 +198,9 @@ class KVAllocator(ABC):
     def num_tokens(self, seq_id: int) -> int: ...
 
     @abstractmethod
-    def appendable_without_alloc(self, seq_id: int) -> int:
-        """Tokens the sequence can append now with no new slot and no copy (0: the next one needs one).
-
-        The event-driven simulator lets a sequence "ride" that many steps without calling the allocator.
-        """
-
-    def fill_is_silent(self, seq_id: int) -> bool:
-        """True when the token that fills the sequence's last block changes nothing another sequence or
-        request could see before the sequence next needs memory (no prefix-cache entry a lookup could hit).
-        The event-driven simulator then lets the sequence ride through that fill, not stop at it."""
-        return False
-
-    def riding_steps(self, seq_id: int) -> int:
-        """Decode steps until the sequence's next one the allocator must see: the one that needs memory
-        (a new slot or a copy), else the one that fills its block, unless that fill is silent (at least 1)."""
-        run = self.appendable_without_alloc(seq_id)
-        return run + 1 if run and self.fill_is_silent(seq_id) else run or 1
-
-    # Set by the event-driven simulator where an allocator supports it: called with a running sequence's id
-    # when something is about to look at blocks that sequence filled silently, so that the simulator brings
-    # its owed tokens in first (impls/block_manager.py calls it before it hashes a pending chain).
-    on_expose: Callable[[int], None] | None = None
-
-    @abstractmethod
     def usage(self) -> CacheUsage: ...
 
     def max_sequence_tokens(self) -> int:
         """The longest sequence this allocator can ever hold (prompt and output): the whole pool,
         unless a sequence's space is capped below it (a contiguous cache's lane of max_seq_len)."""
         return self.usage().pool_tokens
-
-    def usage_plus_written(self, num_tokens: int) -> CacheUsage:
-        """``usage()`` once ``num_tokens`` more tokens fill slots their sequences already hold (no allocation).
-
-        Here the filled slots were reservation waste; paged, where they are fragmentation, overrides this.
-        """
-        u = self.usage()
-        return replace(u, used_tokens=u.used_tokens + num_tokens, logical_tokens=u.logical_tokens + num_tokens,
-                       reservation_waste_tokens=u.reservation_waste_tokens - num_tokens)

@@ -173,7 +173,7 @@ def host_prefix(tier: HostTier, token_ids, first: int, end: int, block_size: int
     """Where the device's prefix hits end (full block ``first``, chained to ``parent_hash``): the chain
     hashes of the blocks ``first..end-1`` the tier holds in a row, and the hash of the first it lacks
     (None: it holds them all, or ``first == end``). A plan's host hits, as ``plan_admit`` looks them up;
-    ``chain_hash`` is the device cache's (impls/block_manager.py): one chain over both tiers."""
+    ``chain_hash`` is the device cache's (impls/prefix_chain.py): one chain over both tiers."""
     hits: list[int] = []
     h = parent_hash
     for i in range(first, end):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
+from impls.allocator import AdmitPlan, CacheUsage, SlotCopy
+from impls.fast_path import FastPath
 
 
-class LaneAllocator(KVAllocator):
+class LaneAllocator(FastPath):
     padded_decode_read = True  # ContiguousCache attends over lanes[:, :longest], masked
 
     def __init__(self, num_lanes: int, max_seq_len: int) -> None:

@@ -26,7 +26,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Sequence
 
-from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
+from impls.allocator import AdmitPlan, CacheUsage, SlotCopy
+from impls.fast_path import FastPath
 from impls.reservation import Reservation
 
 
@@ -37,7 +38,7 @@ class RegionAdmitPlan(AdmitPlan):
     region_slots: int
 
 
-class RegionAllocator(KVAllocator):
+class RegionAllocator(FastPath):
     padded_decode_read = True  # RegionCache gathers every region to the batch's longest, masked
 
     def __init__(self, pool_tokens: int, max_seq_len: int, reservation: Reservation) -> None:

@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import impls.block_manager
-from impls.allocator import KVAllocator, StalePlanError
+import impls.block_admission
+import impls.prefix_chain
+from impls.allocator import StalePlanError
 from impls.block_manager import BlockManager
 from impls.eviction import POLICIES
+from impls.fast_path import FastPath
 
 
 def _prompt(rng: random.Random, prefix: list[int]) -> list[int]:
@@ -219,7 +221,7 @@ def test_appending_many_tokens_at_once_equals_one_at_a_time(seed, block_size, ca
             else:
                 bulk.on_expose = single.on_expose = None
             generic = (free_run + 1 if free_run and bulk.fill_is_silent(seq) else free_run or 1)
-            assert bulk.riding_steps(seq) == generic == KVAllocator.riding_steps(bulk, seq)
+            assert bulk.riding_steps(seq) == generic == FastPath.riding_steps(bulk, seq)
             if not bulk.can_append(seq, k):
                 continue
             free_before = bulk.num_free_blocks
@@ -241,13 +243,14 @@ def test_appending_many_tokens_at_once_equals_one_at_a_time(seed, block_size, ca
 def hash_calls(monkeypatch) -> list[int]:
     """Counts the block manager's block hashes (one entry per call)."""
     calls: list[int] = []
-    real = impls.block_manager.chain_hash
+    real = impls.prefix_chain.chain_hash
 
     def counting(parent_hash, tokens):
         calls.append(1)
         return real(parent_hash, tokens)
 
-    monkeypatch.setattr(impls.block_manager, "chain_hash", counting)
+    for module in (impls.prefix_chain, impls.block_admission):  # the two that hash blocks
+        monkeypatch.setattr(module, "chain_hash", counting)
     return calls
 
 
@@ -455,7 +458,7 @@ def test_plans_and_usage_made_without_init_are_the_frozen_dataclasses():
     import dataclasses
 
     from impls.allocator import CacheUsage
-    from impls.block_manager import PagedAdmitPlan
+    from impls.block_admission import PagedAdmitPlan
 
     bm = BlockManager(8, 4)
     prompt = (1, 2, 3, 4, 5)

@@ -13,8 +13,10 @@ from harness.serving.cost_model import CostModel, GpuSpec, ModelCost
 from harness.measure.kv_peaks import KVPeaks
 from harness.front.job import run_job
 from harness.serving.scheduler import Scheduler
-from harness.serving.simulator import simulate, synthetic_token
+from harness.serving.sim_calendar import synthetic_token
+from harness.serving.simulator import simulate
 from harness.serving.workload import Request
+from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
 from impls.block_manager import BlockManager
 from impls.lane_allocator import LaneAllocator
 
@@ -424,3 +426,67 @@ def test_a_source_excludes_a_request_list():
 
     with pytest.raises(ValueError, match="not both"):
         simulate(LaneAllocator(1, 8), [Request(0, (1,), 1)], 1, 8, 10, 1, source=OpenLoopSource([]))
+
+
+class TokenPool(KVAllocator):
+    """A cache kind with the narrow interface alone (no ``FastPath``): one slot per token from a free list,
+    a fork copies. The simulator runs it step by step."""
+
+    def __init__(self, num_slots: int) -> None:
+        self.num_slots, self.free, self.held = num_slots, list(range(num_slots - 1, -1, -1)), {}
+
+    def plan_admit(self, token_ids, num_samples=1, total_len=None) -> AdmitPlan:
+        fits = len(token_ids) * num_samples <= len(self.free)  # each fork copies the prompt
+        return AdmitPlan(token_ids, num_samples, total_len, 0, fits, self.generation)
+
+    def admit(self, seq_id, plan) -> int:
+        self._check_plan(plan)
+        self.held[seq_id] = [self.free.pop() for _ in plan.token_ids]
+        self.generation += 1
+        return 0
+
+    def can_append(self, seq_id, num_tokens=1) -> bool:
+        return num_tokens <= len(self.free)
+
+    def append(self, seq_id, token_ids) -> list[SlotCopy]:
+        assert self.can_append(seq_id, len(token_ids))
+        self.held[seq_id] += [self.free.pop() for _ in token_ids]
+        self.generation += 1
+        return []
+
+    def fork(self, parent_id, child_id) -> list[SlotCopy]:
+        src = self.held[parent_id]
+        self.held[child_id] = [self.free.pop() for _ in src]
+        self.generation += 1
+        return [SlotCopy(s, d, 1) for s, d in zip(src, self.held[child_id])]
+
+    def release(self, seq_id) -> None:
+        self.free += reversed(self.held.pop(seq_id))
+        self.generation += 1
+
+    def slots(self, seq_id, start, end) -> list[int]:
+        return self.held[seq_id][start:end]
+
+    def num_tokens(self, seq_id) -> int:
+        return len(self.held[seq_id])
+
+    def usage(self) -> CacheUsage:
+        n = sum(map(len, self.held.values()))
+        return CacheUsage(self.num_slots, n, n, n, 0, 0, len(self.held), len(self.free))
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.integers(0, 200), st.booleans())
+def test_a_kind_without_the_fast_path_runs_step_by_step(case, extra, chunked):
+    """The narrow interface is enough: the same figures as the scheduler stepped one step at a time, each
+    record one step; and, without forks, the same as a paged pool of one-token blocks without a prefix cache."""
+    _, requests, max_num_seqs, max_tokens, vocab = case
+    slots = max(r.total_len for r in requests) + extra
+    budget = chunk_budget(max_num_seqs, max_tokens) if chunked else max_tokens
+    sim = assert_same(lambda: TokenPool(slots), requests, max_num_seqs, budget, vocab, chunked=chunked)
+    assert all(rec.steps == 1 for rec in sim.records)
+    if all(r.n == 1 for r in requests):
+        paged = simulate(BlockManager(slots, 1, prefix_caching=False), requests, max_num_seqs, budget, vocab, BPT,
+                         chunked_prefill=chunked)
+        assert (paged.peaks, paged.preemptions, paged.steps, paged.finished) == (
+            sim.peaks, sim.preemptions, sim.steps, sim.finished)
