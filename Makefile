@@ -48,6 +48,8 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
 test: setup
 	$(PYTEST)
 
+# The unit tests of every room, without whole commands and benchmarks (tests/jobs, tests/bench) or the unit tests
+# tests/slow_tests.txt lists (tests/conftest.py marks them slow): 1.5 min on the 2-core machine.
 test-fast: setup
 	$(PYTEST) -m "not slow"
 
