@@ -260,6 +260,8 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path):
     assert load_yaml("a: &x [1, 2]\nb: *x\n", "ok.yaml") == {"a": [1, 2], "b": [1, 2]}  # a few aliases are fine
     with pytest.raises(UntrustedError):
         load_yaml("a: &x [*x]\n" + "b: !!python/object:os.system [id]\n", "tags.yaml")
+    with pytest.raises(UntrustedError, match="cannot read"):  # more digits than Python converts: one line
+        load_yaml("batch: " + "1" * 5000 + "\n", "config.yaml")
 
 
 def test_replay_refuses_an_alias_bomb_config(tmp_path):
