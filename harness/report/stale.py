@@ -46,9 +46,9 @@ def code_changes_since(sha: str, repo: Path = REPO_ROOT) -> str | None:
     files = [f for f in diff.stdout.splitlines() if f]
     if not files:
         return None
-    ahead = _git("rev-list", "--count", f"{sha}..HEAD", repo=repo)
-    commits = f"{ahead.stdout.strip()} commits, " if ahead is not None and ahead.returncode == 0 else ""
-    return f"code changed since {sha[:7]} ({commits}{len(files)} code files)"
+    # No count of commits: every commit (a results one too) would change it, and the published report, regenerated
+    # on a fresh clone, would never be the committed one. The code files changed move only when code does.
+    return f"code changed since {sha[:7]} ({len(files)} code files)"
 
 
 def filed_slug(run_dir: str) -> str | None:

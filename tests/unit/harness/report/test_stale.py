@@ -32,7 +32,7 @@ def _repo(tmp_path: Path) -> tuple[Path, str, str]:
 
 def test_code_changes_since_counts_code_not_docs(tmp_path):
     repo, old, docs = _repo(tmp_path)
-    assert code_changes_since(old, repo) == f"code changed since {old[:7]} (2 commits, 1 code files)"
+    assert code_changes_since(old, repo) == f"code changed since {old[:7]} (1 code files)"
     head = _git(repo, "rev-parse", "HEAD")
     assert code_changes_since(head, repo) is None
     assert "not in this checkout's history" in code_changes_since("0" * 40, repo)
