@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from harness.report.selection import ok_rows, unique_points
+from harness.report.selection import ANY_DEVICE, ok_rows, unique_points
 from harness.report.figures import DEFAULT_BLOCK_SIZE, GB, MAX_FACETS, devices, facet_labels, fmt_bytes, grid, show, wrap
 from harness.report.palette import impl_order, impl_style
 
@@ -201,7 +201,10 @@ def breakdown_table(rows: pd.DataFrame) -> pd.DataFrame:
     if len(decode) and "batch" in decode:  # one bar per decode setting: its largest batch, where memory matters
         largest = decode.groupby(["model", "workload", "device_slug"], dropna=False)["batch"].transform("max")
         decode = decode[decode["batch"] == largest]
-    df = pd.concat([ok_rows(rows, "capacity"), decode])
+    capacity = ok_rows(rows, "capacity")
+    if len(capacity) and "device_slug" in capacity:  # KV accounting is no device's: one bar per setting
+        capacity = capacity.assign(device_slug=ANY_DEVICE)
+    df = pd.concat([capacity, decode])
     cols = [c for c, _, _ in BREAKDOWN]
     if not df.empty:
         # Rows from before the column existed are of the max and paged caches, which have none.

@@ -7,6 +7,10 @@ import pandas as pd
 
 from harness.results import as_bool
 
+# Where a figure is the KV accounting alone (capacity rows: bookkeeping, no tensors), the device it ran on says
+# nothing about it: one label for all, so two machines' identical rows are one bar, not two.
+ANY_DEVICE = "any (KV accounting)"
+
 
 def ok_rows(df: pd.DataFrame, scenario: str | None = None) -> pd.DataFrame:
     """Rows that measured something: failed rows stay in the table but are never plotted."""

@@ -20,7 +20,7 @@ import pandas as pd
 
 from harness.report.collect import Collection
 
-from harness.report.selection import measured_as, ok_rows
+from harness.report.selection import ANY_DEVICE, measured_as, ok_rows
 from harness.report.figures import GB
 
 SEEDS_WORKLOAD = "seeds"  # the seeds' own experiment: Llama-2-7B, 100 users
@@ -51,7 +51,7 @@ def memory_headlines(col: Collection, points_table: pd.DataFrame) -> list[Headli
         pick = (seeds if len(seeds) else sub).sort_values(["requests", "saved by paging GB"]).iloc[-1]
         src = col.points[(col.points["model"] == model) & (col.points["workload"] == pick["workload"])]
         out.append(Headline(
-            "any (KV accounting)", str(model), "KV memory saved", f"{pick['saved by paging GB']:.1f} GB",
+            ANY_DEVICE, str(model), "KV memory saved", f"{pick['saved by paging GB']:.1f} GB",
             f"{pick['contiguous GB']:.1f} GB contiguous → {pick['paged GB']:.1f} GB paged at "
             f"{int(pick['requests'])} concurrent requests ({pick['workload']} workload, block {int(pick['block_size'])})",
             "memory_vs_concurrency", _first(src)))

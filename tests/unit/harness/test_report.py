@@ -257,6 +257,19 @@ def test_breakdown_adds_external_fragmentation_only_where_an_impl_has_it():
     assert labels[-1] == "external fragmentation"
 
 
+def test_capacity_bars_are_one_per_setting_whichever_machines_ran_them():
+    """KV accounting does not depend on the device: two machines' capacity rows of one setting are one bar group
+    (the published breakdown drew each twice, 5,827 px tall), while decode rows stay per device."""
+    from harness.report.memory_plots import breakdown_table
+    from harness.report.selection import ANY_DEVICE
+
+    one = capacity_rows()
+    other = [{**r, "device_slug": "cpu-other-2core", "run_id": r["run_id"] + "b"} for r in one]
+    table = breakdown_table(pd.DataFrame([*one, *other]))
+    assert len(table) == len(one) and set(table["device_slug"]) == {ANY_DEVICE}
+    assert table.equals(breakdown_table(pd.DataFrame(one)))
+
+
 def test_eager_and_graphed_decode_rows_stay_apart():
     """cuda_graph=true rows are another measurement of the same impl: the decode table names the
     mode, parity compares within a mode, and the plot draws them as separate lines."""
