@@ -221,14 +221,31 @@ def breakdown_table(rows: pd.DataFrame) -> pd.DataFrame:
     return agg.sort_values(keys).reset_index(drop=True)
 
 
-def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
-    """Plot 2: like the PagedAttention paper's Figure 2, the share of held KV memory that holds tokens."""
-    agg = breakdown_table(rows)
-    if agg.empty:
-        return None
-    agg["group"] = facet_labels(agg, [c for c in GROUP_COLS if c in agg.columns], always=("scenario", "model"))
+# The breakdown's height in bar rows above which its groups go into two columns (an image readable on one screen:
+# about 2,000 px at the report's 130 dpi).
+BREAKDOWN_COLUMN_ROWS = 26
+
+
+def _breakdown_columns(agg: pd.DataFrame) -> list[list[str]]:
+    """The groups in drawing order, in one column, or two of about equal height when one would be too tall."""
+    heights = {g: 0.75 + len(sub) + 0.4 for g, sub in agg.groupby("group", sort=False)}
+    total = sum(heights.values())
+    if total <= BREAKDOWN_COLUMN_ROWS:
+        return [list(heights)]
+    first, acc = [], 0.0
+    for group, h in heights.items():
+        if acc + h / 2 > total / 2 and first:
+            break
+        first.append(group)
+        acc += h
+    return [first, [g for g in heights if g not in first]]
+
+
+def _draw_breakdown(ax, agg: pd.DataFrame, groups: list[str], parts: list) -> float:
+    """One column of the breakdown: each group's header, then a bar per impl; returns the column's height."""
     ypos, ticks, labels, headers, y = [], [], [], [], 0.0
-    for group, sub in agg.groupby("group", sort=False):
+    for group in groups:
+        sub = agg[agg["group"] == group]
         headers.append((y, group))
         y += 0.75
         for idx in sub.index:
@@ -237,12 +254,7 @@ def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
             labels.append(agg.at[idx, "impl"])
             y += 1
         y += 0.4
-    fig, (ax,) = grid(1, size=(9.0, 1.3 + 0.5 * y))
     sel, pos = [i for i, _ in ypos], [p for _, p in ypos]
-    # External fragmentation only where some impl has any (variable-size reservations), so a
-    # figure of max and paged caches alone stays as it was.
-    stranded = bool(agg[EXTERNAL].any())
-    parts = [part for part in BREAKDOWN if part[0] != EXTERNAL or stranded]
     cols = [c for c, _, _ in parts]
     shares = agg.loc[sel, cols].div(agg.loc[sel, "held_bytes"], axis=0) * 100
     left = np.zeros(len(sel))
@@ -259,15 +271,35 @@ def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
     for hy, text in headers:
         ax.text(0, hy + 0.1, text, va="center", ha="left", fontsize=9.5, fontweight="bold")
     ax.set_yticks(ticks, labels)
-    ax.set_ylim(y - 0.2, -0.5)
     ax.set_xlim(0, 100)
-    ax.set_xlabel("share of the KV memory held" + (" or stranded in holes" if stranded else "")
-                  + " when token states peaked (%)")
     ax.grid(axis="y", visible=False)
-    fig.legend(loc="outside lower center", ncol=len(parts), frameon=False)
-    ax.set_title(f"KV memory breakdown per impl ({devices(agg)})\n"
+    return y
+
+
+def kv_breakdown(rows: pd.DataFrame) -> Figure | None:
+    """Plot 2: like the PagedAttention paper's Figure 2, the share of held KV memory that holds tokens; its groups
+    in two columns when one would be taller than a screen."""
+    agg = breakdown_table(rows)
+    if agg.empty:
+        return None
+    agg["group"] = facet_labels(agg, [c for c in GROUP_COLS if c in agg.columns], always=("scenario", "model"))
+    columns = _breakdown_columns(agg)
+    # External fragmentation only where some impl has any (variable-size reservations), so a
+    # figure of max and paged caches alone stays as it was.
+    stranded = bool(agg[EXTERNAL].any())
+    parts = [part for part in BREAKDOWN if part[0] != EXTERNAL or stranded]
+    rows_high = max(0.75 * sum(1 for g in col) + sum((agg["group"] == g).sum() + 0.4 for g in col) for col in columns)
+    fig, axes = grid(len(columns), size=(9.0, 1.3 + 0.5 * rows_high))
+    heights = [_draw_breakdown(ax, agg, col, parts) for ax, col in zip(axes, columns)]
+    for ax in axes:
+        ax.set_ylim(max(heights) - 0.2, -0.5)  # the columns' bars the same height
+        ax.set_xlabel("share of the KV memory held" + (" or stranded in holes" if stranded else "")
+                      + " when token states peaked (%)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=len(parts), frameon=False)
+    fig.suptitle(f"KV memory breakdown per impl ({devices(agg)})\n"
                  "cf. PagedAttention Fig. 2: prior systems 20.4-38.2% token states, vLLM 96.3%"
-                 + ("\n(decode: the largest batch of each model and device)" if (agg["scenario"] == "decode").any() else ""))
+                 + ("\n(decode: the largest batch of each model and device)" if (agg["scenario"] == "decode").any()
+                    else ""))
     return fig
 
 
