@@ -23,7 +23,7 @@ VARIANT_STYLE = {"contiguous": {"color": impl_style("contiguous").colour, "marke
                                   "ls": (0, (5, 2)), "markerfacecolor": "white"}}
 SHORT = {"paged_shared": "paged + sharing"}  # a variant's name in a panel's note
 POINT_INPUTS = ["model", "workload", "dtype", "max_seq_len", "block_size", "n", "shared_prefix_len", "budget_kv_bytes"]
-# The seeds' experiment (README): Llama-2-7B serving 100 requests of 100 + 400 tokens at once; its panel comes first.
+# The seeds' experiment (README, docs/figures.md): Llama-2-7B serving 100 requests of 100 + 400 tokens at once; its panel comes first.
 SEEDS_EXPERIMENT = {"model": "llama-2-7b", "prompt_len": 100.0, "output_len": 400.0, "batch": 100.0}
 MORE_FACETS = 12  # the second figure's panels at most; beyond them the settings are named in REPORT.md
 
