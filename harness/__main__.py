@@ -6,7 +6,7 @@ in the run folder, exit code 2. Each job of a ``-m`` sweep is checked by the swe
 The ``kvbench`` console script (pyproject.toml) is ``cli`` below: the same door, under a
 name Hydra's shell completion can follow (``eval "$(kvbench -sc install=bash)"``).
 ``--version`` names kvbench's version and those of torch, Triton and Hydra; a pipe whose reader
-has gone (``kvbench --help | head -3``) ends the command quietly (harness/front/unix.py).
+has gone (``kvbench --help | head -3``) ends the command quietly (harness/console.py).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _run(argv: list[str]) -> int | None:
 
 def cli() -> None:
     """What ``kvbench ARGS`` and ``python -m harness ARGS`` do; a closed pipe (``| head``) ends it quietly."""
-    from harness.front.unix import quiet_when_closed
+    from harness.console import quiet_when_closed
 
     try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
         code = quiet_when_closed(lambda: _run(sys.argv[1:]))

@@ -17,11 +17,12 @@ from tests.conftest import REPO_ROOT
 LAYERS = ["harness", "impls", "kernels"]  # each may import only itself and what follows it
 
 # harness/'s rooms and what each may import besides itself (and impls/, kernels/): lowest first.
-FOUNDATION = {"harness.errors", "harness.paths", "harness.results", "harness.untrusted"}
+FOUNDATION = {"harness.errors", "harness.paths", "harness.results", "harness.untrusted", "harness.console"}
 ROOMS: dict[str, set[str]] = {
     "harness.errors": set(),
     "harness.paths": set(),
     "harness.results": set(),  # the tidy row schema and how tables are written
+    "harness.console": set(),  # every command's Unix manners: one-line usage errors, quiet closed pipes
     # SECURITY.md's rules: how a folder kvbench did not make is read and written (its CSVs as results writes
     # them), and how git is asked about the checkout (read-only, from the checkout's root)
     "harness.untrusted": {"harness.results", "harness.paths"},
@@ -39,7 +40,7 @@ ROOMS: dict[str, set[str]] = {
     # The report reads finished tables: the row schema, and the GPU specs in conf/gpu/.
     "harness.report": FOUNDATION | {"harness.measure"},  # measure: the definitions of figures it recomputes
     # The entry points: ``python -m harness``, and the old module paths kept for the commands users type.
-    "harness.__main__": {"harness.front"},
+    "harness.__main__": {"harness.front", "harness.console"},
     "harness.replay": {"harness.front"},
     "harness.job_identity": {"harness.job"},
     "harness": set(),  # harness/__init__.py

@@ -131,8 +131,8 @@ def replay(run_dir: Path, out: Path, allow_kernels: tuple[str, ...] = ()) -> tup
 
 def main(argv: list[str] | None = None) -> int | str | None:
     """The command: one line and exit 2 for a bad argument or saved config; 141, quietly, when stdout's reader
-    went away (harness/front/unix.py)."""
-    from harness.front.unix import USAGE_ERROR, OneLineParser, quiet_when_closed, unwritable
+    went away (harness/console.py)."""
+    from harness.console import USAGE_ERROR, OneLineParser, quiet_when_closed, unwritable
     from harness.job.summary import print_summary
 
     def command() -> int:

@@ -7,12 +7,10 @@ warning line and in REPORT.md); 1 when no run folder had rows; 2, with one line,
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
 
+from harness.console import USAGE_ERROR, OneLineParser, quiet_when_closed, unwritable
 from harness.results import TableWriteError
 from harness.untrusted import UntrustedError
 from harness.report import DEFAULT_FOLDER, NoRows, build_report, regenerate_command
@@ -29,55 +27,6 @@ def _spread(text: str) -> float:
             f"--max-spread must be a fraction >= 0 or a percentage (0.05 or 5%), got {text!r}") from None
 
 
-# The report reads finished tables and imports nothing of the entry points (tests/test_layering.py): these few
-# lines are harness/front/unix.py's rules for kvbench's commands, as this command needs them.
-USAGE_ERROR = 2  # a bad argument: one line, as every refusal of kvbench
-SIGPIPE_EXIT = 128 + signal.SIGPIPE  # 141: what a shell reports for a tool whose pipe's reader left
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line (argparse prints the whole usage block first), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def quietly(command: Callable[[], int | str | None]) -> int | str | None:
-    """``command()``'s exit status; 141, quietly, when stdout's reader went away (``... | head -1``).
-
-    Python's advice (https://docs.python.org/3/library/signal.html#note-on-sigpipe): flush, and on
-    BrokenPipeError point stdout at /dev/null, so that the interpreter's last flush does not fail again."""
-    try:
-        try:
-            code = command()
-        except SystemExit as e:  # --help, a usage error: what they printed is flushed below
-            code = e.code
-        sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return SIGPIPE_EXIT
-    return code
-
-
-def unwritable(out: Path) -> str | None:
-    """Why the report cannot be written under ``out`` (a file in its path, no permission, /proc, ...), or None.
-
-    Probed with a file written and removed in ``out``, or in the nearest folder above it that exists: nothing
-    is created before the rows are found (``build_report`` creates ``out`` then)."""
-    existing = next(p for p in [out.absolute(), *out.absolute().parents] if p.exists())
-    if not existing.is_dir():
-        return f"{existing} is not a folder"
-    probe = existing / f".kvbench-report-probe-{os.getpid()}"
-    try:
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        return f"{type(e).__name__}: {e.strerror or e}"
-    return None
-
-
 def _warn(lines: list[str]) -> None:
     for line in lines:
         print(f"kvbench report: warning: {line}", file=sys.stderr)
@@ -85,7 +34,7 @@ def _warn(lines: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = _Parser(prog="python -m harness.report", description=__doc__)
+    parser = OneLineParser(prog="python -m harness.report", description=__doc__)
     parser.add_argument("dirs", nargs="*", type=Path, help="folders searched recursively for run folders (default: results/)")
     parser.add_argument("--out", type=Path, help="where tables, plots/ and REPORT.md go (default: the first DIR)")
     parser.add_argument("--max-spread", type=_spread, default=DEFAULT_MAX_SPREAD, metavar="F",
@@ -122,4 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(quietly(main))
+    sys.exit(quiet_when_closed(main))

@@ -43,7 +43,7 @@ def unwritable(folder: Path) -> str | None:
 
     Probed with a file written and removed in ``folder``, or in the nearest folder above it that exists:
     nothing is created, so a command refused for another reason leaves no empty folder behind.
-    (harness/report/__main__.py has its own copy: the report imports nothing of the entry points.)"""
+"""
     existing = next(p for p in [folder.absolute(), *folder.absolute().parents] if p.exists())
     if not existing.is_dir():
         return f"{existing} is not a folder"
