@@ -26,10 +26,12 @@ from kernels.quant import KVScales
 from kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-CPU_SOURCES = (CSRC / "ops.cpp", CSRC / "paged_attention_cpu.cpp")
+CPU_SOURCES = (CSRC / "ops.cpp", CSRC / "paged_attention_cpu.cpp", CSRC / "kv_write_cpu.cpp")
 CUDA_SOURCE = CSRC / "paged_attention.cu"
 # Headers the sources include: never compiled alone, yet a change to one must rebuild.
-HEADERS = (CSRC / "paged_attention.h", CSRC / "cuda_compat.h", CSRC / "cuda_emulation.h", CSRC / "kv_quant.h")
+# paged_attention.cu's parts (*.cuh: its device basics, decode kernels and writes) are in its one translation unit.
+HEADERS = (CSRC / "paged_attention.h", CSRC / "cuda_compat.h", CSRC / "cuda_emulation.h", CSRC / "kv_quant.h",
+           CSRC / "paged_attention_common.cuh", CSRC / "paged_attention_decode.cuh", CSRC / "paged_attention_write.cuh")
 # The CPU emulator's build of the CUDA source (kernels/cuda_emulated.py): ops.cpp plus this.
 EMULATED_SOURCE = CSRC / "paged_attention_emulated.cpp"
 CXX_CANDIDATES = ("c++", "g++")
