@@ -68,10 +68,10 @@ SWEEPS ?= $(filter-out $(COVERED),$(ALL_SWEEPS))
 FRESH ?=
 # Sweeps whose every job is bookkeeping only (scenario.bookkeeping: a simulated clock, nothing timed on
 # this machine). After the timed sweeps, which run alone, these run SWEEP_JOBS at a time, each one's
-# output printed whole when it ends, taken in this order: the longest first (42 s down to 5 s on the
+# output printed whole when it ends, taken in this order: the longest first (49 s down to 5 s on the
 # 2-core AMD machine), so that the last to start are short and the cores finish together.
 # tests/unit/harness/front/test_resolve_every_sweep.py keeps this list equal to the sweeps whose jobs say so.
-BOOKKEEPING := cpu_reuse cpu_fig12_max_rate cpu_fig12_block_size cpu_fig12_plan_70b cpu_fig12_alpaca \
+BOOKKEEPING := cpu_hybrid_capacity cpu_reuse cpu_fig12_max_rate cpu_fig12_block_size cpu_fig12_plan_70b cpu_fig12_alpaca \
   cpu_fig12_sharegpt cpu_reuse_policies cpu_chunked_prefill cpu_swap cpu_kv_dtype_capacity cpu_capacity
 SWEEP_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 TIMED_SWEEPS := $(filter-out $(BOOKKEEPING),$(SWEEPS))
@@ -79,7 +79,7 @@ BOOKED_SWEEPS := $(filter $(SWEEPS),$(BOOKKEEPING))
 RUN_SWEEP = $(PY) -m harness -m +sweep=$$s resume=true hydra/job_logging=disabled
 
 sweep: setup
-	@slug=$$($(PY) -c "from harness.measure.fingerprint import auto_device_slug as s; print(s())"); \
+	@slug=$$($(PY) -c "from kvbench.harness.measure.fingerprint import auto_device_slug as s; print(s())"); \
 	failed=$$(mktemp); logs=$$(mktemp -d); \
 	if [ "$(FRESH)" = 1 ]; then rm -rf "results/$$slug"; fi; \
 	for s in $(TIMED_SWEEPS); do \
@@ -91,12 +91,12 @@ sweep: setup
 	  { echo "== sweep $$s -> results/$$slug/$${s#$(DEVICE_KIND)_} (bookkeeping: $(SWEEP_JOBS) sweeps at a time)"; \
 	    $(RUN_SWEEP) 2>&1 || echo "$$s" >> $$failed; } > $$logs/$$s.log; cat $$logs/$$s.log'; \
 	rm -rf $$logs; \
-	$(PY) -m harness.report || exit 1; \
+	$(PY) -m harness.report results/ || exit 1; \
 	if [ -s $$failed ]; then echo "kvbench: sweeps with a failed job: $$(tr '\n' ' ' < $$failed)(their rows say why)"; \
 	  rm -f $$failed; exit 1; fi; rm -f $$failed
 
-report: setup
-	$(PY) -m harness.report
+report: setup  # the published report, results/REPORT.md (python -m harness.report alone reads your runs/)
+	$(PY) -m harness.report results/
 
 bench: setup
 	$(PY) -m pytest tests/bench --benchmark-enable -q

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROBE_TIMEOUT_S = 15  # the GPU check gives the whole probe 60 s
 
-_SETUP = "import torch\nfrom kernels.cuda_op import load_op\nload_op()\nops = torch.ops.kvbench\n"
+_SETUP = "import torch\nfrom kvbench.kernels.cuda_op import load_op\nload_op()\nops = torch.ops.kvbench\n"
 # name -> code that must raise RuntimeError (it prints "raised" when it does)
 PROBES = {
     # torch's own C++ check, no extension involved

@@ -5,8 +5,10 @@ checked here first, so that it gives what every bad value gives: one line, an er
 in the run folder, exit code 2. Each job of a ``-m`` sweep is checked by the sweeper.
 The ``kvbench`` console script (pyproject.toml) is ``cli`` below: the same door, under a
 name Hydra's shell completion can follow (``eval "$(kvbench -sc install=bash)"``).
-``--version`` names kvbench's version and those of torch, Triton and Hydra; a pipe whose reader
-has gone (``kvbench --help | head -3``) ends the command quietly (harness/console.py).
+``--version`` names kvbench's version and those of torch, Triton and Hydra; ``--help`` alone prints
+Hydra's help page without Hydra composing the config (harness/front/help_page.py: well under a
+second, not two); a pipe whose reader has gone (``kvbench --help | head -3``) ends the command
+quietly (harness/console.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def completion_line(line: str) -> str:
     nothing would be offered. The word being typed stays as typed: bash keeps only the candidates
     that start with it.
     """
-    from harness.front.aliases import translate
+    from kvbench.harness.front.aliases import translate
 
     head, sep, typed = line.rpartition(" ")
     words = head.split()
@@ -75,9 +77,14 @@ def _run(argv: list[str]) -> int | None:
     if "--version" in argv:  # before Hydra (whose own --version names Hydra's) and its imports
         print(version_line())
         return 0
-    from harness.front.aliases import translate
-    from harness.front.app import main
-    from harness.front.preflight import check_command_line
+    from kvbench.harness.front.help_page import HELP_FLAGS, help_page
+
+    if argv in HELP_FLAGS and (page := help_page()) is not None:  # Hydra's page, without composing (front/help_page.py)
+        print(page)  # as Hydra's app_help prints it
+        return 0
+    from kvbench.harness.front.aliases import translate
+    from kvbench.harness.front.app import main
+    from kvbench.harness.front.preflight import check_command_line
 
     sys.argv[1:], notes = translate(argv)  # vLLM's key names, impl= without the +
     for note in notes:
@@ -92,7 +99,7 @@ def _run(argv: list[str]) -> int | None:
 
 def cli() -> None:
     """What ``kvbench ARGS`` and ``python -m harness ARGS`` do; a closed pipe (``| head``) ends it quietly."""
-    from harness.console import quiet_when_closed
+    from kvbench.harness.console import quiet_when_closed
 
     try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
         code = quiet_when_closed(lambda: _run(sys.argv[1:]))

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 from omegaconf import MISSING, OmegaConf
 
-from harness.model.config import ModelConfig
+from kvbench.harness.model.config import ModelConfig
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -234,6 +234,14 @@ class Config:
     # and a quantized cache's scales: tensor (static, one per layer) | token_head (dynamic, per token and head).
     kv_dtype: str = "auto"
     kv_scale: str = "tensor"
+    # How the KV cache lays out a model whose layers attend differently (harness/kv/groups.py): hybrid (one pool,
+    # a block table per group of layers of one kind, sliding blocks freed as they leave the window; vLLM's) |
+    # uniform (every layer cached as full attention) | split_pools (a static pool per kind; TensorRT-LLM, SGLang).
+    # A model of one attention kind has one group: all three give the same pool and rows.
+    kv_manager: str = "hybrid"
+    # kv_manager=split_pools: tokens the sliding-window pool holds per token of the full-attention pool (SGLang's
+    # name and default); the budget is split so. Other managers ignore it.
+    swa_full_tokens_ratio: float = 0.8
     # What a preemption does with the victim's KV (paged): recompute (free it, prefill it again later)
     # | swap (copy its blocks to the host tier, device.host_kv_gb > 0, and back when it resumes).
     preemption: str = "recompute"

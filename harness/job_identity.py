@@ -2,7 +2,7 @@
 
 import sys
 
-from harness.job.identity import main
+from kvbench.harness.job.identity import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 import sys
 
-from harness.front.replay import main
+from kvbench.harness.front.replay import main
 
 if __name__ == "__main__":
     sys.exit(main())

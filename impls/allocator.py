@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence
 
-from impls.host_tier import NO_HOST_COPIES, HostCopies
+from kvbench.impls.host_tier import NO_HOST_COPIES, HostCopies
 
 _new = object.__new__
 _set = object.__setattr__

@@ -15,11 +15,11 @@ from typing import Any, Sequence
 
 import torch
 
-from impls.allocator import KVAllocator, SlotCopy
-from impls.host_tier import HostCopies
-from impls.staging import StagingBuffer
-from kernels.kv_formats import is_quantized
-from kernels.quant import KVScales, calibrate, dequantize, storage_dtype, write_quantized_ref
+from kvbench.impls.allocator import KVAllocator, SlotCopy
+from kvbench.impls.host_tier import HostCopies
+from kvbench.impls.staging import StagingBuffer
+from kvbench.kernels.kv_formats import is_quantized
+from kvbench.kernels.quant import KVScales, calibrate, dequantize, storage_dtype, write_quantized_ref
 
 @dataclass(frozen=True)
 class PrefillSpan:

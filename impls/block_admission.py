@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from impls.allocator import AdmitPlan, frozen_instance
-from impls.host_tier import host_prefix
-from impls.prefix_chain import _ROOT_HASH, _Family, chain_hash
+from kvbench.impls.allocator import AdmitPlan, frozen_instance
+from kvbench.impls.host_tier import host_prefix
+from kvbench.impls.prefix_chain import _ROOT_HASH, _Family, chain_hash
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from impls.allocator import SlotCopy
-from impls.sizing import blocks_for_tokens
+from kvbench.impls.allocator import SlotCopy
+from kvbench.impls.sizing import blocks_for_tokens
 
 
 class BlockGrowth:

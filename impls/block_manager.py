@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from collections import deque
 
-from impls.allocator import CacheUsage, SlotCopy, frozen_instance
-from impls.block_admission import BlockAdmission
-from impls.block_growth import BlockGrowth
-from impls.eviction import LRU, eviction_policy
-from impls.fast_path import FastPath
-from impls.host_tier import HostTierPool
-from impls.prefix_chain import PrefixChains, _Family
-from impls.sizing import blocks_for_tokens
+from kvbench.impls.allocator import CacheUsage, SlotCopy, frozen_instance
+from kvbench.impls.block_admission import BlockAdmission
+from kvbench.impls.block_growth import BlockGrowth
+from kvbench.impls.eviction import LRU, eviction_policy
+from kvbench.impls.fast_path import FastPath
+from kvbench.impls.host_tier import HostTierPool
+from kvbench.impls.prefix_chain import PrefixChains, _Family
+from kvbench.impls.sizing import blocks_for_tokens
 
 class BlockManager(BlockAdmission, BlockGrowth, PrefixChains, HostTierPool, FastPath):
     """The paged pool: its state and life cycle here; admission (impls/block_admission.py), growth

@@ -11,11 +11,11 @@ from typing import Sequence
 
 import torch
 
-from impls.base import KVCache, PrefillSpan
-from impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
-from impls.lane_allocator import LaneAllocator
-from impls.staging import StagingBuffer
-from kernels.sdpa import decode_sdpa, step_bias
+from kvbench.impls.base import KVCache, PrefillSpan
+from kvbench.impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
+from kvbench.impls.lane_allocator import LaneAllocator
+from kvbench.impls.staging import StagingBuffer
+from kvbench.kernels.sdpa import decode_sdpa, step_bias
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from impls.staging import StagingBuffer
+from kvbench.impls.staging import StagingBuffer
 
 
 @dataclass(frozen=True)

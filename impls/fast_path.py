@@ -16,7 +16,7 @@ from abc import abstractmethod
 from dataclasses import replace
 from typing import Callable
 
-from impls.allocator import CacheUsage, KVAllocator
+from kvbench.impls.allocator import CacheUsage, KVAllocator
 
 
 class FastPath(KVAllocator):

@@ -10,10 +10,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from impls.allocator import KVAllocator
-from impls.base import PrefillSpan, query_slices
-from impls.staging import StagingBuffer
-from kernels.prefill import prefill_attention
+from kvbench.impls.allocator import KVAllocator
+from kvbench.impls.base import PrefillSpan, query_slices
+from kvbench.impls.staging import StagingBuffer
+from kvbench.kernels.prefill import prefill_attention
 
 
 @dataclass

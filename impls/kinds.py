@@ -12,19 +12,21 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from impls.allocator import KVAllocator
-from impls.block_manager import BlockManager
-from impls.region_allocator import RegionAllocator
-from impls.reservation import RESERVATIONS
-from impls.sizing import CacheSizeError, blocks_for_tokens
-from impls.lane_allocator import LaneAllocator
-from kernels.registry import PAGED_KERNELS, SLAB_KERNELS, is_plugin
+from kvbench.impls.allocator import KVAllocator
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.attention_kinds import blocks_held
+from kvbench.impls.group_pool import GroupedBlockPool, PoolGroup
+from kvbench.impls.region_allocator import RegionAllocator
+from kvbench.impls.reservation import RESERVATIONS
+from kvbench.impls.sizing import CacheSizeError, blocks_for_tokens
+from kvbench.impls.lane_allocator import LaneAllocator
+from kvbench.kernels.registry import PAGED_KERNELS, SLAB_KERNELS, is_plugin
 
 if TYPE_CHECKING:  # config validation reads the kinds without loading torch
     import torch
 
-    from impls.base import KVCache
-    from kernels.quant import KVScales
+    from kvbench.impls.base import KVCache
+    from kvbench.kernels.quant import KVScales
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,11 @@ class PoolSpec:
     eviction: str = "lru"  # paged: which cached free block goes first (impls/eviction.py)
     host_kv_bytes: int = 0  # paged: the host tier (impls/host_tier.py); 0: none
     preemption: str = "recompute"  # paged: swap copies a victim's blocks to the host tier
+    # paged, a model whose layers attend differently (harness/kv/groups.py): its groups, each pool's budget and
+    # one layer's K/V of a token. No groups: one group of every layer (BlockManager), sized by bytes_per_token.
+    groups: tuple[PoolGroup, ...] = ()
+    pool_kv_bytes: tuple[int, ...] = ()
+    layer_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,7 @@ class ContiguousKind(CacheKind):
         return LaneAllocator(self.pool_size(spec), spec.max_seq_len)
 
     def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
-        from impls.contiguous import ContiguousCache
+        from kvbench.impls.contiguous import ContiguousCache
 
         return ContiguousCache(self.allocator(spec), bytes_per_token=spec.bytes_per_token, **vars(tensors))
 
@@ -179,7 +186,27 @@ class PagedKind(CacheKind):
     def num_blocks(self, spec: PoolSpec) -> int:
         return spec.kv_bytes // (spec.block_size * spec.bytes_per_token)
 
+    def pool_blocks(self, spec: PoolSpec) -> list[int]:
+        """Grouped: blocks of each pool, a page spanning its groups' ``page_layers`` layers."""
+        layers = {g.pool: g.page_layers for g in spec.groups}
+        return [b // (spec.block_size * layers[p] * spec.layer_bytes) for p, b in enumerate(spec.pool_kv_bytes)]
+
+    def _groups_per_pool(self, spec: PoolSpec) -> list[int]:
+        count = [0] * len(spec.pool_kv_bytes)
+        for g in spec.groups:
+            count[g.pool] += 1
+        return count
+
     def pool_size(self, spec: PoolSpec) -> int:
+        if spec.groups:
+            need = blocks_for_tokens(spec.min_tokens, spec.block_size)
+            for p, (blocks, k) in enumerate(zip(self.pool_blocks(spec), self._groups_per_pool(spec))):
+                if blocks < need * k:
+                    raise CacheSizeError(
+                        f"the KV budget's pool {p} ({spec.pool_kv_bytes[p] / 1e9:.3f} GB) holds {blocks} blocks of "
+                        f"block_size={spec.block_size}, too few for even one request of {spec.min_tokens} tokens "
+                        f"in its {k} group(s)")
+            return sum(self.pool_blocks(spec))
         blocks = self.num_blocks(spec)
         if blocks * spec.block_size < spec.min_tokens:
             raise CacheSizeError(
@@ -188,7 +215,10 @@ class PagedKind(CacheKind):
             )
         return blocks
 
-    def allocator(self, spec: PoolSpec) -> BlockManager:
+    def allocator(self, spec: PoolSpec) -> BlockManager | GroupedBlockPool:
+        if spec.groups:
+            self.pool_size(spec)
+            return GroupedBlockPool(self.pool_blocks(spec), spec.block_size, spec.groups, spec.watermark)
         blocks = self.pool_size(spec)
         return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching,
                             watermark_blocks=int(spec.watermark * blocks), eviction=spec.eviction,
@@ -205,18 +235,27 @@ class PagedKind(CacheKind):
         return blocks
 
     def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
-        from impls.paged import PagedCache
-        from kernels.registry import get_paged_kernel
+        from kvbench.impls.paged import PagedCache
+        from kvbench.kernels.registry import get_paged_kernel
 
+        if spec.groups:  # the factory refuses it first, naming the keys (harness/kv/factory.py)
+            raise CacheSizeError("a grouped KV cache (kv_manager hybrid or split_pools) has no tensors yet")
         return PagedCache(get_paged_kernel(kernel), self.allocator(spec), bytes_per_token=spec.bytes_per_token,
                           **vars(tensors))
 
     def max_concurrency(self, spec: PoolSpec, tokens_per_request: int) -> int:
+        if spec.groups:  # per pool: its blocks over what one sequence of that length holds in its groups
+            held = [0] * len(spec.pool_kv_bytes)
+            for g in spec.groups:
+                held[g.pool] += blocks_held(g.kind, tokens_per_request, spec.block_size)
+            return min(b // h for b, h in zip(self.pool_blocks(spec), held))
         return self.num_blocks(spec) // blocks_for_tokens(tokens_per_request, spec.block_size)
 
-    def unbounded_allocator(self, spec: PoolSpec, sequence_lens: list[int]) -> BlockManager:
+    def unbounded_allocator(self, spec: PoolSpec, sequence_lens: list[int]) -> BlockManager | GroupedBlockPool:
         # One block more per sequence than its final length needs: a copy-on-write of its last block.
         blocks = sum(blocks_for_tokens(n, spec.block_size) + 1 for n in sequence_lens)
+        if spec.groups:  # as much in every group of every pool: what a prompt written in one chunk may take
+            return GroupedBlockPool([blocks * k for k in self._groups_per_pool(spec)], spec.block_size, spec.groups)
         return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching)
 
     def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:
@@ -252,7 +291,7 @@ class RegionKind(CacheKind):
         return RegionAllocator(self.pool_size(spec), spec.max_seq_len, RESERVATIONS[self.reservation])
 
     def cache(self, spec: PoolSpec, tensors: TensorSpec, kernel: str) -> KVCache:
-        from impls.region_cache import RegionCache
+        from kvbench.impls.region_cache import RegionCache
 
         return RegionCache(self.allocator(spec), bytes_per_token=spec.bytes_per_token, **vars(tensors))
 

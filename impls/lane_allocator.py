@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from impls.allocator import AdmitPlan, CacheUsage, SlotCopy
-from impls.fast_path import FastPath
+from kvbench.impls.allocator import AdmitPlan, CacheUsage, SlotCopy
+from kvbench.impls.fast_path import FastPath
 
 
 class LaneAllocator(FastPath):

@@ -12,16 +12,16 @@ from typing import Sequence
 
 import torch
 
-from impls.base import KVCache, PrefillSpan, query_slices
-from impls.host_tier import HostCopies
-from impls.block_manager import BlockManager
-from impls.device_block_tables import DeviceBlockTables
-from impls.staging import StagingBuffer
-from kernels.prefill import prefill_attention
-from kernels.reference import gather_kv
-from kernels.registry import PagedKernel
-from kernels.validate import KernelArgumentError
-from impls.sizing import blocks_for_tokens
+from kvbench.impls.base import KVCache, PrefillSpan, query_slices
+from kvbench.impls.host_tier import HostCopies
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.device_block_tables import DeviceBlockTables
+from kvbench.impls.staging import StagingBuffer
+from kvbench.kernels.prefill import prefill_attention
+from kvbench.kernels.reference import gather_kv
+from kvbench.kernels.registry import PagedKernel
+from kvbench.kernels.validate import KernelArgumentError
+from kvbench.impls.sizing import blocks_for_tokens
 
 
 @dataclass

@@ -26,9 +26,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Sequence
 
-from impls.allocator import AdmitPlan, CacheUsage, SlotCopy
-from impls.fast_path import FastPath
-from impls.reservation import Reservation
+from kvbench.impls.allocator import AdmitPlan, CacheUsage, SlotCopy
+from kvbench.impls.fast_path import FastPath
+from kvbench.impls.reservation import Reservation
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@
   ``flock`` and writes its pid into it. The OS drops an flock when its process dies, so
   whoever holds it knows that a ``lock`` file still there is stale (its maker is gone)
   and removes it.
-- **Bounded.** The build runs in a child process (``python -m kernels.build_cache``) in a
+- **Bounded.** The build runs in a child process (``python -m kvbench.kernels.build_cache``) in a
   session of its own, under ``KVBENCH_BUILD_TIMEOUT_S`` (waiting for another builder
   included); past it the child, ninja and the compilers are killed and the error says so.
 - **Cached.** ``built.json`` is written after a successful build; with it present the
@@ -127,7 +127,7 @@ def ensure_built(spec: BuildSpec, root: Path, timeout_s: float) -> Path:
     env = {**os.environ, "CXX": spec.cxx,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     # A session of its own: on timeout the whole group (ninja, the compilers) goes, not just python.
-    proc = subprocess.Popen([sys.executable, "-m", "kernels.build_cache", json.dumps(job)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "kvbench.kernels.build_cache", json.dumps(job)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _, err = proc.communicate(timeout=timeout_s)

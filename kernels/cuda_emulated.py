@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from kernels.build_cache import BuildSpec
-from kernels.cuda_op import CSRC, CUDA_SOURCE, EMULATED_SOURCE, build_and_load, find_cxx
-from kernels.quant import KVScales
-from kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
+from kvbench.kernels.build_cache import BuildSpec
+from kvbench.kernels.cuda_op import CSRC, CUDA_SOURCE, EMULATED_SOURCE, build_and_load, find_cxx
+from kvbench.kernels.quant import KVScales
+from kvbench.kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 SOURCES = (CSRC / "ops.cpp", EMULATED_SOURCE)
 # -fno-strict-aliasing: the kernels reinterpret 16-byte loads as halves, as CUDA allows.

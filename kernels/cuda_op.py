@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from kernels.build_cache import BuildError, BuildSpec, build_key, build_timeout_s, ensure_built
-from kernels.quant import KVScales
-from kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
+from kvbench.kernels.build_cache import BuildError, BuildSpec, build_key, build_timeout_s, ensure_built
+from kvbench.kernels.quant import KVScales
+from kvbench.kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = (CSRC / "ops.cpp", CSRC / "paged_attention_cpu.cpp", CSRC / "kv_write_cpu.cpp")

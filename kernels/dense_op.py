@@ -20,8 +20,8 @@ import functools
 
 import torch
 
-from kernels.build_cache import BuildSpec
-from kernels.cuda_op import CSRC, KernelBuildError, build_and_load, find_cxx
+from kvbench.kernels.build_cache import BuildSpec
+from kvbench.kernels.cuda_op import CSRC, KernelBuildError, build_and_load, find_cxx
 
 SOURCES = (CSRC / "dense_cpu.cpp", CSRC / "packed_gemm_cpu.cpp")
 HEADERS = (CSRC / "cpu_isa.h",)  # the instruction set both sources run (a build input: build_cache)

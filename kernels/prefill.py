@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.sdpa import grouped_sdpa
+from kvbench.kernels.sdpa import grouped_sdpa
 
 
 def prefill_attention(

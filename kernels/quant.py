@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.kv_formats import KV_FORMATS, KVFormat
+from kvbench.kernels.kv_formats import KV_FORMATS, KVFormat
 
 # A row of zeros (a fresh pool's, a padded token's) still gets a usable, finite scale.
 MIN_SCALE = 1e-12

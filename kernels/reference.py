@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.quant import KVScales, dequantize, write_quantized_ref
+from kvbench.kernels.quant import KVScales, dequantize, write_quantized_ref
 
 
 def write_kv_ref(

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:  # config validation reads the names without loading torch
     import torch
 
-from kernels.kv_formats import KV_DTYPES
-from kernels.read_pattern import reads_padded
+from kvbench.kernels.kv_formats import KV_DTYPES
+from kvbench.kernels.read_pattern import reads_padded
 
 PAGED_KERNELS = ("torch", "triton", "cuda")  # over a block pool
 SLAB_KERNELS = ("sdpa",)  # over a contiguous slab
@@ -71,9 +71,9 @@ class PagedKernel:
 
 
 _SOURCES = {
-    "torch": ("kernels.reference", "paged_decode_attention_ref", "write_kv_ref"),
-    "triton": ("kernels.triton_paged", "paged_decode_attention_triton", "write_kv_triton"),
-    "cuda": ("kernels.cuda_op", "paged_decode_attention_cuda", "write_kv_cuda"),
+    "torch": ("kvbench.kernels.reference", "paged_decode_attention_ref", "write_kv_ref"),
+    "triton": ("kvbench.kernels.triton_paged", "paged_decode_attention_triton", "write_kv_triton"),
+    "cuda": ("kvbench.kernels.cuda_op", "paged_decode_attention_cuda", "write_kv_cuda"),
 }
 
 
@@ -128,8 +128,8 @@ def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[...,
 
 def _sdpa() -> PagedKernel:
     """SDPA over a slab; a slab's lane is a block of ``max_seq_len`` slots, so the reference writes it."""
-    from kernels.reference import write_kv_ref
-    from kernels.sdpa import slab_decode
+    from kvbench.kernels.reference import write_kv_ref
+    from kvbench.kernels.sdpa import slab_decode
 
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
         write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
@@ -163,7 +163,7 @@ def _plugin(name: str) -> PagedKernel:
     reference kernel's signatures and semantics (kernels/reference.py); the callers' hints
     (``max_context``, ``may_skip``, ``validate``) are not passed to it."""
     try:
-        module = importlib.import_module(name)
+        module = importlib.import_module(plugin_module(name))
     except ImportError as e:
         raise ValueError(f"paged kernel module {name!r} does not import: {e}") from e
     missing = [f for f in ("decode", "write") if not callable(getattr(module, f, None))]
@@ -178,6 +178,16 @@ def _plugin(name: str) -> PagedKernel:
         module.write(key, value, k_cache, v_cache, slot_mapping)
 
     return PagedKernel(name, decode, write, out_variant=False)
+
+
+# kvbench's own folders, as a user names them (``kernels.cuda_emulated``): Python imports them under ``kvbench.``
+OWN_FOLDERS = ("harness", "impls", "kernels")
+
+
+def plugin_module(name: str) -> str:
+    """The import name of the kernel module ``name``: a path into kvbench's own folders is imported under the
+    ``kvbench`` namespace (pyproject.toml); any other dotted path as written. Rows keep ``name`` as the user wrote it."""
+    return f"kvbench.{name}" if name.split(".", 1)[0] in OWN_FOLDERS else name
 
 
 def is_plugin(name: str) -> bool:

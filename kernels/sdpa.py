@@ -118,7 +118,7 @@ def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, blo
         if scales is not None and scales.dynamic:
             k_scale, v_scale = k_scale.index_select(0, lanes), v_scale.index_select(0, lanes)
     if scales is not None:
-        from kernels.quant import dequantize
+        from kvbench.kernels.quant import dequantize
 
         keys, values = dequantize(keys, k_scale, q.dtype), dequantize(values, v_scale, q.dtype)
     mask = None

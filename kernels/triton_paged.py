@@ -19,13 +19,14 @@ import functools
 import os
 
 import torch
+from kvbench.kernels import triton_mode  # noqa: F401  (the interpreter switch, before triton)
 import triton
 import triton.language as tl
 
-from kernels.quant import KVScales
-from kernels.triton_quant import dequantize_tile, quant_code, storage_view
-from kernels.triton_write import write_kv_triton
-from kernels.validate import QUANTIZED_DTYPES, KernelArgumentError, check_decode_args
+from kvbench.kernels.quant import KVScales
+from kvbench.kernels.triton_quant import dequantize_tile, quant_code, storage_view
+from kvbench.kernels.triton_write import write_kv_triton
+from kvbench.kernels.validate import QUANTIZED_DTYPES, KernelArgumentError, check_decode_args
 
 __all__ = ["paged_decode_attention_triton", "write_kv_triton", "choose_num_splits"]
 
@@ -183,7 +184,7 @@ def compiled_variants() -> int:
 
     A measured run after warm-up must add none: a compile inside it would be timed.
     """
-    from kernels.triton_write import _write_kv_kernel
+    from kvbench.kernels.triton_write import _write_kv_kernel
 
     total = 0
     for fn in (_decode_kernel, _combine_splits_kernel, _write_kv_kernel):

@@ -7,10 +7,11 @@ serves the compiled kernels and the CPU interpreter (which has no fp8 pointers).
 from __future__ import annotations
 
 import torch
+from kvbench.kernels import triton_mode  # noqa: F401  (the interpreter switch, before triton)
 import triton
 import triton.language as tl
 
-from kernels.quant import kv_format
+from kvbench.kernels.quant import kv_format
 
 # QUANT codes: the constexpr the kernels branch on.
 _CODES = {"fp8_e4m3": 1, "fp8_e5m2": 2, "int8": 3}
@@ -26,7 +27,7 @@ def quant_code(dtype: torch.dtype) -> int:
 
 
 def qmax_of(code: int) -> float:
-    from kernels.kv_formats import KV_FORMATS
+    from kvbench.kernels.kv_formats import KV_FORMATS
 
     return {c: KV_FORMATS[name].qmax for name, c in _CODES.items()}[code]
 

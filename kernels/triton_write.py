@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 
 import torch
+from kvbench.kernels import triton_mode  # noqa: F401  (the interpreter switch, before triton)
 import triton
 import triton.language as tl
 
-from kernels.quant import MIN_SCALE, KVScales
-from kernels.triton_quant import qmax_of, quant_code, quantize_tile, storage_view
-from kernels.validate import QUANTIZED_DTYPES, KernelArgumentError, check_write_args
+from kvbench.kernels.quant import MIN_SCALE, KVScales
+from kvbench.kernels.triton_quant import qmax_of, quant_code, quantize_tile, storage_view
+from kvbench.kernels.validate import QUANTIZED_DTYPES, KernelArgumentError, check_write_args
 
 __all__ = ["write_kv_triton"]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import harness  # noqa: F401  (fixes MKL threading before torch loads)
-import kernels  # noqa: F401  (turns on the Triton interpreter on CPU before any kernel import)
+import kvbench.harness  # noqa: F401  (fixes MKL threading before torch loads)
+import kvbench.kernels.triton_mode  # noqa: F401  (turns on the Triton interpreter on CPU before any kernel import)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Tests by cost: `make test-fast` runs `-m "not slow"`, the unit tests of every room; `make test` runs all.
@@ -49,7 +49,7 @@ def compose():
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from harness.front.schemas import register_configs
+    from kvbench.harness.front.schemas import register_configs
 
     register_configs()
 

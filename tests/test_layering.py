@@ -8,6 +8,8 @@ source file is over 400 lines: split by concept, not cut in the middle.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,16 +49,23 @@ ROOMS: dict[str, set[str]] = {
 }
 
 
-def imported_modules(path: Path) -> set[str]:
+def written_imports(path: Path) -> set[str]:
+    """The module names ``path`` imports, as written (``kvbench.harness.kv.budget``, ``torch``)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-            if node.module == "harness":  # ``from harness import scenarios``
-                names |= {f"harness.{alias.name}" for alias in node.names}
+            if node.module in ("kvbench.harness", "kvbench.kernels"):  # ``from kvbench.harness import scenarios``
+                names |= {f"{node.module}.{alias.name}" for alias in node.names}
     return names
+
+
+def imported_modules(path: Path) -> set[str]:
+    """kvbench's own modules by their folder names (``harness.kv.budget``: the import ``kvbench.harness.kv.budget``),
+    anything else as written."""
+    return {name.removeprefix("kvbench.") for name in written_imports(path)}
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -285,3 +294,33 @@ def test_the_too_long_list_only_shrinks():
         elif n > listed:
             wrong[rel] = f"{n} lines, grown past the {listed} listed: split it, or bring it back to {listed}"
     assert not wrong, wrong
+
+
+OWN_FOLDERS = ("harness", "impls", "kernels")
+
+
+def test_kvbench_code_imports_its_own_folders_only_under_the_kvbench_name():
+    """``import kernels`` would be Hugging Face's distribution (or, from the checkout's root, a second copy of
+    kvbench's code): every import of kvbench's own folders is written ``kvbench.<folder>`` (pyproject.toml)."""
+    files = [p for top in (*OWN_FOLDERS, "tests", "hydra_plugins") for p in sorted((REPO_ROOT / top).rglob("*.py"))]
+    offenders = {str(p.relative_to(REPO_ROOT)): sorted(bad) for p in files
+                 if (bad := {m for m in written_imports(p) if m.split(".")[0] in OWN_FOLDERS})}
+    assert not offenders, f"imports kvbench's folders by their bare names: {offenders}"
+
+
+def test_kernels_is_a_namespace_folder_that_never_shadows_an_installed_kernels_package():
+    assert not (REPO_ROOT / "kernels" / "__init__.py").exists()
+
+
+def test_transformers_and_hugging_faces_kernels_import_beside_kvbench_from_the_checkouts_root():
+    """From the checkout's root (on sys.path, as for `python -m harness`), ``import kernels`` is Hugging Face's
+    distribution when it is installed (transformers >= 5.25 requires it), and kvbench's kernels still import."""
+    pytest.importorskip("transformers")
+    code = ("import importlib.util, sys; import kvbench.kernels.registry as r; import transformers; "
+            "transformers.LlamaForCausalLM; spec = importlib.util.find_spec('kernels'); "
+            "print(r.__file__); print(spec.origin if spec else None)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ours, theirs = out.stdout.split()
+    assert Path(ours) == REPO_ROOT / "kernels" / "registry.py"
+    assert theirs == "None" or not Path(theirs).is_relative_to(REPO_ROOT / "kernels")

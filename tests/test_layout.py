@@ -44,3 +44,16 @@ def test_helpers_sit_apart_from_tests():
     strays = [str(f.relative_to(REPO_ROOT)) for room in ("unit", "jobs") for f in sorted((TESTS / room).rglob("*.py"))
               if not f.name.startswith("test_") and f.name != "__init__.py"]
     assert not strays, f"helper modules among the tests (move them to tests/helpers/): {strays}"
+
+
+def test_pyproject_maps_every_package_folder_under_the_kvbench_name():
+    """pyproject.toml lists kvbench's packages by hand (a folder is mapped, not found): every folder with an
+    __init__.py under harness/ and impls/, and kernels/, is there, and nothing else of kvbench's."""
+    import tomllib
+
+    setup = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    want = {"kvbench." + ".".join(init.parent.relative_to(REPO_ROOT).parts)
+            for top in ("harness", "impls") for init in (REPO_ROOT / top).rglob("__init__.py")}
+    listed = {p for p in setup["packages"] if p.startswith("kvbench.")}
+    assert listed == want | {"kvbench.kernels"}
+    assert setup["package-dir"] == {f"kvbench.{top}": top for top in ("harness", "impls", "kernels")}

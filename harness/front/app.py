@@ -15,16 +15,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness.front.schemas import register_configs
-from harness.errors import ConfigError
-from harness.results import atomic_write
-from harness.untrusted import own_subfolder
-from harness.job.gpu_slots import pin_gpu_for_launcher, register_gpu_count_resolver
-from harness.measure.fingerprint import register_slug_resolver
-from harness.job.summary import print_summary
-from harness.front.portable import portable
-from harness.front.sweeper import job_outcome_value, register_sweep_folder_resolver
-from harness.paths import CONF_DIR
+from kvbench.harness.front.schemas import register_configs
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.results import atomic_write
+from kvbench.harness.untrusted import own_subfolder
+from kvbench.harness.job.gpu_slots import pin_gpu_for_launcher, register_gpu_count_resolver
+from kvbench.harness.measure.fingerprint import register_slug_resolver
+from kvbench.harness.job.summary import print_summary
+from kvbench.harness.front.portable import portable
+from kvbench.harness.front.sweeper import job_outcome_value, register_sweep_folder_resolver
+from kvbench.harness.paths import CONF_DIR
 
 register_configs()
 register_slug_resolver()
@@ -51,8 +51,8 @@ def write_hydra_record(folder: Path, task_cfg: DictConfig, hydra_cfg) -> None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> dict:
-    from harness.front.compose_errors import CONFIG_ERROR_CODE, write_failed_job
-    from harness.front.job import run_job
+    from kvbench.harness.front.compose_errors import CONFIG_ERROR_CODE, write_failed_job
+    from kvbench.harness.front.job import run_job
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)

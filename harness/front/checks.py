@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from harness.errors import INT64_MAX, ConfigError
-from harness.paths import CONF_DIR
+from kvbench.harness.errors import INT64_MAX, ConfigError
+from kvbench.harness.paths import CONF_DIR
 
 
 def choices(group: str) -> list[str]:

@@ -39,7 +39,7 @@ def _unchosen_group_key(overrides: list[str]) -> str | None:
 
     Hydra fails such an override with a bare ``AssertionError: Unexpected type for root: NoneType``.
     """
-    from harness.paths import CONF_DIR
+    from kvbench.harness.paths import CONF_DIR
 
     chosen = {o.lstrip("+~").partition("=")[0] for o in overrides}
     for override in overrides:
@@ -73,7 +73,7 @@ def describe(exc: BaseException, overrides: list[str] = ()) -> str:
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-    from harness.front.strict import unknown_key_message
+    from kvbench.harness.front.strict import unknown_key_message
 
     if isinstance(exc, AssertionError) and (message := _unchosen_group_key(list(overrides))):
         return message
@@ -131,7 +131,7 @@ def base_identifiers(task_cfg: DictConfig | None) -> dict:
 
 def write_failed_job(run_dir: Path, message: str, overrides: list[str], base: DictConfig | None = None) -> dict:
     """The error row of a job that did not compose, written into ``run_dir``; returns it."""
-    from harness.results import measured_at, run_id, write_run
+    from kvbench.harness.results import measured_at, run_id, write_run
 
     row = {"run_id": run_id(run_dir), **base_identifiers(base), **override_identifiers(overrides),
            "measured_at": measured_at(), "status": "error", "error": f"ConfigError: {message}"}

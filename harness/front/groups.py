@@ -7,10 +7,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.config import Config, ImplConfig
-from harness.errors import ConfigError
-from harness.front.checks import choices
-from harness.paths import CONF_DIR
+from kvbench.harness.config import Config, ImplConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.checks import choices
+from kvbench.harness.paths import CONF_DIR
 
 
 def load_group(group: str, name: str, schema: type):

@@ -16,14 +16,14 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import Config
-from harness.errors import ConfigError
-from harness.front.groups import impls_to_run
-from harness.front.resolve import resolve
-from harness.job.folder import RunFolder, RunFolderError
-from harness.untrusted import UntrustedError
-from harness.job.interrupts import JobInterrupted, stop_on_signals
-from harness.results import TableWriteError, run_id, write_run
+from kvbench.harness.config import Config
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.groups import impls_to_run
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.job.folder import RunFolder, RunFolderError
+from kvbench.harness.untrusted import UntrustedError
+from kvbench.harness.job.interrupts import JobInterrupted, stop_on_signals
+from kvbench.harness.results import TableWriteError, run_id, write_run
 
 
 def _raw_identifiers(raw: DictConfig, run_dir: Path) -> dict:
@@ -77,6 +77,6 @@ def _run_locked(raw_cfg: DictConfig, folder: RunFolder, extra: dict, sweep_dir: 
             on_claimed(folder.path)
         return [row], 2
     # Imported once the config resolved: it loads torch and the impls, which a config error never needs.
-    from harness.job.execute import execute
+    from kvbench.harness.job.execute import execute
 
     return execute(cfg, folder, impls_to_run(cfg), extra, sweep_dir, on_claimed)

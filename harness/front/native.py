@@ -9,7 +9,7 @@ renamed after the kernel chosen and its rows read as that impl's.
 
 from __future__ import annotations
 
-from harness.config import Config
+from kvbench.harness.config import Config
 
 NATIVE = "native"
 # kernel -> the built-in paged impl that runs it (conf/impl/paged_*.yaml)

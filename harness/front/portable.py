@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from harness.paths import REPO_ROOT
+from kvbench.harness.paths import REPO_ROOT
 
 
 def portable_path(text: str, repo: Path = REPO_ROOT, home: str | None = None) -> str:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.front.compose_errors import CONFIG_ERROR_CODE, describe, write_failed_job
-from harness.paths import CONF_DIR
+from kvbench.harness.front.compose_errors import CONFIG_ERROR_CODE, describe, write_failed_job
+from kvbench.harness.paths import CONF_DIR
 
 CONFIG_NAME = "config"
 SHOWN_CONFIGS = ("all", "config", "defaults", "defaults-tree")  # the --info views that compose the overrides
@@ -117,7 +117,7 @@ def check_command_line(argv: list[str]) -> int | None:
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
-    from harness.front.schemas import register_configs
+    from kvbench.harness.front.schemas import register_configs
 
     register_configs()  # the schema the defaults list names
     args = get_args_parser().parse_args(argv)

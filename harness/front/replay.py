@@ -27,20 +27,20 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config import Config, ScenarioConfig
-from harness.front.schemas import register_configs
-from harness.scenarios import schemas
-from harness.errors import ConfigError
-from harness.measure.fingerprint import Fingerprint, collect
-from harness.paths import REPO_ROOT
-from harness.results import FINGERPRINT, run_id
-from harness.job.folder import read_table
-from harness.untrusted import RECORD_LIMIT, UntrustedError, read_json, read_yaml
+from kvbench.harness.config import Config, ScenarioConfig
+from kvbench.harness.front.schemas import register_configs
+from kvbench.harness.scenarios import schemas
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.measure.fingerprint import Fingerprint, collect
+from kvbench.harness.paths import REPO_ROOT
+from kvbench.harness.results import FINGERPRINT, run_id
+from kvbench.harness.job.folder import read_table
+from kvbench.harness.untrusted import RECORD_LIMIT, UntrustedError, read_json, read_yaml
 
 
 def builtin_kernel(name: str) -> bool:
     """A kernel of kvbench's own: a registry name, or a module of this checkout's kernels/ package."""
-    from kernels.registry import KERNELS
+    from kvbench.kernels.registry import KERNELS
 
     if name in KERNELS:
         return True
@@ -108,7 +108,7 @@ def _digests(rows) -> dict:
 
 
 def replay(run_dir: Path, out: Path, allow_kernels: tuple[str, ...] = ()) -> tuple[list[dict], int]:
-    from harness.front.job import run_job
+    from kvbench.harness.front.job import run_job
 
     cfg = load_config(run_dir, allow_kernels)
     try:
@@ -132,8 +132,8 @@ def replay(run_dir: Path, out: Path, allow_kernels: tuple[str, ...] = ()) -> tup
 def main(argv: list[str] | None = None) -> int | str | None:
     """The command: one line and exit 2 for a bad argument or saved config; 141, quietly, when stdout's reader
     went away (harness/console.py)."""
-    from harness.console import USAGE_ERROR, OneLineParser, quiet_when_closed, unwritable
-    from harness.job.summary import print_summary
+    from kvbench.harness.console import USAGE_ERROR, OneLineParser, quiet_when_closed, unwritable
+    from kvbench.harness.job.summary import print_summary
 
     def command() -> int:
         parser = OneLineParser(prog="python -m harness.replay", description="run a finished run again from its saved config")

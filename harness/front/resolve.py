@@ -14,23 +14,24 @@ import copy
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import DEVICES, DTYPES, ISOLATIONS, Config, GpuConfig
-from harness.errors import ConfigError
-from harness.front.checks import check, check_int_ranges, choices, one_of
-from harness.front.groups import load_group
-from harness.front.strict import check_known_keys, check_model_name, hydra_choice
-from harness.front.native import resolve_native
-from harness.front.validate import validate, validate_impl
-from harness.kv.budget import check_host_workload, check_memory_bounds
-from harness.kv.factory import check_host_memory, check_kernel_pool
-from harness.kv.sizes import GB, weight_bytes
-from harness.model.config import ModelConfig
-from harness.model.hf_config import resolve_model_config
-from harness.scenarios.kernel import KernelScenario
-from harness.scenarios.max_rate import MaxRateScenario
-from harness.serving.cost_model import GpuSpec, gpu_spec
-from kernels.cuda_available import cuda_available
-from kernels.kv_formats import KV_DTYPES, KV_SCALES
+from kvbench.harness.config import DEVICES, DTYPES, ISOLATIONS, Config, GpuConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.checks import check, check_int_ranges, choices, one_of
+from kvbench.harness.front.groups import load_group
+from kvbench.harness.front.strict import check_known_keys, check_model_name, hydra_choice
+from kvbench.harness.front.native import resolve_native
+from kvbench.harness.front.validate import validate, validate_impl
+from kvbench.harness.kv.budget import check_host_workload, check_memory_bounds
+from kvbench.harness.kv.factory import check_host_memory, check_kernel_pool
+from kvbench.harness.kv.sizes import GB, weight_bytes
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.hf_config import resolve_model_config
+from kvbench.harness.model.support import compute_refusal
+from kvbench.harness.scenarios.kernel import KernelScenario
+from kvbench.harness.scenarios.max_rate import MaxRateScenario
+from kvbench.harness.serving.cost_model import GpuSpec, gpu_spec
+from kvbench.kernels.cuda_available import cuda_available
+from kvbench.kernels.kv_formats import KV_DTYPES, KV_SCALES
 
 CPU_MODEL, GPU_MODEL = "tiny-llama", "llama-3.1-8b"
 CPU_MEMORY_GB = 0.25
@@ -89,6 +90,9 @@ def resolve(raw: DictConfig | Config) -> Config:
     if cfg.model.name == "auto" and not cfg.model.path:
         cfg.model = load_group("model", GPU_MODEL if cfg.device.name == "cuda" else CPU_MODEL, ModelConfig)
     cfg.model = resolve_model_config(cfg.model)
+    if not cfg.scenario.bookkeeping and not isinstance(cfg.scenario, KernelScenario):  # runs the model
+        refusal = compute_refusal(cfg.model, cfg.max_seq_len)
+        check(refusal is None, str(refusal))
     if cfg.gpu is not None:
         _resolve_gpu(cfg)
     if cfg.device.name == "cpu" and cfg.device.memory_gb is None:
@@ -117,8 +121,8 @@ def describe_trace(cfg: Config) -> None:
     """Read the trace once here, so a bad file is a config error before the run starts, and
     record the selected requests' mean lengths as ``workload.prompt_len``/``output_len``, and
     their count as ``workload.num_requests`` when it was left unset (every row of the file)."""
-    from harness.serving.hash_blocks import check_hash_block_size
-    from harness.serving.trace import read_trace
+    from kvbench.harness.serving.hash_blocks import check_hash_block_size
+    from kvbench.harness.serving.trace import read_trace
 
     w = cfg.workload
     trace = read_trace(w, w.num_requests, cfg.seed)

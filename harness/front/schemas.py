@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
-from harness.config import Config
-from harness.scenarios import schemas
+from kvbench.harness.config import Config
+from kvbench.harness.scenarios import schemas
 
 
 def register_configs() -> None:

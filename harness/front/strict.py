@@ -16,9 +16,9 @@ from pathlib import Path
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.config import Config
-from harness.errors import ConfigError
-from harness.paths import CONF_DIR
+from kvbench.harness.config import Config
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.paths import CONF_DIR
 
 
 

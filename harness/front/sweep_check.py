@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 
-from harness.paths import CONF_DIR
+from kvbench.harness.paths import CONF_DIR
 
 
 def sweep_jobs(path: Path, overrides: list[str] | None = None) -> list[list[str]]:
@@ -27,7 +27,7 @@ def sweep_jobs(path: Path, overrides: list[str] | None = None) -> list[list[str]
     expands them (harness/front/sweeper.py: the cartesian product of the values, ``first`` patterns first)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from harness.front.sweeper import expand
+    from kvbench.harness.front.sweeper import expand
 
     raw = OmegaConf.load(path)
     params = OmegaConf.select(raw, "hydra.sweeper.params", default=None) or {}
@@ -63,7 +63,7 @@ def _one_line(exc: Exception) -> str:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from harness.front.compose_errors import describe
+    from kvbench.harness.front.compose_errors import describe
 
     if isinstance(exc, (HydraException, OmegaConfBaseException)):
         return describe(exc)  # Hydra's several lines, as a run would report them
@@ -85,11 +85,11 @@ def check(paths: list[Path], extra: list[str] | None = None, overrides: list[str
     also print each job, in the order the sweep runs them."""
     from hydra import compose, initialize_config_dir
 
-    from harness.front.schemas import register_configs
-    from harness.measure.fingerprint import register_slug_resolver
-    from harness.front.resolve import resolve
-    from harness.front.sweeper import register_sweep_folder_resolver
-    from kernels.cuda_available import cuda_available
+    from kvbench.harness.front.schemas import register_configs
+    from kvbench.harness.measure.fingerprint import register_slug_resolver
+    from kvbench.harness.front.resolve import resolve
+    from kvbench.harness.front.sweeper import register_sweep_folder_resolver
+    from kvbench.kernels.cuda_available import cuda_available
 
     register_configs()
     register_slug_resolver()

@@ -29,7 +29,7 @@ def job_outcome_value(run_dir: Path, rows: list[dict], code: int) -> dict:
 
 
 def summary_line(outcomes: Sequence[JobOutcome]) -> str:
-    """``4 jobs: 3 ok, 1 error: multirun/2026-11-30/12-00-00/2``"""
+    """``4 jobs: 3 ok, 1 error: runs/sweeps/2026-11-30/12-00-00/2``"""
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from harness.front.sweep_outcome import JobOutcome
+from kvbench.harness.front.sweep_outcome import JobOutcome
 
 BAR_FORMAT = "{desc}: [{bar:20}] {n_fmt}/{total_fmt} jobs{postfix} [{elapsed}<{remaining}, {rate_fmt}]"
 

@@ -5,7 +5,7 @@ whole sweep on the first that fails (``batch=1,abc,2``: a type error; ``model=a,
 an unknown option). This one composes each job the same way, gives a failing job its
 error row (in the folder the job would have had) and launches the others through the
 configured launcher (basic, joblib, submitit), each under its own job number. At the end
-it prints one line (``3 jobs: 2 ok, 1 error: multirun/.../1``) and exits non-zero when any
+it prints one line (``3 jobs: 2 ok, 1 error: runs/sweeps/.../1``) and exits non-zero when any
 job failed. On a terminal, tqdm's bar on stderr moves on as each job ends (``SweepProgress``:
 job n of N, the counts so far, the ETA and rate); a pipe or a log file gets no bar.
 Registered for Hydra as hydra_plugins/kvbench_sweeper (``hydra/sweeper=kvbench``).
@@ -27,11 +27,11 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.front.composed_once import ComposedOnce
-from harness.front.sweep_outcome import JobOutcome, job_outcome_value, summary_line  # noqa: F401 (the sweep's names)
-from harness.front.sweep_progress import SweepProgress
-from harness.front.portable import portable
-from harness.results import atomic_write
+from kvbench.harness.front.composed_once import ComposedOnce
+from kvbench.harness.front.sweep_outcome import JobOutcome, job_outcome_value, summary_line  # noqa: F401 (the sweep's names)
+from kvbench.harness.front.sweep_progress import SweepProgress
+from kvbench.harness.front.portable import portable
+from kvbench.harness.results import atomic_write
 
 # conf/sweep/ files are named for the device they are the default sweep of (make sweep)
 DEVICE_PREFIXES = ("cpu_", "gpu_")
@@ -191,7 +191,7 @@ class GuardedSweeper(Sweeper):
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
-        from harness.front.compose_errors import describe
+        from kvbench.harness.front.compose_errors import describe
 
         try:
             self.hydra_context.config_loader.compose(self.config, overrides)
@@ -208,7 +208,7 @@ class GuardedSweeper(Sweeper):
         return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
 
     def _record_failure(self, num: int, overrides: list[str], message: str) -> JobOutcome:
-        from harness.front.compose_errors import CONFIG_ERROR_CODE, write_failed_job
+        from kvbench.harness.front.compose_errors import CONFIG_ERROR_CODE, write_failed_job
 
         run_dir = self._job_dir(num)
         base = copy.deepcopy(self.config)

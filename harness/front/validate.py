@@ -10,14 +10,14 @@ import importlib.util
 import os
 from pathlib import Path
 
-from harness.config import MAX_BLOCK_SIZE, PROBES, Config, ImplConfig, SearchScenario
-from harness.errors import ConfigError
-from harness.front.checks import check, check_finite_floats, one_of
-from harness.front.validate_workload import validate_arrival, validate_slo, validate_workload
-from harness.kv.budget import check_memory_values
-from harness.scenarios import schemas
-from harness.scenarios.decode import DecodeScenario
-from harness.scenarios.kernel import KernelScenario
+from kvbench.harness.config import MAX_BLOCK_SIZE, PROBES, Config, ImplConfig, SearchScenario
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.checks import check, check_finite_floats, one_of
+from kvbench.harness.front.validate_workload import validate_arrival, validate_slo, validate_workload
+from kvbench.harness.kv.budget import check_memory_values
+from kvbench.harness.scenarios import schemas
+from kvbench.harness.scenarios.decode import DecodeScenario
+from kvbench.harness.scenarios.kernel import KernelScenario
 
 
 def validate(cfg: Config) -> None:
@@ -46,6 +46,7 @@ def validate(cfg: Config) -> None:
          f"device.host_kv_gb={d.host_kv_gb} must be >= 0 and finite (null or 0: no host tier)")
     one_of("preemption", cfg.preemption, ("recompute", "swap"))
     one_of("host_copy", cfg.host_copy, ("batched", "per_block"))
+    validate_kv_manager(cfg)
     check(cfg.preemption != "swap" or bool(d.host_kv_gb),
          f"preemption=swap copies a victim's blocks to the host tier: set device.host_kv_gb > 0 "
          f"(device.host_kv_gb={d.host_kv_gb})")
@@ -58,6 +59,32 @@ def validate(cfg: Config) -> None:
     check_finite_floats(cfg)  # last: the keys' own checks above say more
 
 
+def validate_kv_manager(cfg: Config) -> None:
+    """``kv_manager``, ``swa_full_tokens_ratio`` and the model's layer kinds they group (harness/kv/groups.py)."""
+    from kvbench.harness.kv.groups import KV_MANAGERS, has_one_kind
+
+    one_of("kv_manager", cfg.kv_manager, KV_MANAGERS)
+    r = cfg.swa_full_tokens_ratio
+    check(isinstance(r, (int, float)) and r > 0 and r == r and r != float("inf"),
+         f"swa_full_tokens_ratio={r} must be a finite number > 0 (sliding-window pool tokens per full-attention "
+         "pool token, kv_manager=split_pools)")
+    try:
+        one = has_one_kind(cfg.model)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    prefix = cfg.impl is not None and cfg.impl.cache == "paged" and cfg.impl.prefix_caching
+    check(one or cfg.kv_manager == "uniform" or not prefix,
+         f"kv_manager={cfg.kv_manager} with impl.prefix_caching=true on model={cfg.model.name} (layers of several "
+         "attention kinds) is not supported yet: a hit must be held by every group; use kv_manager=uniform, or "
+         "an impl without prefix caching")
+    # capacity reads a grouped pool's usage in its own unit (harness/kv/factory.py usage_unit_bytes); the searches'
+    # probes do not yet
+    check(one or cfg.kv_manager == "uniform" or cfg.scenario.name == "capacity",
+         f"kv_manager={cfg.kv_manager} on model={cfg.model.name} (layers of several attention kinds) runs in "
+         f"scenario=capacity only: the grouped cache has no tensors yet; use kv_manager=uniform for "
+         f"scenario={cfg.scenario.name}")
+
+
 def validate_clock_profile(cfg: Config) -> None:
     """clock_profile=PATH: a readable profile table (its impl is checked when the impl runs)."""
     if cfg.clock_profile is None:
@@ -68,7 +95,7 @@ def validate_clock_profile(cfg: Config) -> None:
     check(cfg.scenario.bookkeeping,
          f"clock_profile prices simulated steps; scenario={cfg.scenario.name} runs on the wall clock "
          "(use it with scenario=capacity, or scenario=max_rate / max_concurrency with scenario.probe=capacity)")
-    from harness.serving.profile_table import read_profile_table
+    from kvbench.harness.serving.profile_table import read_profile_table
 
     read_profile_table(Path(cfg.clock_profile))  # one line naming the problem, before any job starts
 
@@ -111,16 +138,17 @@ def _decodes_with_model(sc) -> bool:
 
 def validate_impl(impl: ImplConfig) -> None:
     # The registries load no torch (it is imported where tensors are built).
-    from impls.eviction import POLICIES
-    from impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS, cache_kind
-    from kernels.registry import KERNELS, is_plugin
+    from kvbench.impls.eviction import POLICIES
+    from kvbench.impls.kinds import CONTIGUOUS_RESERVATIONS, KINDS, cache_kind
+    from kvbench.kernels.registry import KERNELS, is_plugin, plugin_module
 
     one_of("impl.cache", impl.cache, tuple(KINDS))
     if impl.kernel == "native" and impl.cache == "paged":
         return  # +impl=paged: the device's kernel, chosen once the device is known (harness/front/native.py)
     if is_plugin(impl.kernel):  # a kernel module by dotted path (kernels/registry.py)
-        check(importlib.util.find_spec(impl.kernel.rsplit(".", 1)[0]) is not None
-             and importlib.util.find_spec(impl.kernel) is not None,
+        module = plugin_module(impl.kernel)
+        check(importlib.util.find_spec(module.rsplit(".", 1)[0]) is not None
+             and importlib.util.find_spec(module) is not None,
              f"impl.kernel={impl.kernel!r}: no such module on the Python path; "
              f"allowed: {', '.join(KERNELS)}, or a kernel module's dotted path")
     else:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
-from harness.config import (
+from kvbench.harness.config import (
     ARRIVALS, DISTRIBUTIONS, RATE_ARRIVALS, THINK_DISTRIBUTIONS, TRACE_FORMATS, TRACE_SAMPLES, WORKLOAD_KINDS, Config,
 )
-from harness.front.checks import check, choices, one_of
+from kvbench.harness.front.checks import check, choices, one_of
 
 
 def validate_workload(cfg: Config) -> None:

@@ -13,16 +13,16 @@ from typing import Callable
 
 from omegaconf import OmegaConf
 
-from harness.config import Config, ImplConfig
-from harness.job.folder import KEPT, RunFolder, sweep_home
-from harness.job.identity import job_id
-from harness.job.impl_runner import ImplResult, run_impl
-from harness.job.interrupts import JobInterrupted
-from harness.job.isolation import run_in_process
-from harness.measure.fingerprint import collect, env_record
-from harness.results import atomic_write, measured_at, write_json
-from harness.results.vllm_json import write_vllm_results
-from harness.scenarios.context import JobContext
+from kvbench.harness.config import Config, ImplConfig
+from kvbench.harness.job.folder import KEPT, RunFolder, sweep_home
+from kvbench.harness.job.identity import job_id
+from kvbench.harness.job.impl_runner import ImplResult, run_impl
+from kvbench.harness.job.interrupts import JobInterrupted
+from kvbench.harness.job.isolation import run_in_process
+from kvbench.harness.measure.fingerprint import collect, env_record
+from kvbench.harness.results import atomic_write, measured_at, write_json
+from kvbench.harness.results.vllm_json import write_vllm_results
+from kvbench.harness.scenarios.context import JobContext
 
 
 def exit_code(row: dict) -> int:

@@ -17,10 +17,10 @@ from typing import Iterator
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from harness.untrusted.git import committed_unchanged
-from harness.results import write_json, write_run, write_tokens
-from harness.untrusted import RECORD_LIMIT, TABLE_LIMIT, UntrustedError, bare_name, own_file, read_json, read_text
-from harness.untrusted import read_table as read_untrusted_table
+from kvbench.harness.untrusted.git import committed_unchanged
+from kvbench.harness.results import write_json, write_run, write_tokens
+from kvbench.harness.untrusted import RECORD_LIMIT, TABLE_LIMIT, UntrustedError, bare_name, own_file, read_json, read_text
+from kvbench.harness.untrusted import read_table as read_untrusted_table
 
 JOB_FILE = "job.json"
 LOCK_FILE = ".kvbench.lock"

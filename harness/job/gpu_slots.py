@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.errors import ConfigError
+from kvbench.harness.errors import ConfigError
 
 PINNING_LAUNCHERS = ("joblib_gpus",)  # hydra/launcher options whose workers get a GPU each
 PINNED_ENV = "KVBENCH_PINNED_GPU"  # set once a worker holds its GPU (later jobs there keep it)

@@ -30,9 +30,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from harness.config import Config
-from harness.scenarios import schemas
-from harness.serving.cost_model import ROOFLINE_VERSION
+from kvbench.harness.config import Config
+from kvbench.harness.scenarios import schemas
+from kvbench.harness.serving.cost_model import ROOFLINE_VERSION
 
 # Keys of the resolved config that leave the results unchanged.
 NOT_IDENTITY = ("resume", "progress", "gpu:GpuConfig.match")

@@ -6,12 +6,12 @@ import logging
 import traceback
 from dataclasses import dataclass
 
-from harness.kv.budget import out_of_memory_message
-from harness.config import ImplConfig
-from harness.scenarios.context import JobContext
-from harness.errors import ConfigError
-from harness.scenarios import module as scenario_module
-from kernels.registry import kv_dtype_refusal
+from kvbench.harness.kv.budget import out_of_memory_message
+from kvbench.harness.config import ImplConfig
+from kvbench.harness.scenarios.context import JobContext
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.scenarios import module as scenario_module
+from kvbench.kernels.registry import kv_dtype_refusal
 
 log = logging.getLogger("kvbench")
 

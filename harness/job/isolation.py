@@ -16,11 +16,11 @@ import threading
 import time
 from pathlib import Path
 
-from harness.config import Config, ImplConfig
-from harness.scenarios.context import JobContext
-from harness.job.impl_runner import ImplResult, run_impl
-from harness.job.interrupts import SIGNALS
-from harness.measure.fingerprint import Fingerprint
+from kvbench.harness.config import Config, ImplConfig
+from kvbench.harness.scenarios.context import JobContext
+from kvbench.harness.job.impl_runner import ImplResult, run_impl
+from kvbench.harness.job.interrupts import SIGNALS
+from kvbench.harness.measure.fingerprint import Fingerprint
 
 
 def _exit_with(parent_pid: int) -> None:

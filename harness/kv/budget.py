@@ -18,9 +18,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from harness.config import Config
-from harness.errors import ConfigError
-from harness.kv.sizes import GB, activation_bytes_estimate, weight_bytes
+from kvbench.harness.config import Config
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.kv.sizes import GB, activation_bytes_estimate, weight_bytes
 
 # The largest simulated device (CPU runs, the capacity scenario): a node of 8 GPUs of 256 GB.
 MAX_SIMULATED_GB = 2048.0
@@ -112,7 +112,7 @@ def measure_activation_peak(model, device, head_dim: int, num_tokens: int, logit
         return None
     import torch
 
-    from kernels.prefill import prefill_attention
+    from kvbench.kernels.prefill import prefill_attention
 
     scale = head_dim**-0.5
     ids = torch.zeros(num_tokens, dtype=torch.long, device=device)

@@ -8,26 +8,58 @@ from typing import TYPE_CHECKING, Callable
 
 import psutil
 
-from harness.kv.budget import (
+from kvbench.harness.kv.budget import (
     HOST_BYTES_PER_TOKEN, HOST_CHECK_MIN_BYTES, HOST_WEIGHTS_RAM_FRACTION, check_host_pool, raise_budget_advice,
     simulated, workload_host_bytes,
 )
-from harness.config import Config, ImplConfig
-from harness.errors import ConfigError
-from harness.kv.sizes import DTYPE_BYTES, GB, kv_bytes_per_token, torch_dtype
-from impls.allocator import KVAllocator
-from impls.kinds import PoolSpec, TensorSpec, cache_kind
-from impls.sizing import CacheSizeError
-from kernels.kv_formats import is_quantized
+from kvbench.harness.config import Config, ImplConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.kv.sizes import DTYPE_BYTES, GB, kv_bytes_per_token, torch_dtype
+from kvbench.impls.allocator import KVAllocator
+from kvbench.impls.kinds import PoolSpec, TensorSpec, cache_kind
+from kvbench.impls.sizing import CacheSizeError
+from kvbench.kernels.kv_formats import is_quantized
 
 if TYPE_CHECKING:  # allocators are plain Python: a bookkeeping run (scenario=capacity) never loads torch
     import torch
 
-    from impls.base import KVCache
+    from kvbench.impls.base import KVCache
+
+
+def grouped_layout(cfg: Config, kv_bytes: int) -> dict:
+    """PoolSpec's grouped fields under ``cfg.kv_manager`` (harness/kv/groups.py); none for a model whose layers
+    all attend alike (one group under every manager: the BlockManager, today's rows)."""
+    from kvbench.harness.kv.groups import has_one_kind, kv_groups, layer_bytes_per_token, split_pool_bytes
+    from kvbench.impls.group_pool import PoolGroup
+
+    if has_one_kind(cfg.model) or cfg.kv_manager == "uniform":
+        return {}
+    groups = kv_groups(cfg.model, cfg.kv_manager)
+    layer = layer_bytes_per_token(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale)
+    pools = (split_pool_bytes(groups, kv_bytes, cfg.swa_full_tokens_ratio, layer)
+             if cfg.kv_manager == "split_pools" else [kv_bytes])
+    return {"groups": tuple(PoolGroup(g.kind, g.num_layers, g.page_layers, g.pool) for g in groups),
+            "pool_kv_bytes": tuple(pools), "layer_bytes": layer}
+
+
+def usage_unit_bytes(allocator: KVAllocator, cfg: Config) -> int:
+    """Bytes of one unit of ``allocator.usage()``: a token of every layer, or a grouped pool's layer slot."""
+    from kvbench.harness.kv.groups import layer_bytes_per_token
+
+    layers = getattr(allocator, "usage_unit_layers", None)
+    if layers is None:
+        return kv_bytes_per_token(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale)
+    return layers * layer_bytes_per_token(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale)
 
 
 def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
     """The budget and the config's shape as a kind reads them; ``impl`` None: no prefix caching."""
+    layout = grouped_layout(cfg, kv_bytes) if impl is None or impl.cache == "paged" else {}
+    prefix_caching = impl.prefix_caching if impl is not None else False
+    if layout and prefix_caching:
+        raise ConfigError(f"kv_manager={cfg.kv_manager} with impl.prefix_caching=true on model={cfg.model.name} "
+                          "(layers of several attention kinds) is not supported yet: a hit must be held by every "
+                          "group; use kv_manager=uniform, or impl.prefix_caching=false")
     return PoolSpec(
         kv_bytes=kv_bytes,
         bytes_per_token=kv_bytes_per_token(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale),
@@ -36,10 +68,11 @@ def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
         max_num_seqs=cfg.batch * cfg.workload.n,
         min_tokens=math.ceil(cfg.workload.prompt_len) + 1,  # prompt_len is a mean, maybe fractional
         watermark=cfg.device.watermark,
-        prefix_caching=impl.prefix_caching if impl is not None else False,
+        prefix_caching=prefix_caching,
         eviction=impl.eviction if impl is not None else "lru",
         host_kv_bytes=int((cfg.device.host_kv_gb or 0) * 1e9),  # GB = 1e9 bytes, as every budget
         preemption=cfg.preemption,
+        **layout,
     )
 
 
@@ -195,6 +228,11 @@ def _host_parts(cfg: Config, gpu_total_bytes: int | None) -> list[_HostPart]:
     one = block_bytes(cfg)
     if _paged(cfg):
         blocks = _largest_pool_bytes(cfg, gpu_total_bytes) // one
+        groups = grouped_layout(cfg, 0).get("groups", ())
+        if groups:  # a grouped pool's pages span a group's layers: more, smaller blocks (impls/group_pool.py)
+            one = min(one, cfg.block_size * min(g.page_layers for g in groups)
+                      * (block_bytes(cfg) // cfg.block_size // cfg.model.num_layers))
+            blocks = _largest_pool_bytes(cfg, gpu_total_bytes) // one
         if cfg.device.kv_cache_gb is not None:
             key, value, scale = "device.kv_cache_gb", cfg.device.kv_cache_gb, 1.0
         else:  # unset on a GPU: the pool is sized from the GPU's memory

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.model.config import ModelConfig
-from impls import sizing
-from kernels.kv_formats import VALUE_BYTES, is_quantized, scale_bytes_per_head
+from kvbench.harness.model.config import ModelConfig
+from kvbench.impls import sizing
+from kvbench.kernels.kv_formats import VALUE_BYTES, is_quantized, scale_bytes_per_head
 
 if TYPE_CHECKING:
     import torch
@@ -38,22 +38,65 @@ def kv_bytes_per_token(model: ModelConfig, dtype: str, kv_dtype: str = "auto", k
 
 
 def parameter_count(model: ModelConfig) -> int:
-    """Weights of a Llama-family model, from its shape (no tensors allocated)."""
-    h, i = model.hidden_size, model.intermediate_size
+    """Weights of the model, from its shape (no tensors allocated): every expert of a mixture counted, a tied
+    lm_head once. Each family's extra tensors as transformers holds them: q/k norms (Qwen3, Gemma 3),
+    Gemma 3's sandwich norms, gpt-oss's sinks, router bias and expert biases."""
+    h = model.hidden_size
     attn = h * model.q_size + 2 * h * model.kv_size + model.q_size * h
     if model.qkv_bias:
         attn += model.q_size + 2 * model.kv_size
-        if model.architecture == "llama":  # HF Llama's attention_bias also biases o_proj
+        if model.o_bias:
             attn += h
-    mlp = 3 * h * i
-    per_layer = attn + mlp + 2 * h  # two RMSNorm weights
+    if model.qk_norm:
+        attn += 2 * model.head_dim
+    if model.attention_sinks:
+        attn += model.num_heads
+    norms = (4 if model.architecture == "gemma3_text" else 2) * h  # Gemma 3 norms before and after each half
+    per_layer = attn + dense_mlp_parameters(model) + expert_parameters(model) + norms
     embed = model.vocab_size * h
     head = 0 if model.tie_word_embeddings else model.vocab_size * h
     return model.num_layers * per_layer + embed + head + h
 
 
+def dense_mlp_parameters(model: ModelConfig) -> int:
+    """A layer's gated MLP, or its mixture's router (gpt-oss's with a bias): what is not an expert matrix."""
+    if model.is_moe:
+        return model.hidden_size * model.num_experts + (model.num_experts if model.architecture == "gpt_oss" else 0)
+    return 3 * model.hidden_size * model.intermediate_size
+
+
+def expert_parameters(model: ModelConfig) -> int:
+    """A layer's routed experts: gate, up and down matrices (all experts), plus gpt-oss's per-expert biases."""
+    if not model.is_moe:
+        return 0
+    return expert_matrix_parameters(model) + expert_bias_parameters(model)
+
+
+def expert_matrix_parameters(model: ModelConfig) -> int:
+    """A layer's expert weight matrices: the tensors an MXFP4 checkpoint stores at 4 bits."""
+    return model.num_experts * 3 * model.hidden_size * model.moe_intermediate_size
+
+
+def expert_bias_parameters(model: ModelConfig) -> int:
+    if model.architecture != "gpt_oss":
+        return 0
+    return model.num_experts * (2 * model.moe_intermediate_size + model.hidden_size)
+
+
+# MXFP4 (OCP microscaling): a 4-bit E2M1 value per weight and one 8-bit E8M0 scale per block of 32.
+MXFP4_BLOCK = 32
+
+
 def weight_bytes(model: ModelConfig, dtype: str) -> int:
-    return parameter_count(model) * DTYPE_BYTES[dtype]
+    """Bytes of the weights as stored: every tensor at ``dtype``, except experts a checkpoint ships in MXFP4
+    (``expert_dtype: mxfp4``, gpt-oss), which take half a byte a value plus a byte per 32 (biases stay at
+    ``dtype``)."""
+    params = parameter_count(model)
+    if model.expert_dtype != "mxfp4":
+        return params * DTYPE_BYTES[dtype]
+    packed = model.num_layers * expert_matrix_parameters(model)
+    mxfp4 = packed // 2 + -(-packed // MXFP4_BLOCK)
+    return (params - packed) * DTYPE_BYTES[dtype] + mxfp4
 
 
 def activation_bytes_estimate(model: ModelConfig, dtype: str, max_tokens: int, logits_rows: int) -> int:
@@ -66,6 +109,9 @@ def activation_bytes_estimate(model: ModelConfig, dtype: str, max_tokens: int, l
     """
     b = DTYPE_BYTES[dtype]
     logits = logits_rows * model.vocab_size * 4
-    mlp = max_tokens * 3 * model.intermediate_size * b
+    # A mixture's widest intermediate: each token's chosen experts' gate+up, and the router's logits.
+    width = (model.num_experts_per_tok * model.moe_intermediate_size + model.num_experts if model.is_moe
+             else model.intermediate_size)
+    mlp = max_tokens * 3 * width * b
     hidden = max_tokens * 6 * max(model.hidden_size, model.q_size + 2 * model.kv_size) * b
     return logits + mlp + hidden

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.measure import nvml
+from kvbench.harness.measure import nvml
 
 
 def peak_bandwidth_gbps(device: torch.device) -> float | None:

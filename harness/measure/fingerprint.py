@@ -13,9 +13,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.untrusted.git import git
-from harness.measure.nvml import driver_version
-from harness.paths import REPO_ROOT
+from kvbench.harness.untrusted.git import git
+from kvbench.harness.measure.nvml import driver_version
+from kvbench.harness.paths import REPO_ROOT
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def device_slug(device: str) -> str:
 
 def auto_device_slug() -> str:
     """This machine's results folder name: the GPU's when torch sees one, else the CPU's."""
-    from kernels.cuda_available import cuda_available
+    from kvbench.kernels.cuda_available import cuda_available
 
     return device_slug("cuda" if cuda_available() else "cpu")
 
@@ -122,7 +122,7 @@ def _torch_versions(device: str) -> tuple[str, str | None]:
     when torch is not loaded yet: a bookkeeping run (scenario=capacity) never needs torch, and
     importing it costs about a second; anything unreadable asks torch itself."""
     if device != "cuda" and "torch" not in sys.modules:
-        from kernels.cuda_available import torch_build_constants
+        from kvbench.kernels.cuda_available import torch_build_constants
 
         values = torch_build_constants() or {}
         if isinstance(values.get("__version__"), str) and "cuda" in values:

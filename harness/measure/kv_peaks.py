@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impls.allocator import CacheUsage
+from kvbench.impls.allocator import CacheUsage
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import torch
 
-from harness.measure import nvml
+from kvbench.harness.measure import nvml
 
 # Each sample is a few NVML calls and a /proc read under the GIL; every 5 ms they competed
 # with the engine's Python loop that the run is timing. torch's allocator peaks are exact at

@@ -19,7 +19,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from harness.measure.metrics import percentile
+from kvbench.harness.measure.metrics import percentile
 
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any GPU's L2 cache (an H200 has 60 MB)
 

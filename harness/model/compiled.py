@@ -36,7 +36,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from harness.model.llama import AttentionFn, LlamaModel, prepack_supported
+from kvbench.harness.model.llama import AttentionFn, LlamaModel, prepack_supported
 
 # Models above this many parameters are GEMM-bound: the element-wise work inductor
 # fuses is a small share of their step, and their compile is longer.

@@ -1,4 +1,4 @@
-"""The model config group's schema: a Llama-family shape, by name or from a HF folder.
+"""The model config group's schema: a decoder's shape, by name or from a HF folder.
 
 Fields mirror Hugging Face ``config.json`` so a named YAML in conf/model/ and a
 local checkpoint folder produce the same object.
@@ -7,21 +7,35 @@ local checkpoint folder produce the same object.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
-ARCHITECTURES = ("llama", "mistral", "qwen2")
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "gpt_oss")
+# The architectures harness/model/llama.py computes token for token; the others (and any model whose layers
+# include sliding windows shorter than the run's context) load for capacity and simulated serving only.
+COMPUTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
 WEIGHT_SOURCES = ("dummy", "path")
+LAYER_TYPES = ("full_attention", "sliding_attention")
+ROPE_TYPES = ("llama3", "linear", "yarn")
+HIDDEN_ACTS = ("silu", "gelu_pytorch_tanh")
+# How the routed experts' weights are stored: "dtype" the run's dtype; "mxfp4" 4-bit values with one 8-bit
+# scale per 32 (gpt-oss's published checkpoints).
+EXPERT_DTYPES = ("dtype", "mxfp4")
 
 
 @dataclass
 class RopeScaling:
-    """Llama-3.1 style frequency-dependent RoPE scaling (``rope_type: llama3``)."""
+    """RoPE frequency scaling: Llama-3.1's ``llama3`` (the one harness/model/rope.py computes), ``linear``
+    (Gemma 3's global layers) and ``yarn`` (gpt-oss); the latter two are read for the record only."""
 
     rope_type: str = "llama3"
     factor: float = 8.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    # yarn's ramp between the fast and slow rotations, and whether its bounds are truncated to integers.
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
 
 
 @dataclass
@@ -42,6 +56,34 @@ class ModelConfig:
     qkv_bias: bool = False
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 4096
+    # Per layer, its attention kind in transformers' names ("full_attention", "sliding_attention"); None: every
+    # layer attends to every earlier token. The KV cache groups layers of one kind (harness/kv/groups.py).
+    layer_types: Optional[List[str]] = None
+    # The window of a "sliding_attention" layer, in tokens (a query sees itself and the window - 1 before it).
+    sliding_window: Optional[int] = None
+    # gpt-oss: a learned per-head logit that joins every softmax and caches nothing.
+    attention_sinks: bool = False
+    # Qwen3, Gemma 3: an RMSNorm over head_dim of every q and k head, before RoPE.
+    qk_norm: bool = False
+    # The MLP's activation: silu (SwiGLU) or Gemma's gelu_pytorch_tanh (GeGLU).
+    hidden_act: str = "silu"
+    # Mixture of experts (Qwen3-MoE, gpt-oss): every layer's MLP is num_experts experts of moe_intermediate_size,
+    # num_experts_per_tok of them per token; 0 experts: a dense MLP of intermediate_size.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    # Whether the chosen experts' router weights are renormalised to sum to 1 (gpt-oss's softmax over its
+    # top-k logits is that renormalisation).
+    norm_topk_prob: bool = False
+    expert_dtype: str = "dtype"
+    # gpt-oss's clamped SwiGLU: gate clamped above, up to [-limit, limit]; null: plain SwiGLU.
+    swiglu_limit: Optional[float] = None
+    # Gemma 3: the softmax scale is query_pre_attn_scalar ** -0.5 (null: head_dim ** -0.5); sliding layers'
+    # RoPE base (null: rope_theta for every layer); tanh soft caps of the attention scores and the logits.
+    query_pre_attn_scalar: Optional[float] = None
+    rope_local_theta: Optional[float] = None
+    attn_logit_softcapping: Optional[float] = None
+    final_logit_softcapping: Optional[float] = None
     # "dummy": seeded random weights; "path": safetensors from ``path``.
     weights: str = "dummy"
     # Local Hugging Face folder (config.json + *.safetensors). Setting it
@@ -55,3 +97,12 @@ class ModelConfig:
     @property
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def o_bias(self) -> bool:
+        """attention_bias biases o_proj too, except in Qwen2 (q/k/v only; Mistral never reads it)."""
+        return self.qkv_bias and self.architecture != "qwen2"
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0

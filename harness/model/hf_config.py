@@ -3,7 +3,9 @@
 A named YAML already holds the shape; ``model.path`` replaces it with the shape
 read from a Hugging Face folder's ``config.json`` (both the ``rope_theta`` +
 ``rope_scaling`` layout of published checkpoints and the ``rope_parameters``
-layout that transformers 5.x writes).
+layout that transformers 5.x writes). The keys every family shares are read here,
+each family's own (windows, experts, Gemma's and gpt-oss's details) in
+harness/model/hf_families.py; the checks are harness/model/validate_model.py's.
 """
 
 from __future__ import annotations
@@ -15,13 +17,22 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from harness.errors import ConfigError, finite_number, whole_number
-from harness.model.config import ARCHITECTURES, WEIGHT_SOURCES, ModelConfig, RopeScaling
+from kvbench.harness.errors import ConfigError, finite_number, whole_number
+from kvbench.harness.model.config import ModelConfig, RopeScaling
+from kvbench.harness.model.hf_families import (
+    DEFAULT_ROPE_KINDS,
+    DEFAULTS,
+    MODEL_TYPES,
+    ROPE_KINDS,
+    family_fields,
+    flatten,
+)
+from kvbench.harness.model.validate_model import validate_model_config
 
-# transformers' per-architecture defaults for keys a config.json may omit.
 # A shape figure of config.json: a whole number up to int32's range (the kernels index with int32).
 MAX_SIZE = 2**31 - 1
 REQUIRED_FIELDS = ("hidden_size", "num_attention_heads", "vocab_size", "intermediate_size", "num_hidden_layers")
+# transformers' per-architecture defaults for max_position_embeddings (the others: hf_families.DEFAULTS).
 _DEFAULT_MAX_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768}
 
 
@@ -44,7 +55,7 @@ def _as_model_config(cfg: Any) -> ModelConfig:
 
 
 def read_hf_config(path: str) -> ModelConfig:
-    """Map ``PATH/config.json`` (llama / mistral / qwen2) onto ``ModelConfig``."""
+    """Map ``PATH/config.json`` (any model_type of ``MODEL_TYPES``) onto ``ModelConfig``."""
     folder = Path(path).expanduser()
     config_file = folder / "config.json"
     if not config_file.is_file():
@@ -56,13 +67,15 @@ def read_hf_config(path: str) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"model.path={path}: config.json holds {type(raw).__name__}, not an object of keys")
 
-    arch = raw.get("model_type")
-    if arch not in ARCHITECTURES:
+    model_type = raw.get("model_type")
+    if model_type not in MODEL_TYPES:
         raise ConfigError(
-            f"model.path={path}: model_type {arch!r} is not supported; "
-            f"allowed: {', '.join(ARCHITECTURES)}"
+            f"model.path={path}: model_type {model_type!r} is not supported; "
+            f"allowed: {', '.join(MODEL_TYPES)}"
         )
-    if raw.get("hidden_act", "silu") != "silu":
+    arch = MODEL_TYPES[model_type]
+    raw = {**DEFAULTS[arch], **flatten(raw, path)}
+    if arch != "gemma3_text" and raw.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"model.path={path}: hidden_act {raw['hidden_act']!r} unsupported (silu only)")
     if raw.get("mlp_bias", False):
         raise ConfigError(f"model.path={path}: mlp_bias=true is unsupported")
@@ -80,7 +93,7 @@ def read_hf_config(path: str) -> ModelConfig:
         num_layers=size("num_hidden_layers", raw["num_hidden_layers"]),
         num_heads=heads,
     )
-    theta, scaling = _rope(raw, path)
+    theta, scaling = _rope(raw, path, ROPE_KINDS.get(arch, DEFAULT_ROPE_KINDS))
     return ModelConfig(
         name=folder.resolve().name,
         architecture=arch,
@@ -90,14 +103,16 @@ def read_hf_config(path: str) -> ModelConfig:
         rope_theta=theta,
         rope_scaling=scaling,
         rms_norm_eps=finite_number(raw.get("rms_norm_eps", 1e-6), f"model.path={path}: config.json rms_norm_eps", 0),
-        # Qwen2 always biases q/k/v; Mistral never does (HF ignores attention_bias there).
-        qkv_bias=arch == "qwen2" or (arch == "llama" and _flag(raw, "attention_bias", path)),
+        # Qwen2 always biases q/k/v; Mistral never does (HF ignores attention_bias there); the others bias
+        # q/k/v/o with attention_bias.
+        qkv_bias=arch == "qwen2" or (arch != "mistral" and _flag(raw, "attention_bias", path)),
         tie_word_embeddings=_flag(raw, "tie_word_embeddings", path),
         max_position_embeddings=size("max_position_embeddings",
-                                     _or(raw, "max_position_embeddings", _DEFAULT_MAX_POSITIONS[arch])),
+                                     _or(raw, "max_position_embeddings", _DEFAULT_MAX_POSITIONS.get(arch, 32768))),
         weights="path",
         path=str(path),
         **fields,
+        **family_fields(arch, raw, fields["num_layers"], path),
     )
 
 
@@ -114,77 +129,34 @@ def _flag(raw: dict[str, Any], key: str, path: str) -> bool:
     return value
 
 
-def _rope(raw: dict[str, Any], path: str) -> tuple[float, RopeScaling | None]:
-    # transformers 5.x: rope_parameters {rope_theta, rope_type, ...};
-    # older files: top-level rope_theta + rope_scaling {type|rope_type, ...}.
+def _rope(raw: dict[str, Any], path: str, kinds: tuple[str, ...]) -> tuple[float, RopeScaling | None]:
+    # transformers 5.x: rope_parameters {rope_theta, rope_type, ...} (Gemma 3: one such per layer kind, the
+    # full-attention layers' here); older files: top-level rope_theta + rope_scaling {type|rope_type, ...}.
     params: dict[str, Any] = dict(raw.get("rope_scaling") or {})
-    params.update(raw.get("rope_parameters") or {})
+    layered = raw.get("rope_parameters") or {}
+    params.update(layered.get("full_attention") or {} if "full_attention" in layered else layered)
     theta = finite_number(params.get("rope_theta", raw.get("rope_theta", 10000.0)),
                           f"model.path={path}: config.json rope_theta", 0)
     kind = params.get("rope_type", params.get("type", "default"))
     if kind == "default":
         return theta, None
-    if kind != "llama3":
-        raise ConfigError(f"model.path={path}: rope type {kind!r} unsupported; allowed: default, llama3")
-    lacks = [k for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-             if k not in params]
+    if kind not in kinds:
+        raise ConfigError(f"model.path={path}: rope type {kind!r} unsupported; allowed: {', '.join(kinds)}")
+    required = {"llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                "linear": ("factor",), "yarn": ("factor", "original_max_position_embeddings")}[kind]
+    lacks = [k for k in required if k not in params]
     if lacks:
-        raise ConfigError(f"model.path={path}: llama3 rope scaling lacks {lacks[0]!r}")
+        raise ConfigError(f"model.path={path}: {kind} rope scaling lacks {lacks[0]!r}")
     what = f"model.path={path}: config.json rope scaling"
-    scaling = RopeScaling(
-        rope_type="llama3",
-        factor=finite_number(params["factor"], f"{what} factor", 0),
-        low_freq_factor=finite_number(params["low_freq_factor"], f"{what} low_freq_factor", 0),
-        high_freq_factor=finite_number(params["high_freq_factor"], f"{what} high_freq_factor", 0),
-        original_max_position_embeddings=whole_number(params["original_max_position_embeddings"],
-                                                      f"{what} original_max_position_embeddings", 1, MAX_SIZE),
-    )
+    number = lambda key, default: finite_number(params.get(key, default), f"{what} {key}", 0)  # noqa: E731
+    scaling = RopeScaling(rope_type=kind, factor=number("factor", None))
+    if kind == "llama3":
+        scaling.low_freq_factor = number("low_freq_factor", None)
+        scaling.high_freq_factor = number("high_freq_factor", None)
+    if kind == "yarn":  # transformers' yarn defaults
+        scaling.beta_fast, scaling.beta_slow = number("beta_fast", 32.0), number("beta_slow", 1.0)
+        scaling.truncate = _flag({"truncate": params.get("truncate", True)}, "truncate", path)
+    if kind in ("llama3", "yarn"):
+        scaling.original_max_position_embeddings = whole_number(
+            params["original_max_position_embeddings"], f"{what} original_max_position_embeddings", 1, MAX_SIZE)
     return theta, scaling
-
-
-def validate_model_config(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming the first bad ``model.*`` key."""
-    if cfg.architecture not in ARCHITECTURES:
-        raise ConfigError(
-            f"model.architecture={cfg.architecture!r} is not supported; allowed: {', '.join(ARCHITECTURES)}"
-        )
-    if cfg.weights not in WEIGHT_SOURCES:
-        raise ConfigError(f"model.weights={cfg.weights!r}; allowed: {', '.join(WEIGHT_SOURCES)}")
-    if cfg.weights == "path" and not cfg.path:
-        raise ConfigError("model.weights=path needs model.path (a Hugging Face folder)")
-    for key in (
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_layers",
-        "num_heads",
-        "num_kv_heads",
-        "head_dim",
-        "max_position_embeddings",
-    ):
-        value = getattr(cfg, key)
-        if not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"model.{key}={value!r} must be a positive integer")
-    if cfg.num_heads % cfg.num_kv_heads:
-        raise ConfigError(
-            f"model.num_kv_heads={cfg.num_kv_heads} must divide model.num_heads={cfg.num_heads}"
-        )
-    if cfg.head_dim % 2:
-        raise ConfigError(f"model.head_dim={cfg.head_dim} must be even (RoPE rotates pairs)")
-    if not cfg.rope_theta > 0:
-        raise ConfigError(f"model.rope_theta={cfg.rope_theta} must be positive")
-    if not cfg.rms_norm_eps > 0:
-        raise ConfigError(f"model.rms_norm_eps={cfg.rms_norm_eps} must be positive")
-    rs = cfg.rope_scaling
-    if rs is not None:
-        if rs.rope_type != "llama3":
-            raise ConfigError(f"model.rope_scaling.rope_type={rs.rope_type!r}; allowed: llama3 (or null)")
-        if not rs.factor > 0 or rs.original_max_position_embeddings <= 0:
-            raise ConfigError(
-                "model.rope_scaling.factor and .original_max_position_embeddings must be positive"
-            )
-        if not rs.high_freq_factor > rs.low_freq_factor > 0:
-            raise ConfigError(
-                "model.rope_scaling needs high_freq_factor > low_freq_factor > 0, got "
-                f"{rs.high_freq_factor} and {rs.low_freq_factor}"
-            )

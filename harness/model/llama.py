@@ -1,14 +1,15 @@
-"""The Llama family (Llama 2/3, Mistral, Qwen2) as one plain-torch decoder.
+"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3) as one plain-torch decoder.
 
 Inputs are flat token batches (vLLM style): ``T`` tokens that may belong to many
 sequences. The model knows nothing about sequences; the attention callable (a KV
 cache) stores K/V and decides what each query attends to.
 
 Differences inside the family are config switches: GQA (``num_kv_heads``), q/k/v
-bias (Qwen2, and Llama's ``attention_bias``), tied embeddings, and Llama-3.1 RoPE
-scaling. Mistral's sliding window is ignored: the published 4096-token window is
-never reached by a benchmark context shorter than it, and beyond it this model
-attends to the whole prefix (as Mistral v0.2+ does, which dropped the window).
+bias (Qwen2, and Llama's and Qwen3's ``attention_bias``), Qwen3's per-head q/k norms,
+tied embeddings, and Llama-3.1 RoPE scaling. Every layer attends to the whole prefix:
+a sliding window (Mistral v0.1, Qwen2/3 with use_sliding_window) is computed only where
+it hides nothing, a window at least the run's max_seq_len (harness/model/support.py
+refuses the rest, and the families this decoder does not compute).
 
 On a CPU at float32 (build_model's defaults) the eager forward runs the dense work as a CPU serving
 engine does: decode-sized GEMMs on weights packed once (harness/model/packed_linear.py), and the
@@ -24,16 +25,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.model.config import ModelConfig
-from harness.model.packed_linear import (  # noqa: F401  (the packed GEMMs' names, as the tests know them)
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.packed_linear import (  # noqa: F401  (the packed GEMMs' names, as the tests know them)
     PACKED_MAX_ROWS,
     PackedWeight,
     linear,
     pack_kind,
     prepack_supported,
 )
-from harness.model.rope import RotaryEmbedding, apply_rotary
-from kernels import dense_op
+from kvbench.harness.model.rope import RotaryEmbedding, apply_rotary
+from kvbench.kernels import dense_op
 
 # (layer_idx, q [T, heads, head_dim], k [T, kv_heads, head_dim], v [T, kv_heads, head_dim])
 #   -> [T, heads, head_dim]. q and k carry RoPE already; the callee applies the
@@ -45,8 +46,8 @@ Device = torch.device | str
 
 
 def has_o_bias(cfg: ModelConfig) -> bool:
-    """HF Llama's ``attention_bias`` also biases o_proj; Qwen2's bias is q/k/v only."""
-    return cfg.qkv_bias and cfg.architecture == "llama"
+    """HF Llama's (and Qwen3's) ``attention_bias`` also biases o_proj; Qwen2's bias is q/k/v only."""
+    return cfg.o_bias
 
 
 def _empty(*shape: int, dtype: torch.dtype, device: Device) -> nn.Parameter:
@@ -97,6 +98,10 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if fused_here(x, self.fused):
             return dense_op.rms_norm(x, self.weight, self.eps)
+        return self.reference(x)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """torch's ops over the last dimension of ``x`` (any leading shape: Qwen3's per-head q/k norms)."""
         x32 = x.float()
         # HF's x32 * rsqrt(mean(x32^2) + eps), op for op; the [T, 1] statistics updated in place, which
         # saves two allocations per norm (17 norms a step in a small model's eager decode).
@@ -114,6 +119,9 @@ class Attention(nn.Module):
         self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
         self.qkv_proj = Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, cfg.qkv_bias, dtype, device)
         self.o_proj = Linear(cfg.q_size, cfg.hidden_size, has_o_bias(cfg), dtype, device)
+        # Qwen3: each q and k head RMS-normed over head_dim before RoPE (HF's q_norm / k_norm).
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, device) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, device) if cfg.qk_norm else None
         self.fused = False  # LlamaModel.fuse_elementwise
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
@@ -123,6 +131,8 @@ class Attention(nn.Module):
     def split_rotate(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
         """The fused projection's output ``[T, (H + 2 KVH) D]`` -> q and k rotated by RoPE, and v."""
         tokens = qkv.shape[0]
+        if self.q_norm is not None and self.k_norm is not None:
+            return self.split_norm_rotate(qkv, cos, sin)
         if fused_here(qkv, self.fused) and cos.is_contiguous() and sin.is_contiguous():
             return dense_op.rope_qkv(qkv, cos, sin, self.num_heads, self.num_kv_heads)  # bit-identical to below
         qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
@@ -133,6 +143,16 @@ class Attention(nn.Module):
         # q, k and v are strided views (of the rotated heads, of the fused output); kernels want dense rows.
         v = v.reshape(tokens, self.num_kv_heads, self.head_dim).contiguous()
         return q.contiguous(), k.contiguous(), v
+
+    def split_norm_rotate(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
+        """split_rotate with Qwen3's per-head q/k norms between the split and RoPE, in HF's op order (torch's
+        ops: the fused rope_qkv op has no norm inside)."""
+        assert self.q_norm is not None and self.k_norm is not None
+        tokens = qkv.shape[0]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = apply_rotary(self.q_norm.reference(q.reshape(tokens, self.num_heads, self.head_dim)), cos, sin)
+        k = apply_rotary(self.k_norm.reference(k.reshape(tokens, self.num_kv_heads, self.head_dim)), cos, sin)
+        return q.contiguous(), k.contiguous(), v.reshape(tokens, self.num_kv_heads, self.head_dim).contiguous()
 
     def project_out(self, attn: torch.Tensor) -> torch.Tensor:
         """``[T, heads, D]`` attention output -> ``[T, hidden]``."""
@@ -165,7 +185,12 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
         self.self_attn = Attention(cfg, dtype, device)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
-        self.mlp = MLP(cfg, dtype, device)
+        if cfg.is_moe:
+            from kvbench.harness.model.moe import SparseMoE  # it builds on this module's Linear
+
+            self.mlp: nn.Module = SparseMoE(cfg, dtype, device)
+        else:
+            self.mlp = MLP(cfg, dtype, device)
 
     # A layer is two halves around the cache's attention, so a decode forward can run the
     # dense work between two attentions as one piece (harness/model/piecewise.py).

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels import dense_op
+from kvbench.kernels import dense_op
 
 PACKED_MAX_ROWS = 64
 # The fewest rows each kernel runs: oneDNN's inner product lost to MKL's GEMV at one row.

@@ -29,7 +29,7 @@ import gc
 from dataclasses import dataclass
 import torch
 
-from harness.model.llama import AttentionFn, LlamaModel
+from kvbench.harness.model.llama import AttentionFn, LlamaModel
 
 
 MAX_CAPTURE_SIZE = 512

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from harness.model.config import RopeScaling
+from kvbench.harness.model.config import RopeScaling
 
 
 def inverse_frequencies(

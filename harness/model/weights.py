@@ -13,10 +13,11 @@ from pathlib import Path
 
 import torch
 
-from harness.errors import ConfigError
-from harness.model.config import ModelConfig
-from harness.model.hf_config import resolve_model_config
-from harness.model.llama import LlamaModel, fuse_supported, prepack_supported
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.hf_config import resolve_model_config
+from kvbench.harness.model.llama import LlamaModel, fuse_supported, prepack_supported
+from kvbench.harness.model.support import compute_refusal
 
 # Dummy-weight scales (all N(0, std^2), norms = 1, drawn directly in the model dtype):
 #   lm_head           LOGIT_STD / sqrt(hidden): the final RMSNorm gives unit-rms rows,
@@ -55,8 +56,10 @@ def _dummy_std(name: str, cfg: ModelConfig) -> float | None:
         return head_std if cfg.tie_word_embeddings else EMBED_STD
     if name == "lm_head.weight":
         return head_std
-    if name.endswith(("qkv_proj.weight", "gate_up_proj.weight")):
+    if name.endswith(("qkv_proj.weight", "gate_up_proj.weight", "mlp.gate.weight", "experts.gate_up_proj")):
         return 1.0 / math.sqrt(hidden)
+    if name.endswith("experts.down_proj"):  # a mixture's output is a weighted mean of its chosen experts'
+        return BRANCH_GAIN / math.sqrt(cfg.moe_intermediate_size * 2 * layers)
     if name.endswith("o_proj.weight"):
         return BRANCH_GAIN / math.sqrt(cfg.q_size * 2 * layers)
     if name.endswith("down_proj.weight"):
@@ -113,6 +116,14 @@ def _target(hf_name: str, cfg: ModelConfig) -> tuple[str, int, int | None]:
     if m:
         start = 0 if m[2] == "gate" else cfg.intermediate_size
         return f"{m[1]}.gate_up_proj.weight", start, cfg.intermediate_size
+    # A per-expert checkpoint (Qwen3-30B-A3B as published) into transformers 5's stacked experts, whose rows
+    # are counted over the leading dimensions: expert e's gate at e * 2I, its up at e * 2I + I, its down at e * H.
+    m = re.fullmatch(r"(layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight", name)
+    if m:
+        expert, size = int(m[2]), cfg.moe_intermediate_size
+        if m[3] == "down":
+            return f"{m[1]}.down_proj", expert * cfg.hidden_size, cfg.hidden_size
+        return f"{m[1]}.gate_up_proj", expert * 2 * size + (size if m[3] == "up" else 0), size
     return name, 0, None
 
 
@@ -152,7 +163,9 @@ def load_safetensors_weights(model: LlamaModel, path: str) -> None:
                 if target not in params:
                     raise ConfigError(f"model.path={path}: unexpected tensor {hf_name} in {file.name}")
                 param = params[target]
-                dest = param if rows is None else param[start : start + rows]
+                # rows of a stacked tensor ([E, rows, cols]) count over its leading dimensions
+                flat = param.view(-1, param.shape[-1]) if param.dim() > 2 else param
+                dest = param if rows is None else flat[start : start + rows]
                 tensor = f.get_tensor(hf_name)
                 if tensor.shape != dest.shape:
                     raise ConfigError(
@@ -160,8 +173,8 @@ def load_safetensors_weights(model: LlamaModel, path: str) -> None:
                         f"config.json implies {tuple(dest.shape)}"
                     )
                 dest.copy_(tensor)
-                filled[target] += dest.shape[0]
-    unfilled = [n for n, p in params.items() if filled[n] != p.shape[0]]
+                filled[target] += dest.numel()
+    unfilled = [n for n, p in params.items() if filled[n] != p.numel()]
     if unfilled:
         raise ConfigError(f"model.path={path}: checkpoint lacks (or repeats) weights for {unfilled[:5]}")
 
@@ -177,7 +190,7 @@ def fuse_default(device: torch.device | str, dtype: torch.dtype) -> bool:
     and load (kernels/dense_op.py: a C++ compiler built them), unless ``KVBENCH_CPU_FUSED=0``."""
     if os.environ.get("KVBENCH_CPU_FUSED", "1") == "0" or not fuse_supported(device, dtype):
         return False
-    from kernels.dense_op import dense_ops_unavailable
+    from kvbench.kernels.dense_op import dense_ops_unavailable
 
     return dense_ops_unavailable() is None
 
@@ -203,6 +216,9 @@ def build_model(
     if torch.device(device).type == "cpu":
         torch.set_flush_denormal(True)
     cfg = resolve_model_config(cfg)
+    refusal = compute_refusal(cfg)
+    if refusal is not None:
+        raise ConfigError(refusal)
     model = LlamaModel(cfg, dtype, device)
     with torch.no_grad():
         if cfg.weights == "path":

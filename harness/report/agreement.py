@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.untrusted import TABLE_LIMIT, UntrustedError, read_text
+from kvbench.harness.untrusted import TABLE_LIMIT, UntrustedError, read_text
 
-from harness.measure.agreement import Key, prefix_agreement  # noqa: F401 (the report's view of it)
+from kvbench.harness.measure.agreement import Key, prefix_agreement  # noqa: F401 (the report's view of it)
 
 EXACT_DTYPES = ("float32", "float64")  # where the impls must agree token for token
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.selection import ok_rows
-from harness.report.tables import md_table, pick
+from kvbench.harness.report.selection import ok_rows
+from kvbench.harness.report.tables import md_table, pick
 
 ATTENTION_TITLE = "Attention's share of a step"
 SHARES = ("attention_share_decode", "attention_share_decode_top", "attention_share_prefill")

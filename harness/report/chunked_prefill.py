@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.selection import measured_as
-from harness.report.tables import md_table, pick
+from kvbench.harness.report.selection import measured_as
+from kvbench.harness.report.tables import md_table, pick
 
 CHUNKED_TITLE = "Chunked prefill against whole-prompt prefill"
 SAME = ["device_slug", "scenario", "clock", "clock_source", "model", "dtype", "impl", "batch", "max_seq_len",

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.selection import measured_as, ok_rows
-from harness.report.tables import md_table, md_text, pick
+from kvbench.harness.report.selection import measured_as, ok_rows
+from kvbench.harness.report.tables import md_table, md_text, pick
 
 CLOCK_TITLE = "The simulated clock against the wall clock"
 SATURATED = 0.9  # achieved over offered rate below which a run is saturated

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.external import read_external
-from harness.untrusted import YAML_LIMIT, UntrustedError, read_text, read_yaml
-from harness.untrusted import read_table as read_untrusted_table
-from harness.results import BOOLEANS, COLUMNS, METRICS, REQUIRED, STATUSES, TEXT_METRICS, typed
+from kvbench.harness.report.external import ExternalDefaults, read_external
+from kvbench.harness.untrusted import YAML_LIMIT, UntrustedError, read_text, read_yaml
+from kvbench.harness.untrusted import read_table as read_untrusted_table
+from kvbench.harness.results import BOOLEANS, COLUMNS, METRICS, REQUIRED, STATUSES, TEXT_METRICS, typed
 
 BOOLEAN = list(BOOLEANS)  # true/false columns (harness/results): a CSV gives them back as text
 # Columns that hold numbers; a run folder's CSV or an all-None Parquet column may have typed
@@ -286,7 +286,9 @@ def _read_all(root: Path, dirs: list[Path]) -> list[_RunTables]:
         return list(pool.map(lambda d: _read_run(root, d), dirs))
 
 
-def collect(roots: list[Path]) -> Collection:
+def collect(roots: list[Path], external: ExternalDefaults | None = None) -> Collection:
+    """Every run folder's rows and side tables under ``roots``, and other systems' results (``external``: the
+    device and batch of vLLM files that record neither)."""
     rows_frames, commands, labels = [], [], []
     side: dict[str, list[pd.DataFrame]] = {name: [] for name in SIDE_TABLES}
     problems: list[ReadProblem] = []
@@ -326,7 +328,7 @@ def collect(roots: list[Path]) -> Collection:
         incomplete += [(_label(root, d), d) for d in find_config_dirs(root) if d not in seen]
         commands += _commands(root, list(per_dir), per_dir)
     for root in roots:  # other systems' benchmark JSON (external/<system>/*.json) as rows: harness/report/external.py
-        frames, unread = read_external(root, lambda path, root=root: _label(root, path))
+        frames, unread = read_external(root, lambda path, root=root: _label(root, path), external)
         rows_frames += frames
         problems += [ReadProblem(label, path, why) for label, path, why in unread]
     rows = concat(rows_frames, ["run_dir", *(c for c in COLUMNS if c != "run_id")])

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
 import pandas as pd
 
-from harness.results import tidy
-from harness.results.consistency import check_consistency, judged
-from harness.untrusted import JSON_LIMIT, UntrustedError, read_text
-from harness.results.vllm_json import VllmJsonError, from_vllm, looks_like_vllm
+from kvbench.harness.results import tidy
+from kvbench.harness.results.consistency import check_consistency, judged
+from kvbench.harness.untrusted import JSON_LIMIT, UntrustedError, read_text
+from kvbench.harness.results.vllm_json import VllmJsonError, from_vllm, looks_like_vllm
 
 EXTERNAL = "external"  # <report folder>/external/<system>/*.json
 SOURCE = "external"  # the rows' ``source`` column (kvbench's own rows leave it empty)
@@ -50,6 +51,41 @@ AIPERF_SCALARS: dict[str, tuple[str, dict[str, float]]] = {
 
 
 COUNTED = ("tokens", "requests")  # the units of counts
+
+
+@dataclass(frozen=True)
+class ExternalDefaults:
+    """The device and batch of imported vLLM results that do not record them (``python -m harness.report
+    --external-device SLUG --external-batch N``): without both, such a file cannot be drawn beside kvbench's
+    rows of the same machine and batch, so it is not read, and its problem line says how to give them."""
+    device: str | None = None
+    batch: int | None = None
+
+    def __post_init__(self):
+        if self.batch is not None and (isinstance(self.batch, bool) or not isinstance(self.batch, int)
+                                       or self.batch < 1):
+            raise ValueError(f"external batch must be a whole number of requests >= 1, got {self.batch!r}")
+        if self.device is not None and not self.device.strip():
+            raise ValueError("external device must name a machine (a device slug such as nvidia-h100), got ''")
+
+
+RUN_FIELDS = {"device_slug": ("device", "--external-device SLUG"), "batch": ("batch", "--external-batch N")}
+
+
+def with_run(row: dict, defaults: ExternalDefaults) -> dict:
+    """A vLLM row with its device and batch: the file's, else ``defaults``'; ``ExternalFileError`` names
+    what is missing and the two ways to give it."""
+    given = {"device_slug": defaults.device, "batch": defaults.batch}
+    row = {**{k: v for k, v in given.items() if v is not None}, **row}
+    missing = [name for name in RUN_FIELDS if row.get(name) is None]
+    if missing:
+        keys = " and ".join(RUN_FIELDS[m][0] for m in missing)
+        meta = " ".join(f"{RUN_FIELDS[m][0]}=<{'slug' if m == 'device_slug' else 'n'}>" for m in missing)
+        flags = " ".join(RUN_FIELDS[m][1] for m in missing)
+        raise ExternalFileError(f"records no {keys}, so it cannot be drawn beside kvbench's rows: run vllm bench "
+                                f"serve with --metadata {meta}, add them to the file, or give them to the report "
+                                f"with {flags}")
+    return row
 
 
 class ExternalFileError(ValueError):
@@ -138,8 +174,10 @@ def _objects(text: str) -> list:
     return out
 
 
-def read_file(path: Path, system: str, label: str, root: Path | None = None) -> list[dict]:
+def read_file(path: Path, system: str, label: str, root: Path | None = None,
+              defaults: ExternalDefaults = ExternalDefaults()) -> list[dict]:
     """One row per result in the file at ``path``; ``ExternalFileError`` says, in one line, why it is not read.
+    A vLLM result needs its device and batch, from the file or ``defaults`` (``with_run``).
 
     Read as untrusted data (harness/untrusted): a regular file (never a FIFO or a device) inside ``root`` (the
     report folder, when given: a link that leads out of it is not followed), at most ``JSON_LIMIT`` bytes."""
@@ -158,7 +196,7 @@ def read_file(path: Path, system: str, label: str, root: Path | None = None) -> 
         where = f"result {i}: " if len(objects) > 1 else ""
         try:
             if looks_like_vllm(obj):
-                row = from_vllm(obj)
+                row = with_run(from_vllm(obj), defaults)
                 backend = obj.get("backend")
                 what = "vllm bench serve result" + (f" (backend {backend})" if isinstance(backend, str) else "")
             elif looks_like_aiperf(obj):
@@ -180,7 +218,8 @@ def find_external_files(root: Path) -> list[Path]:
                   if not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
-def read_external(root: Path, label: Callable[[Path], str]) -> tuple[list[pd.DataFrame], list[tuple[str, Path, str]]]:
+def read_external(root: Path, label: Callable[[Path], str], defaults: ExternalDefaults | None = None
+                  ) -> tuple[list[pd.DataFrame], list[tuple[str, Path, str]]]:
     """The rows of every external file under ``root`` (one frame per file, in the row schema; ``run_dir``
     the file's label, as a run folder's rows have theirs instead of a ``run_id``), and for each file
     not read its (label, path, reason)."""
@@ -188,7 +227,7 @@ def read_external(root: Path, label: Callable[[Path], str]) -> tuple[list[pd.Dat
     for path in find_external_files(root):
         name = label(path)
         try:
-            rows = read_file(path, path.parent.name, name, root=root)
+            rows = read_file(path, path.parent.name, name, root=root, defaults=defaults or ExternalDefaults())
         except ExternalFileError as e:
             problems.append((name, path, str(e)))
             continue

@@ -16,30 +16,37 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness.results import atomic_write  # noqa: E402
+from kvbench.harness.results import atomic_write  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, LogFormatterSciNotation, NullLocator, ScalarFormatter  # noqa: E402
 
 # KNOWN_IMPLS is palette's (the impls with a fixed style), kept importable from here
-from harness.report.palette import KNOWN_IMPLS, impl_order, impl_style  # noqa: E402, F401
+from kvbench.harness.report.palette import KNOWN_IMPLS, impl_order, impl_style  # noqa: E402, F401
 
 GB = 1e9  # memory axes are in GB (10^9 bytes), the unit of device.memory_gb and the seeds' figures
 MAX_FACETS = 6  # more panels than this stop being readable; the rest are named in the caption
 DEFAULT_BLOCK_SIZE = 16  # conf/config.yaml's block_size (a test checks): other sizes are a sweep around it
+SAVE_DPI = 130  # the PNGs' resolution, lowered for a figure so large that a side would pass MAX_PIXELS
+MAX_PIXELS = 2000  # the longest side of a PNG: one screen, readable without zooming out
 
 
 @contextmanager
 def theme():
     """Seaborn's grid theme plus what makes the files byte-for-byte reproducible."""
-    rc = {"svg.hashsalt": "kvbench", "figure.dpi": 100, "savefig.dpi": 130, "axes.titlesize": 11}
+    rc = {"svg.hashsalt": "kvbench", "figure.dpi": 100, "savefig.dpi": SAVE_DPI, "axes.titlesize": 11}
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.9), plt.rc_context(rc):
         yield
 
 
 # Each file is drawn into a temporary twin and renamed over its name (harness/results.atomic_write): a link
 # planted at plots/<name>.png is replaced, never written through (SECURITY.md).
+def png_dpi(fig: Figure) -> float:
+    """``SAVE_DPI``, or less where the figure's longer side would pass ``MAX_PIXELS`` at it."""
+    return min(float(SAVE_DPI), MAX_PIXELS / max(fig.get_size_inches()))
+
+
 def _png(fig: Figure, path: Path) -> None:
-    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
+    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=png_dpi(fig), metadata={"Software": None}))
 
 
 def _svg(fig: Figure, path: Path) -> None:
@@ -111,6 +118,15 @@ def save_all(figures: dict[str, Figure], out_dir: Path) -> list[Path]:
         for fig, _, _ in items:
             plt.close(fig)
     return [path for _, png, svg in items for path in (png, svg)]
+
+
+def single_point_facets(df: pd.DataFrame, facet: str, x: str) -> list[str]:
+    """The facets whose rows sit at one ``x`` only: a panel of dots with no line between them reads better as
+    the rows of the section's table, so the figure leaves them out and REPORT.md names them."""
+    if df.empty:
+        return []
+    counts = df.groupby(facet, sort=True)[x].nunique()
+    return [str(f) for f in counts.index[counts <= 1]]
 
 
 def impl_palette(impls) -> dict[str, str]:

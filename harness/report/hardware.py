@@ -15,7 +15,7 @@ from functools import cache
 import pandas as pd
 from omegaconf import OmegaConf
 
-from harness.paths import CONF_DIR
+from kvbench.harness.paths import CONF_DIR
 
 
 @cache

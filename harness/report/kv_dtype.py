@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.selection import ok_rows
-from harness.report.tables import md_table, pick
+from kvbench.harness.report.selection import ok_rows
+from kvbench.harness.report.tables import md_table, pick
 
 KV_DTYPE_TITLE = "The KV cache's data type"
 GB = 1e9

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.attention_share import attention_section
-from harness.report.chunked_prefill import chunked_section
-from harness.report.clock_validation import clock_section
-from harness.report.collect import Collection
-from harness.report.selection import burst, contended_rows, ok_rows, unique_points, with_mode
-from harness.report.figures import GB, devices
-from harness.report.hardware import with_peak
-from harness.report.kv_dtype import kv_dtype_section
-from harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
-from harness.report.parity import parity_section
-from harness.report.reuse_plots import reuse_table
-from harness.report.service_plots import max_rate_table, service_table
-from harness.report.summary import Headline, concurrency_headlines, memory_headlines, rate_headlines
-from harness.report.tables import Markdown, cell, md_code, md_fence, md_table, md_text, pick
-from harness.report.units import readable_durations
-from harness.report.variance import DEFAULT_MAX_SPREAD, footnote, mark_spread
+from kvbench.harness.report.attention_share import attention_section
+from kvbench.harness.report.chunked_prefill import chunked_section
+from kvbench.harness.report.clock_validation import clock_section
+from kvbench.harness.report.collect import Collection
+from kvbench.harness.report.caveats import contended_section, mark_flagged, stale_section, unread_section
+from kvbench.harness.report.page_one import PLOT_SENTENCES, page_one_section
+from kvbench.harness.report.selection import burst, ok_rows, unique_points, with_mode
+from kvbench.harness.report.figures import GB, devices
+from kvbench.harness.report.hardware import with_peak
+from kvbench.harness.report.kv_dtype import kv_dtype_section
+from kvbench.harness.report.memory_plots import VARIANTS, breakdown_table, concurrency_table
+from kvbench.harness.report.parity import parity_section
+from kvbench.harness.report.reuse_plots import reuse_table
+from kvbench.harness.report.service_plots import max_rate_table, service_table
+from kvbench.harness.report.summary import Headline, concurrency_headlines, memory_headlines, rate_headlines
+from kvbench.harness.report.tables import Markdown, cell, md_code, md_fence, md_table, md_text, pick
+from kvbench.harness.report.units import readable_durations
+from kvbench.harness.report.variance import DEFAULT_MAX_SPREAD, footnote, mark_spread
 
 
 def _marked(df: pd.DataFrame, cols: dict[str, str], max_spread: float) -> tuple[pd.DataFrame, str]:
@@ -59,6 +61,8 @@ def memory_points_table(points: pd.DataFrame) -> pd.DataFrame:
         rec = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         rec["budget_kv_bytes"] = rec.get("budget_kv_bytes", float("nan")) / GB
         rec["requests"] = n
+        # where even the fewest requests overflow the budget, the row says so rather than sit under "fits"
+        rec["contiguous fits the budget"] = "yes" if len(fits) else "no: over the budget at the fewest requests"
         for v in VARIANTS:
             if v in wide:
                 rec[f"{v} GB"] = wide.at[n, v] / GB
@@ -69,7 +73,7 @@ def memory_points_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def decode_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> tuple[pd.DataFrame, str]:
-    df = with_mode(burst(ok_rows(rows, "decode")))  # rows under an arrival process are in the service table
+    df = mark_flagged(with_mode(burst(ok_rows(rows, "decode"))))  # arrival-process rows: the service table
     df = df.assign(used_pct=100 * df["kv_used_fraction"])
     cols = {"device_slug": "device", "model": "model", "workload": "workload", "impl": "impl", "mode": "mode",
             "batch": "batch",
@@ -82,7 +86,7 @@ def decode_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> 
 
 
 def kernel_table(rows: pd.DataFrame) -> pd.DataFrame:
-    df = ok_rows(rows, "kernel")
+    df = mark_flagged(ok_rows(rows, "kernel"))
     cols = {"device_slug": "device", "impl": "impl", "layout": "layout", "dtype": "dtype", "block_size": "block",
             "kernel_batch": "batch", "context_len": "context", "latency_us_p50": "latency p50 µs",
             "bandwidth_gbps": "GB/s", "frac_peak_bw": "of peak", "frac_copy_bw": "of copy"}
@@ -91,7 +95,7 @@ def kernel_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def gpu_table(rows: pd.DataFrame, max_spread: float = DEFAULT_MAX_SPREAD) -> tuple[pd.DataFrame, str]:
-    df = with_peak(burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s"]))
+    df = mark_flagged(with_peak(burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s"])))
     df["per_tbps"] = df["output_tokens_per_s"] / df["peak_tbps"]
     cols = {"device_slug": "device", "gpu_name": "GPU", "peak_tbps": "peak TB/s", "model": "model", "impl": "impl",
             "batch": "batch", "output_tokens_per_s": "output tok/s", "per_tbps": "tok/s per TB/s"}
@@ -165,7 +169,8 @@ def as_reference(table: pd.DataFrame) -> pd.DataFrame:
 
 def _section_table(name: str, col: Collection, max_spread: float) -> str:
     if name == "memory_vs_concurrency":
-        return ("Memory at the largest concurrency whose contiguous cache fits the KV budget:\n\n"
+        return ("Memory at the largest concurrency whose contiguous cache fits the KV budget (where it fits at "
+                "none, at the fewest requests measured, and the last column says so):\n\n"
                 + md_table(memory_points_table(col.points)))
     if name == "kv_breakdown":
         t = breakdown_table(col.rows)
@@ -192,7 +197,7 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
         table, note = decode_table(col.rows, max_spread)
         return REFERENCE_NOTE + md_table(as_reference(table)) + note
     if name == "normalized_latency":
-        service = service_table(col.rows)
+        service = mark_flagged(service_table(col.rows))
         if "gpu" in service and service["gpu"].isna().all():  # wall-clock runs only: no simulated GPU to name
             service = service.drop(columns="gpu")
         service, headers = readable_durations(service, SERVICE_COLUMNS)
@@ -226,39 +231,6 @@ def _section_table(name: str, col: Collection, max_spread: float) -> str:
         return ("Peak bandwidth from conf/gpu/ (each GPU's datasheet figure), else the row's "
                 "peak_bw_gbps.\n\n" + md_table(table) + note)
     return ""
-
-
-def unread_section(col: Collection) -> list[str]:
-    """What the report could not use: incomplete run folders and unreadable tables (nothing when all was read)."""
-    parts = []
-    if col.incomplete:
-        parts += ["Incomplete run folders (a config.yaml or an empty rows table, but no rows: the job stopped, "
-                  "or is still running, before its first row):\n",
-                  "\n".join(f"- {md_code(label)}" for label, _ in col.incomplete) + "\n"]
-    if col.problems:
-        parts += ["Unreadable tables, and rows not read (no identifiers, or an unknown status):\n",
-                  "\n".join(f"- {md_code(p.label)}: " + (f"{p.rows_left_out} rows not read ({cell(p.reason)})"
-                                                       if p.rows_left_out else f"{cell(p.reason)}; ")
-                            + ("" if p.rows_left_out else (f"read {md_code(p.used)} instead" if p.used else "left out"))
-                            for p in col.problems) + "\n"]
-    return ["## Run folders not fully read\n", *parts] if parts else []
-
-
-def contended_section(rows, included: bool) -> list[str]:
-    flagged = rows[contended_rows(rows)]
-    if not len(flagged):
-        return []
-    where = ("drawn in the figures (`--include-contended`)" if included else
-             "left out of every figure (`--include-contended` draws them)")
-    return ["## Rows measured under contention\n",
-            f"{len(flagged)} rows were measured while the process's threads waited for a free core more than 25% of "
-            f"the time, other work and its threads together asked for more than 1.25x the machine's cores, or steal "
-            f"took more than 5% of the machine: their times say more about the machine's other work "
-            f"than about the cache. They stay in the tables (`contended`, `cpu_util`) and are {where}.\n",
-            md_table(pick(flagged, {"run_dir": "run", "scenario": "scenario", "impl": "impl", "batch": "batch",
-                                     "cpu_util": "CPU used (cores)", "run_queue_wait_frac": "waited for a core",
-                                     "others_cpu": "others' CPU (cores)", "load_avg_before": "load before",
-                                     "load_avg_after": "load after"}))]
 
 
 def anchor(title: str) -> str:
@@ -317,31 +289,46 @@ def _stale_reason(rows: pd.DataFrame, run_dir: str | None) -> str | None:
     return str(why.iloc[0]) if len(why) else None
 
 
-def stale_section(rows: pd.DataFrame) -> list[str]:
-    if "stale" not in rows or not rows["stale"].notna().any():
-        return []
-    flagged = rows[rows["stale"].notna()]
-    groups = (flagged.groupby(["device_slug", "stale"], dropna=False)["run_dir"].nunique()
-              .reset_index().rename(columns={"run_dir": "run folders"}))
-    return ["## Stale rows\n",
-            f"{len(flagged)} rows no longer describe this checkout: older code measured them, or they are filed "
-            "under another machine's folder. They stay in every table and figure, with the reason in the "
-            "`stale` column of `all_runs`; re-run their commands to bring them up to date.\n",
-            md_table(pick(groups, {"device_slug": "device", "stale": "why", "run folders": "run folders"}))]
-
-
 def render(col: Collection, drawn: list[str], command: str, notes: dict[str, list[str]],
-           max_spread: float = DEFAULT_MAX_SPREAD, include_contended: bool = False) -> str:
+           max_spread: float = DEFAULT_MAX_SPREAD, tabled: list[str] | tuple[str, ...] = ()) -> str:
+    """REPORT.md: the summary and the plots first (page one answers the question), then the evidence behind
+    them. ``drawn``: the figures saved; ``tabled``: sections with no figure (one point per setting) whose
+    rows are their table; ``notes``: per section, what its figure left out and why."""
     rows = col.rows
     max_rate = max_rate_markdown(rows)
+    shown = [name for name, _ in SECTIONS if name in drawn or name in tabled]
+    titles = section_titles(shown)
     parts = [
         "# kvbench report\n",
         f"{len(rows)} rows from {rows['run_dir'].nunique()} run folders on {md_text(devices(rows))}. "
         "Tables: `all_runs.parquet` / `all_runs.csv`"
         + (", `all_points.parquet` / `all_points.csv`" if not col.points.empty else "") + ".\n",
+        *page_one_section(col, [(titles[n], anchor(titles[n]), n) for n in shown]),
         "Regenerate this report with:\n",
         f"{md_fence(command)}\n",
-        *answer_section(col, drawn, bool(max_rate)),
+        *answer_section(col, shown, bool(max_rate)),
+    ]
+    for name, title in [s for s in SECTIONS if s[0] in shown]:
+        parts += [f"## {titles[name]}\n", PLOT_SENTENCES.get(name, "") + "\n"]
+        parts.append(_figure(name, title) if name in drawn else
+                     "No plot: every setting has a single point, so its rows are the table below.\n")
+        if notes.get(name):
+            parts.append("Left out of the figure, each with why: " + "; ".join(map(md_text, notes[name])) + ".\n")
+        if name == "memory_vs_concurrency" and "memory_vs_concurrency_more" in shown:
+            parts.append("The seeds' experiment first, then the other settings at block 16; the rest (the "
+                         "block-size sweep among them) are in the next figure.\n")
+            continue  # one table for both figures, after the second
+        if name == "memory_vs_concurrency_more":
+            parts.append(_section_table("memory_vs_concurrency", col, max_spread))
+            continue
+        parts.append(_section_table(name, col, max_spread))
+    if max_rate:
+        parts += [f"## {MAX_RATE_TITLE}\n", max_rate]
+    parts += kv_dtype_section(rows)
+    parts += clock_section(rows, col.steps)
+    parts += chunked_section(rows)
+    parts += attention_section(rows)
+    parts += [
         "## Environment\n",
         md_table(environment_table(rows)),
         "## Rows by scenario and status\n",
@@ -356,27 +343,8 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
                                                             "status": "status", "error": "error"}))]
     parts += unread_section(col)
     parts += stale_section(rows)
-    parts += contended_section(rows, include_contended)
+    parts += contended_section(rows)
     parts += parity_section(rows, col.folders)
-    titles = section_titles(drawn)
-    for name, title in [s for s in SECTIONS if s[0] in drawn]:
-        parts += [f"## {titles[name]}\n", _figure(name, title)]
-        if notes.get(name):
-            parts.append("Not shown (too many panels): " + "; ".join(map(md_text, notes[name])) + "\n")
-        if name == "memory_vs_concurrency" and "memory_vs_concurrency_more" in drawn:
-            parts.append("The seeds' experiment first, then the other settings at block 16; the rest (the "
-                         "block-size sweep among them) are in the next figure.\n")
-            continue  # one table for both figures, after the second
-        if name == "memory_vs_concurrency_more":
-            parts.append(_section_table("memory_vs_concurrency", col, max_spread))
-            continue
-        parts.append(_section_table(name, col, max_spread))
-    if max_rate:
-        parts += [f"## {MAX_RATE_TITLE}\n", max_rate]
-    parts += kv_dtype_section(rows)
-    parts += clock_section(rows, col.steps)
-    parts += chunked_section(rows)
-    parts += attention_section(rows)
     parts.append("## Commands that produced the runs\n")
     if not col.commands:
         parts.append("_No run folder recorded its overrides (.hydra/overrides.yaml)._\n")

@@ -10,9 +10,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from harness.report.selection import ANY_DEVICE, ok_rows, unique_points
-from harness.report.figures import DEFAULT_BLOCK_SIZE, GB, MAX_FACETS, devices, facet_labels, fmt_bytes, grid, show, wrap
-from harness.report.palette import impl_order, impl_style
+from kvbench.harness.report.selection import ANY_DEVICE, ok_rows, unique_points
+from kvbench.harness.report.figures import DEFAULT_BLOCK_SIZE, GB, MAX_FACETS, devices, facet_labels, fmt_bytes, grid, show, wrap
+from kvbench.harness.report.palette import impl_order, impl_style
 
 VARIANTS = {"contiguous": "contiguous (max_seq_len per request)", "paged": "paged",
             "paged_shared": "paged + prefix/fork sharing"}
@@ -86,11 +86,16 @@ def memory_panels(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[list[pd.Dat
     pts["GB"] = pts["kv_bytes_reserved"] / GB
     panels = sorted((sub for _, sub in pts.groupby(keys, dropna=False, sort=False)),
                     key=lambda sub: _importance(sub.iloc[0]))
+    # a setting at one concurrency is a dot, not a curve: it is a row of the section's table instead
+    single = [sub for sub in panels if sub["concurrency"].nunique() <= 1]
+    panels = [sub for sub in panels if sub["concurrency"].nunique() > 1]
+    singles = [f"{panel_label(sub.iloc[0])} (one concurrency only: its row is in the table)" for sub in single]
     # the sweep's panels stay together in the second figure, unless there is nothing else to show
     at_default = [sub for sub in panels if not _off_default(sub.iloc[0])] or panels
     main = at_default[:MAX_FACETS]
     rest = [sub for sub in panels if not any(sub is m for m in main)]
-    return main, rest[:MORE_FACETS], [panel_label(sub.iloc[0]) for sub in rest[MORE_FACETS:]]
+    return main, rest[:MORE_FACETS], singles + [f"{panel_label(sub.iloc[0])} (past the panels shown)"
+                                                for sub in rest[MORE_FACETS:]]
 
 
 def _memory_figure(panels: list[pd.DataFrame], title: str, ncols_max: int) -> Figure:
@@ -135,12 +140,12 @@ def _memory_figure(panels: list[pd.DataFrame], title: str, ncols_max: int) -> Fi
 
 def memory_vs_concurrency(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[Figure | None, list[str]]:
     """Plot 1: KV bytes reserved to serve N concurrent requests, per variant, with the budget: the most
-    important settings (``memory_panels``); and the labels of the settings it leaves out."""
+    important settings (``memory_panels``); and the settings it leaves out, each with why."""
     main, more, left = memory_panels(points, rows)
     if not main:
-        return None, []
+        return None, left
     title = f"KV memory needed vs concurrent requests\n(capacity simulation on {devices(pd.concat(main))})"
-    return _memory_figure(main, title, 3), [panel_label(sub.iloc[0]) for sub in more] + left
+    return _memory_figure(main, title, 3), [f"{panel_label(sub.iloc[0])} (past the panels shown)" for sub in more] + left
 
 
 def memory_vs_concurrency_more(points: pd.DataFrame, rows: pd.DataFrame) -> tuple[Figure | None, list[str]]:

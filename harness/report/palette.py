@@ -24,6 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 
+from kvbench.harness.report.selection import contended_rows
+
 
 @dataclass(frozen=True)
 class ImplStyle:
@@ -61,6 +63,12 @@ FALLBACK_MARKERS = ("*", "d", "H", "<", ">", "8")
 # Dash patterns for a figure's second variable, most distinct first.
 DASHES: tuple = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)), (0, (11, 3)), (0, (3, 1, 1, 1, 1, 1)))
 MARKER_SIZE = 7.0
+# A point with a row measured while the machine was busy (``contended``, harness/report/selection.py) is drawn
+# like the others and ringed, so a reader sees it and weighs it; the legend names the ring.
+FLAGGED_LABEL = "flagged (machine busy)"
+FLAGGED_ARTIST = "_flagged"  # the ring's own label: no impl's, found again by ``figure_legend``
+FLAGGED_RING = {"marker": "o", "markersize": 2.2 * MARKER_SIZE, "markerfacecolor": "none", "markeredgecolor": "black",
+                "markeredgewidth": 1.6, "ls": "none"}
 
 
 def impl_style(name: str) -> ImplStyle:
@@ -94,6 +102,16 @@ def dash_handle(label: str, dashes, colour: str = "0.3", lw: float = 1.5) -> Lin
     return Line2D([], [], color=colour, ls=dashes, lw=lw, label=label)
 
 
+def flagged_handle() -> Line2D:
+    """The legend entry of the ring ``impl_lines`` draws around a flagged point."""
+    return Line2D([], [], label=FLAGGED_LABEL, **FLAGGED_RING)
+
+
+def has_flagged(fig: Figure) -> bool:
+    """Some panel of ``fig`` rings a flagged point."""
+    return any(line.get_label() == FLAGGED_ARTIST for ax in fig.axes for line in ax.lines)
+
+
 def _header(title: str) -> Line2D:
     return Line2D([], [], ls="none", label=title)
 
@@ -103,10 +121,13 @@ def figure_legend(fig: Figure, impls: Iterable[str], sections: Sequence[tuple[st
                   title: str | None = "impl") -> Legend:
     """The figure's one legend: every impl drawn in any of its panels, then each (title, entries) section.
 
-    Built from the impls, not from one panel's lines, so an impl drawn in one panel only is still named."""
+    Built from the impls, not from one panel's lines, so an impl drawn in one panel only is still named; a
+    figure with a flagged point gets the ring's entry too."""
     handles: list[Artist] = [_header(title)] if title else []
     headers = {title} if title else set()
     handles += [impl_handle(name, palette) for name in impl_order(impls)]
+    if has_flagged(fig):
+        sections = [*sections, ("measured while busy", [flagged_handle()])]
     for head, entries in sections:
         if entries:
             handles += [_header(head), *entries]
@@ -170,8 +191,10 @@ def figure_problems(fig: Figure, palette: dict | None = None) -> list[str]:
 def impl_lines(ax: Axes, df: pd.DataFrame, x: str, y: str, palette: dict | None = None,
                dash_by: str | None = None, dash_order: Sequence | None = None) -> list[str]:
     """One line per impl (and per value of ``dash_by``, told by its dashes): the mean over runs at each
-    ``x``, with min-max bars where runs differ; the impls drawn, in legend order."""
+    ``x``, with min-max bars where runs differ, and a ring (``FLAGGED_RING``) where a row of the point was
+    measured while the machine was busy; the impls drawn, in legend order."""
     df = df.dropna(subset=[x, y])
+    flags = contended_rows(df)
     values = list(dash_order) if dash_order is not None else (sorted(df[dash_by].dropna().unique()) if dash_by else [])
     drawn = impl_order(df["impl"].unique())
     for impl in drawn:
@@ -189,7 +212,12 @@ def impl_lines(ax: Axes, df: pd.DataFrame, x: str, y: str, palette: dict | None 
             if (stats["max"] > stats["min"]).any():  # bars only where repeats or runs disagree
                 ax.errorbar(stats.index, stats["mean"], yerr=[stats["mean"] - stats["min"], stats["max"] - stats["mean"]],
                             fmt="none", ecolor=colour, elinewidth=1, capsize=3, label="_spread")
+            busy = set(sub.loc[flags.reindex(sub.index, fill_value=False), x])
+            if busy:
+                ringed = stats[stats.index.isin(busy)]
+                ax.plot(ringed.index, ringed["mean"], label=FLAGGED_ARTIST, **FLAGGED_RING)
     return drawn
+
 
 
 def dash_entries(values: Sequence, order: Sequence | None = None, label=str) -> list[Line2D]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.agreement import EXACT_DTYPES, prefix_agreement, read_tokens
-from harness.report.selection import ok_rows, with_mode
-from harness.report.tables import md_table, pick
+from kvbench.harness.report.agreement import EXACT_DTYPES, prefix_agreement, read_tokens
+from kvbench.harness.report.selection import ok_rows, with_mode
+from kvbench.harness.report.tables import md_table, pick
 
 PARITY_TITLE = "Output parity across impls"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.selection import ok_rows
-from harness.report.figures import GB, MAX_FACETS, facet_labels, grid, wrap
+from kvbench.harness.report.selection import ok_rows
+from kvbench.harness.report.figures import GB, MAX_FACETS, facet_labels, grid, single_point_facets, wrap
 
 FACETS = ["model", "workload", "clock", "gpu", "block_size", "device_slug"]
 ALWAYS = ("model", "workload", "clock")
@@ -30,7 +30,8 @@ def reuse_rows(rows: pd.DataFrame) -> pd.DataFrame:
     df = df[(pd.to_numeric(df["prefix_hit_rate_ideal"], errors="coerce") > 0) & df["prefix_hit_rate"].notna()]
     if df.empty:
         return df
-    host = pd.to_numeric(df["host_kv_gb"], errors="coerce").fillna(0) if "host_kv_gb" in df else 0.0
+    host = (pd.to_numeric(df["host_kv_gb"], errors="coerce").fillna(0) if "host_kv_gb" in df
+            else pd.Series(0.0, index=df.index))  # no host tier column: no host tier
     policy = df["eviction"].fillna("lru").astype(str) if "eviction" in df else pd.Series("lru", index=df.index)
     return df.assign(kv_gb=df["budget_kv_bytes"].astype(float) / GB, policy=policy, host_gb=host,
                      line=[f"{p}" + (f" + {h:g} GB host" if h else "") for p, h in zip(policy, host)])
@@ -48,11 +49,21 @@ def _panels(df: pd.DataFrame):
     return df, facets
 
 
-def hit_rate_vs_cache(rows: pd.DataFrame) -> Figure | None:
+def hit_rate_vs_cache(rows: pd.DataFrame, left_out: list[str] | None = None) -> Figure | None:
+    """The hit rate against the cache's size; a setting measured at one size only is a row of the section's
+    table, not a panel, and is added to ``left_out`` with why (as are settings past ``MAX_FACETS``)."""
+    left_out = [] if left_out is None else left_out
     df = reuse_rows(rows)
-    if df.empty or df.groupby("line")["kv_gb"].nunique().max() < 2:
-        return None  # one cache size per line says nothing about size
-    df, facets = _panels(df)
+    if df.empty:
+        return None
+    df = df.assign(facet=facet_labels(df, [c for c in FACETS if c in df], always=ALWAYS))
+    single = single_point_facets(df, "facet", "kv_gb")  # one cache size says nothing about size
+    left_out += [f"{f} (one cache size only: its rows are in the table)" for f in single]
+    facets = sorted(set(df["facet"]) - set(single))
+    left_out += [f"{f} (past {MAX_FACETS} panels: its rows are in the table)" for f in facets[MAX_FACETS:]]
+    facets = facets[:MAX_FACETS]
+    if not facets:
+        return None
     fig, axes = grid(len(facets), size=(5.4, 4.2))
     for ax, facet in zip(axes, facets):
         sub = df[df["facet"] == facet]

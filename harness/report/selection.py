@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.results import as_bool
+from kvbench.harness.results import as_bool
 
 # Where a figure is the KV accounting alone (capacity rows: bookkeeping, no tensors), the device it ran on says
 # nothing about it: one label for all, so two machines' identical rows are one bar, not two.

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.selection import measured_as, ok_rows, with_mode
-from harness.report.figures import MAX_FACETS, devices, facet_labels, grid, log_axis, wrap
-from harness.report.palette import colour_of, dash_handle, figure_legend, impl_lines, impl_style
+from kvbench.harness.report.selection import measured_as, ok_rows, with_mode
+from kvbench.harness.report.figures import MAX_FACETS, devices, facet_labels, grid, log_axis, single_point_facets, wrap
+from kvbench.harness.report.palette import colour_of, dash_handle, figure_legend, impl_lines, impl_style
 
 # Panels per model, workload and device (as the paper's Figure 12), split further by what else varies.
 FACETS = ["model", "workload", "dtype", "batch", "chunked_prefill", "arrival", "clock", "gpu", "mode", "device_slug"]
@@ -35,8 +35,11 @@ def service_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _vs_rate(rows: pd.DataFrame, y: str, ylabel: str, palette: dict, log: bool = False) -> tuple[Figure, list] | None:
-    """One panel per setting: ``y`` against the offered rate, one line per impl, one legend for all panels."""
+def _vs_rate(rows: pd.DataFrame, y: str, ylabel: str, palette: dict, log: bool = False,
+             left_out: list[str] | None = None) -> tuple[Figure, list] | None:
+    """One panel per setting: ``y`` against the offered rate, one line per impl, one legend for all panels.
+    A setting measured at one rate only, and those past ``MAX_FACETS``, are added to ``left_out`` with why."""
+    left_out = [] if left_out is None else left_out
     df = service_rows(rows)
     if y not in df:
         return None
@@ -50,8 +53,14 @@ def _vs_rate(rows: pd.DataFrame, y: str, ylabel: str, palette: dict, log: bool =
     stale = df["stale"].notna() if "stale" in df else pd.Series(False, index=df.index)
     rank = df.assign(simulated=df.get("clock", pd.Series("wall", index=df.index)) != "wall", stale=stale) \
         .groupby("facet")[["simulated", "stale"]].max()
-    facets = sorted(df["facet"].unique(), key=lambda f: (bool(rank.loc[f, "simulated"]), bool(rank.loc[f, "stale"]), f))
+    single = single_point_facets(df, "facet", "request_rate")
+    left_out += [f"{f} (one rate only: its rows are in the table)" for f in single]
+    facets = sorted(set(df["facet"]) - set(single),
+                    key=lambda f: (bool(rank.loc[f, "simulated"]), bool(rank.loc[f, "stale"]), f))
+    left_out += [f"{f} (past {MAX_FACETS} panels: its rows are in the table)" for f in facets[MAX_FACETS:]]
     facets = facets[:MAX_FACETS]
+    if not facets:
+        return None
     fig, axes = grid(len(facets), size=(5.4, 4.2))
     drawn: set[str] = set()
     for ax, facet in zip(axes, facets):
@@ -69,9 +78,10 @@ def _vs_rate(rows: pd.DataFrame, y: str, ylabel: str, palette: dict, log: bool =
     return fig, axes
 
 
-def normalized_latency(rows: pd.DataFrame, palette: dict) -> Figure | None:
+def normalized_latency(rows: pd.DataFrame, palette: dict, left_out: list[str] | None = None) -> Figure | None:
     """Mean over requests of end-to-end latency / output tokens, vs offered rate (PagedAttention Fig. 12)."""
-    drawn = _vs_rate(rows, "normalized_latency_s", "normalized latency (s/token)", palette, log=True)
+    drawn = _vs_rate(rows, "normalized_latency_s", "normalized latency (s/token)", palette, log=True,
+                     left_out=left_out)
     if drawn is None:
         return None
     fig, _ = drawn
@@ -79,9 +89,9 @@ def normalized_latency(rows: pd.DataFrame, palette: dict) -> Figure | None:
     return fig
 
 
-def goodput(rows: pd.DataFrame, palette: dict) -> Figure | None:
+def goodput(rows: pd.DataFrame, palette: dict, left_out: list[str] | None = None) -> Figure | None:
     """Requests per second that met every SLO, vs offered rate; the offered rate itself dashed."""
-    drawn = _vs_rate(rows, "goodput_rps", "goodput (req/s meeting the SLO)", palette)
+    drawn = _vs_rate(rows, "goodput_rps", "goodput (req/s meeting the SLO)", palette, left_out=left_out)
     if drawn is None:
         return None
     fig, axes = drawn

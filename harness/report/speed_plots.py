@@ -10,10 +10,11 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.selection import MODES, burst, ok_rows, with_mode
-from harness.report.figures import DEFAULT_BLOCK_SIZE, MAX_FACETS, count_axis, facet_labels, grid, log_axis, wrap
-from harness.report.hardware import with_peak
-from harness.report.palette import dash_entries, dash_handle, figure_legend, impl_lines
+from kvbench.harness.report.selection import MODES, burst, ok_rows, with_mode
+from kvbench.harness.report.figures import (DEFAULT_BLOCK_SIZE, MAX_FACETS, count_axis, facet_labels, grid, log_axis,
+                                            single_point_facets, wrap)
+from kvbench.harness.report.hardware import with_peak
+from kvbench.harness.report.palette import dash_entries, dash_handle, figure_legend, impl_lines
 
 PEAK_LINE = {"color": "black", "ls": "--", "lw": 1.2}
 COPY_LINE = {"color": "0.45", "ls": ":", "lw": 1.5}
@@ -25,14 +26,24 @@ def _modes(df: pd.DataFrame) -> tuple[str | None, list[str]]:
     return ("mode", present) if present != ["eager"] else (None, [])
 
 
-def decode_throughput(rows: pd.DataFrame, palette: dict) -> Figure | None:
-    """Plot 4: output tokens/s vs batch, one line per impl (dashed: with CUDA graphs, when both ran)."""
+def decode_throughput(rows: pd.DataFrame, palette: dict, left_out: list[str] | None = None) -> Figure | None:
+    """Plot 4: output tokens/s vs batch, one line per impl (dashed: with CUDA graphs, when both ran).
+
+    A setting measured at one batch only is a table row, not a panel of dots; it and the settings past
+    ``MAX_FACETS`` are added to ``left_out``, each with why, for REPORT.md to name."""
+    left_out = [] if left_out is None else left_out
     df = with_mode(burst(ok_rows(rows, "decode")).dropna(subset=["output_tokens_per_s", "batch"]))
     if df.empty:
         return None
     df["facet"] = facet_labels(df, ["model", "workload", "dtype", "device_slug"],
                                always=("model", "workload", "device_slug"))
-    facets = sorted(df["facet"].unique())[:MAX_FACETS]
+    single = single_point_facets(df, "facet", "batch")
+    left_out += [f"{f} (one batch only: its rows are in the table)" for f in single]
+    facets = sorted(set(df["facet"]) - set(single))
+    left_out += [f"{f} (past {MAX_FACETS} panels: its rows are in the table)" for f in facets[MAX_FACETS:]]
+    facets = facets[:MAX_FACETS]
+    if not facets:
+        return None
     dash_by, modes = _modes(df)
     fig, axes = grid(len(facets), size=(5.4, 4.0))
     drawn: set[str] = set()
@@ -99,8 +110,10 @@ def _ms_or_us(values: pd.Series) -> tuple[str, float]:
     return ("ms", 1e3) if len(values) and values.min() >= 1e3 else ("µs", 1.0)
 
 
-def kernel_latency_bandwidth(rows: pd.DataFrame, palette: dict) -> Figure | None:
-    """Plot 5: latency and achieved bandwidth vs context length (colour and marker: impl; dashes: layout and block size)."""
+def kernel_latency_bandwidth(rows: pd.DataFrame, palette: dict, left_out: list[str] | None = None) -> Figure | None:
+    """Plot 5: latency and achieved bandwidth vs context length (colour and marker: impl; dashes: layout and block
+    size). A setting at one context length only, and those past ``MAX_FACETS``, go to ``left_out`` with why."""
+    left_out = [] if left_out is None else left_out
     df = ok_rows(rows, "kernel")
     if df.empty or "context_len" not in df:
         return None
@@ -113,7 +126,13 @@ def kernel_latency_bandwidth(rows: pd.DataFrame, palette: dict) -> Figure | None
     cols = [c for c in ("device_slug", "kernel_batch", "shape", "dtype") if c in df]
     df["facet"] = facet_labels(df, cols, always=tuple(cols))
     order = [c for c in ("device_slug", "kernel_batch", "facet") if c in df]
-    facets = list(df.sort_values(order)["facet"].unique())[:MAX_FACETS]
+    single = single_point_facets(df, "facet", "context_len")
+    left_out += [f"{f} (one context length only: its rows are in the table)" for f in single]
+    facets = [f for f in df.sort_values(order)["facet"].unique() if f not in single]
+    left_out += [f"{f} (past {MAX_FACETS} panels: its rows are in the table)" for f in facets[MAX_FACETS:]]
+    facets = facets[:MAX_FACETS]
+    if not facets:
+        return None
     fig, axes = grid(2 * len(facets), ncols_max=2, size=(5.4, 3.6))
     variants = sorted(df["variant"].unique(), key=_variant_key)
     drawn: set[str] = set()

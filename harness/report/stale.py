@@ -14,8 +14,8 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
-from harness.untrusted.git import git, is_object_id
-from harness.paths import REPO_ROOT
+from kvbench.harness.untrusted.git import git, is_object_id
+from kvbench.harness.paths import REPO_ROOT
 
 # What a row's figures depend on; documentation and the results themselves do not count.
 CODE_PATHS = ("harness", "impls", "kernels", "conf", "hydra_plugins", "pyproject.toml",

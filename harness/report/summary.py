@@ -5,7 +5,8 @@ should not have to assemble it from four of them. Three facts, when the runs hol
 
 - memory: the KV memory paging saves at the seeds' experiment (100 concurrent requests), or at
   the most concurrent requests a model's accounting was run at, from the capacity points;
-- max concurrency: the best paged impl's measured maximum over contiguous's, at one budget;
+- max concurrency: the best paged impl's measured maximum over contiguous's, at one budget, where the budget
+  (not ``batch``) stopped contiguous (page one says where ``batch`` bound it instead);
 - max rate: the best paged impl's largest rate within the SLO over contiguous's.
 
 A paged impl is one whose name starts with ``paged``; the Orca baselines are reservation
@@ -18,10 +19,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.report.collect import Collection
+from kvbench.harness.report.collect import Collection
 
-from harness.report.selection import ANY_DEVICE, measured_as, ok_rows
-from harness.report.figures import GB
+from kvbench.harness.report.selection import ANY_DEVICE, measured_as, ok_rows
+from kvbench.harness.report.figures import GB
 
 SEEDS_WORKLOAD = "seeds"  # the seeds' own experiment: Llama-2-7B, 100 users
 
@@ -72,6 +73,10 @@ def concurrency_headlines(col: Collection, table: pd.DataFrame) -> list[Headline
             continue
         best = paged.sort_values("max_concurrency").iloc[-1]
         n0, n1 = base["max_concurrency"].iloc[0], best["max_concurrency"]
+        if bool(base["capped"].iloc[0]) if "capped" in base else False:
+            # contiguous stopped at its batch limit, not at the budget: its count is no maximum, and no ratio
+            # to it says what paging buys (a "≥ 1.00×" would read as "nothing")
+            continue
         bound = "≥ " if bool(best.get("capped", False)) else ""  # the search stopped at its batch limit
         src = ok_rows(col.rows, setting["scenario"])
         src = src[(src["model"] == setting["model"]) & (src["device_slug"] == setting["device_slug"])]

@@ -14,96 +14,16 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-IDENTIFIERS = [
-    "run_id", "scenario", "impl", "cache", "kernel", "kernel_backend", "eviction", "host_kv_gb",
-    "preemption", "host_copy", "model", "dtype", "kv_dtype", "kv_scale", "block_size", "batch",
-    "chunked_prefill", "max_num_batched_tokens", "max_seq_len", "workload", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
-    "n", "seed", "repeat", "cpu_threads", "workload_digest", "trace_sha256",
-    "job_id",  # harness/job/identity.py: what `resume=true` matches a folder's rows by
-    "replay_of",  # harness/front/replay.py: the run folder this row re-ran
-]
-FINGERPRINT = [
-    "device", "device_slug", "gpu_name", "gpu_count", "gpu_memory_bytes", "driver_version",
-    "cuda_version", "cpu_name", "cpu_count", "torch_version", "triton_version", "python_version",
-    "git_sha", "git_dirty", "hostname_hash",
-    "measured_at",  # when the row was measured: UTC, ISO 8601 to the second (a kept row keeps its own)
-    "fingerprint_diff",  # a replay: the fields above that differ from the original run's
-]
-STATUS = ["status", "error", "notes"]
+# The columns, their types and meanings are declared once, in harness/results/schema.py; the name lists
+# below are derived from it (in the rows' order: identifiers, fingerprint, status, metrics).
+from kvbench.harness.results.schema import (
+    BOOLEANS, COLUMNS, COUNTS, FINGERPRINT, IDENTIFIERS, METRICS, SCHEMA, STATUS, TEXT_COLUMNS, TEXT_METRICS, key_columns,
+)
+
 # What a row's ``status`` may say: measured, out of memory, failed, not applicable, stopped by a signal.
 STATUSES = ("ok", "oom", "error", "skipped", "interrupted")
 # What every row names, whatever its status (the report reads no row without them).
 REQUIRED = ("scenario", "status")
-METRICS = [
-    "wall_s", "tokens_per_s", "tokens_per_s_spread", "output_tokens_per_s", "requests_per_s",
-    "step_ms_p50", "step_ms_p90", "step_ms_p99",
-    "prefill_step_ms_p50", "prefill_step_ms_p90", "prefill_steps",  # decode: prefill steps, apart from step_ms_*
-    "host_ms_p50", "host_ms_p90",  # decode: a step's host time, until its forward is enqueued (no sync)
-    # decode on CPU: whether the dense work ran compiled, its compile (untimed), and the eager GEMMs and
-    # element-wise ops it ran
-    "cpu_compile", "compile_s", "linear_backend", "elementwise_backend",
-    "decode_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens",
-    # prefix-cache reuse (harness/serving/reuse_meter.py, prefix_reuse.py): prompt tokens served from the
-    # cache at first admission over prompt tokens, vLLM's convention (a prompt's last token is always
-    # computed); the same with an unbounded cache, from the workload alone; cached blocks evicted;
-    # tokens computed again when a preempted sequence was re-admitted
-    "prefix_hit_rate", "prefix_hit_rate_ideal", "evicted_blocks", "recomputed_tokens",
-    "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks", "swapped_out",  # device.host_kv_gb, preemption=swap
-    "peak_concurrency", "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected",
-    "kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",
-    "kv_fragmentation_bytes", "kv_reservation_waste_bytes",
-    "kv_external_fragmentation_bytes",  # free KV memory in holes too small for the first waiting request
-    "kv_used_fraction", "sharing_savings",
-    "weight_bytes", "budget_kv_bytes", "budget_device_bytes", "budget_source",
-    "nvml_used_bytes", "nvml_process_bytes", "nvml_baseline_bytes", "torch_allocated_bytes",
-    "torch_reserved_bytes", "rss_bytes",
-    "energy_j", "avg_power_w", "energy_per_output_token_j",  # NVML's board energy counter over the run
-    "output_digest",
-    "kv_gather_steps",  # contiguous: decode steps that copied K/V out of non-adjacent lanes
-    # service (harness/serving/service_metrics.py): arrivals, per-request latency, SLO and goodput
-    "arrival", "request_rate", "achieved_rps", "duration_s", "idle_s", "clock", "gpu", "slo",
-    "clock_source",  # a simulated clock's prices: a profile's id (scenario=profile), or roofline-v<N> (cost_model.py)
-    *[f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2el", "queue") for s in ("mean", "p50", "p90", "p99")],
-    "normalized_latency_s", "goodput_rps", "slo_attainment", "slo_pass",
-    # scenario=profile: the median share of a step spent in the cache's attention (K/V write and kernel)
-    "attention_share_decode", "attention_share_prefill", "attention_share_decode_top",
-    # scenario=profile with scenario.wall: re-timed points over first timed ones, less 1, at the job's end
-    "profile_drift",
-    # decode at a quantized kv_dtype (harness/serving/kv_accuracy.py): against the same run at kv_dtype=auto
-    "kv_top1_agreement", "kv_kl_mean", "kv_greedy_agreement", "kv_perplexity", "kv_ref_perplexity",
-    "kv_accuracy_positions", "kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights",
-    # scenario=max_rate
-    "max_rate_rps",
-    # scenario=max_concurrency
-    "probes",
-    # scenario=kernel
-    "layout", "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim",
-    "latency_us_p50", "latency_us_p10", "latency_us_p90", "bytes_moved", "bandwidth_gbps",
-    "copy_bw_gbps", "peak_bw_gbps", "frac_copy_bw", "frac_peak_bw", "max_abs_err",
-    "max_rel_err",  # max_abs_err over the reference output's largest magnitude
-    "kv_quant_max_abs_err",  # a quantized cache: the reference over it against the reference over the float K/V
-    "sm_clock_mhz", "clock_throttle_reasons",  # NVML, right after a kernel point's timed calls (GPU only)
-    # CPU: what the process got while measured (harness/measure/contention.py); contended rows say so in notes
-    "cpu_util", "run_queue_wait_frac", "load_avg_before", "load_avg_after", "steal_frac", "others_cpu",
-    "contended",
-]
-TEXT_METRICS = ("kv_accuracy_gate", "kv_accuracy_rule", "kv_accuracy_weights", "budget_source", "output_digest", "layout", "arrival", "clock", "gpu", "slo", "clock_throttle_reasons",
-                "clock_source", "linear_backend", "elementwise_backend")  # the metric columns that are not numbers
-COLUMNS = IDENTIFIERS + FINGERPRINT + STATUS + METRICS
-# Columns of true/false (a CSV gives them back as the text "True"/"False").
-BOOLEANS = ("git_dirty", "contended", "slo_pass", "cuda_graph", "cpu_compile")
-# Counts (tokens, steps, requests, heads, ...) are whole numbers; with every byte column they are
-# stored as nullable integers, so an empty cell stays empty instead of turning the column into floats.
-COUNTS = (
-    "block_size", "batch", "max_seq_len", "num_requests", "prompt_len", "output_len", "shared_prefix_len",
-    "n", "seed", "repeat", "cpu_threads", "gpu_count", "cpu_count",
-    "decode_steps", "prefill_steps", "output_tokens", "prompt_tokens", "prefill_tokens", "cache_hit_tokens", "peak_concurrency",
-    "max_concurrency", "max_concurrency_analytic", "preemptions", "rejected", "kv_gather_steps", "probes", "kv_accuracy_positions",
-    "kernel_batch", "context_len", "num_heads", "num_kv_heads", "head_dim", "bytes_moved", "sm_clock_mhz",
-    "piecewise_steps", "concurrency", "running", "waiting", "tokens",
-    "evicted_blocks", "recomputed_tokens", "prefix_hit_tokens", "admitted_prompt_tokens",
-    "host_hit_tokens", "host_stored_blocks", "host_loaded_blocks", "swapped_out",
-)
 
 
 def is_count(column: str) -> bool:

@@ -20,7 +20,7 @@ import re
 from decimal import Decimal
 from typing import Mapping
 
-from harness.results import is_count
+from kvbench.harness.results import is_count
 
 # A latency summary: <family>_ms_<stat> (ttft, tpot, itl, e2el, queue, and any family added later).
 LATENCY = re.compile(r"^(?P<family>[a-z0-9_]+?)_ms_(?P<stat>mean|p(?P<q>\d+(?:\.\d+)?))$")

@@ -30,8 +30,8 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
-from harness.results import TableWriteError, atomic_write
-from harness.results.consistency import check_consistency, check_each, check_rates, judged
+from kvbench.harness.results import TableWriteError, atomic_write
+from kvbench.harness.results.consistency import check_consistency, check_each, check_rates, judged
 
 FILE_PREFIX = "vllm-"  # vllm-<impl>.json in the run folder, one per decode row
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -58,9 +58,14 @@ COUNTS = ("num_prompts", "failed", "total_input_tokens", "total_output_tokens", 
 # What a round trip needs and vLLM has no key for, written as vLLM's ``--metadata KEY=VALUE`` writes
 # its own keys (top-level strings): the arrival process by kvbench's name, and the SLO held to.
 METADATA = {"kvbench_arrival": "arrival", "kvbench_slo": "slo"}
+# Where the run happened, how many requests it ran at once and on which workload, which vLLM's file does not
+# record of itself: ``--metadata device=<slug> batch=<n> workload=<name>`` writes them as top-level strings
+# (vLLM's ``max_concurrency``, the client's limit on requests in flight, is the batch where no ``batch`` was
+# given). A kvbench file has them. The report draws a row beside kvbench's of the same device, model, workload.
+RUN_KEYS = {"device": "device_slug", "batch": "batch", "workload": "workload"}
 # vLLM's keys, in the order its result file has them (per-request lists and ``std_*`` included).
 KEYS = (
-    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", *METADATA,
+    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", *METADATA, *RUN_KEYS,
     "request_rate", "burstiness", "max_concurrency",
     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
     "request_goodput", "output_throughput", "total_token_throughput",
@@ -141,7 +146,7 @@ def to_vllm(row: Mapping, requests: pd.DataFrame | None = None, burstiness: floa
     out.update(date=date or _date(row.get("measured_at")), endpoint_type=backend, backend=backend)
     for key, col in SAME_FIGURE.items():
         out[key] = _plain(row.get(col))
-    for key, col in METADATA.items():
+    for key, col in (*METADATA.items(), *RUN_KEYS.items()):
         out[key] = row.get(col)
     arrival = row.get("arrival")
     rate = _plain(row.get("request_rate"))
@@ -249,6 +254,28 @@ def _arrival(result: Mapping) -> tuple[str | None, float | None]:
     return ("poisson" if shape == 1 else "gamma"), rate
 
 
+def _run(result: Mapping) -> dict:
+    """The row's ``device_slug``, ``workload`` and ``batch`` from the file's ``device``, ``workload`` and ``batch``
+    (``--metadata`` writes text: a batch of ``"64"`` is read as 64), else ``max_concurrency`` for the batch;
+    absent ones are left out."""
+    out: dict = {}
+    for key in ("device", "workload"):
+        if (v := _text(key, result.get(key))) is not None and v.strip():
+            out[RUN_KEYS[key]] = v.strip()
+    key, batch = ("batch", result.get("batch")) if result.get("batch") is not None else \
+        ("max_concurrency", result.get("max_concurrency"))
+    if isinstance(batch, str):
+        if not batch.strip().isdigit():
+            raise VllmJsonError(f"{key}: expected a whole number of requests, got {batch[:40]!r}")
+        batch = int(batch)
+    batch = _number(key, batch, whole=True)
+    if batch is not None:
+        if batch < 1:
+            raise VllmJsonError(f"{key}: expected a whole number of requests >= 1, got {batch}")
+        out["batch"] = batch
+    return out
+
+
 def looks_like_vllm(obj) -> bool:
     """vLLM writes ``duration`` and ``completed`` in every result file."""
     return isinstance(obj, Mapping) and "duration" in obj and "completed" in obj
@@ -272,6 +299,7 @@ def from_vllm(result: Mapping) -> dict:
     for key, col in METADATA.items():
         if (v := _text(key, result.get(key))) is not None:
             row[col] = v
+    row.update(_run(result))
     arrival, row["request_rate"] = _arrival(result)
     row.setdefault("arrival", arrival)
     row["wall_s"] = row["duration_s"]  # one run: its wall time is its duration

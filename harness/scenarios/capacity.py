@@ -15,14 +15,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, List
 
-from harness.config import ImplConfig, ScenarioConfig
-from harness.results import run_id
+from kvbench.harness.config import ImplConfig, ScenarioConfig
+from kvbench.harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads pandas and the impls
     import pandas as pd
 
-    from harness.scenarios.context import JobContext
-    from harness.serving.workload import Request
+    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.serving.workload import Request
 
 
 @dataclass
@@ -47,7 +47,7 @@ POINT_VARIANTS = {"contiguous": ("contiguous", False, False), "paged": ("paged",
 
 def _unshared(requests: list[Request]) -> list[Request]:
     """Parallel samples as independent requests: what paging without sharing stores."""
-    from harness.serving.workload import Request
+    from kvbench.harness.serving.workload import Request
 
     return [Request(r.request_id * r.n + k, r.prompt_ids, r.output_len, 1) for r in requests for k in range(r.n)]
 
@@ -59,10 +59,11 @@ _POINTS: dict[str, pd.DataFrame] = {}
 
 def concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
     """Memory needed to serve N concurrent requests, per variant (the seeds' experiment)."""
-    from harness.kv.factory import pool_spec
+    from kvbench.harness.kv.factory import pool_spec
 
     cfg = ctx.cfg
     key = repr((cfg.workload, cfg.model, cfg.dtype, cfg.seed, cfg.max_num_batched_tokens, ctx.bytes_per_token,
+                cfg.kv_manager,
                 sorted(set(cfg.scenario.concurrency_points)), pool_spec(None, cfg, kv_bytes)))
     if key not in _POINTS:
         if len(_POINTS) >= 4:
@@ -74,10 +75,10 @@ def concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
 def _concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
     import pandas as pd
 
-    from harness.kv.factory import pool_spec
-    from harness.serving.simulator import simulate
-    from harness.serving.workload import generate_requests
-    from impls.kinds import cache_kind
+    from kvbench.harness.kv.factory import pool_spec, usage_unit_bytes
+    from kvbench.harness.serving.simulator import simulate
+    from kvbench.harness.serving.workload import generate_requests
+    from kvbench.impls.kinds import cache_kind
 
     cfg = ctx.cfg
     points = sorted(set(cfg.scenario.concurrency_points))
@@ -89,9 +90,13 @@ def _concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
             run_reqs = _unshared(reqs) if apart else reqs
             spec = replace(pool_spec(None, cfg, kv_bytes), prefix_caching=shares)
             lens = [r.total_len for r in run_reqs for _ in range(r.n)]
-            sim = simulate(cache_kind(kind).unbounded_allocator(spec, lens), run_reqs, sum(r.n for r in run_reqs),
-                           cfg.max_num_batched_tokens, cfg.model.vocab_size, ctx.bytes_per_token)
+            # A grouped pool (kv_manager hybrid/split_pools, a model of several attention kinds) shares forks
+            # only: it has no prefix cache (impls/group_pool.py); contiguous lanes hold every layer.
+            alloc = cache_kind(kind).unbounded_allocator(spec, lens)
+            sim = simulate(alloc, run_reqs, sum(r.n for r in run_reqs), cfg.max_num_batched_tokens,
+                           cfg.model.vocab_size, usage_unit_bytes(alloc, cfg))
             rows.append({"concurrency": n_req, "variant": variant, "model": cfg.model.name,
+                         "kv_manager": cfg.kv_manager, "kv_groups": ctx.kv_groups,
                          "dtype": cfg.dtype, "block_size": cfg.block_size, "max_seq_len": cfg.max_seq_len,
                          "workload": cfg.workload.name, "n": cfg.workload.n,
                          "shared_prefix_len": cfg.workload.shared_prefix_len,
@@ -108,17 +113,17 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     """One impl's capacity row; with a clock (``clock_profile=`` or ``gpu=NAME``, or ``clock`` given,
     named ``source``) also its service columns on the simulated clock (and its ``requests``/``steps``
     tables). ``points``: add the memory-vs-concurrency table."""
-    from harness.kv.budget import kv_budget
-    from harness.kv.factory import analytic_max_concurrency, build_allocator
-    from harness.measure.metrics import per_second
-    from harness.serving.clocks import outside_note, step_clock
-    from harness.serving.closed_loop import unsent_note
-    from harness.serving.profiled_clock import ProfiledClock
-    from harness.serving.reuse_meter import ReuseMeter
-    from harness.serving.service_metrics import service_columns
-    from harness.serving.simulator import simulate
-    from harness.serving.timeline import append_table, requests_table, steps_table
-    from kernels.read_pattern import reads_padded
+    from kvbench.harness.kv.budget import kv_budget
+    from kvbench.harness.kv.factory import analytic_max_concurrency, build_allocator, usage_unit_bytes
+    from kvbench.harness.measure.metrics import per_second
+    from kvbench.harness.serving.clocks import outside_note, step_clock
+    from kvbench.harness.serving.closed_loop import unsent_note
+    from kvbench.harness.serving.profiled_clock import ProfiledClock
+    from kvbench.harness.serving.reuse_meter import ReuseMeter
+    from kvbench.harness.serving.service_metrics import service_columns
+    from kvbench.harness.serving.simulator import simulate
+    from kvbench.harness.serving.timeline import append_table, requests_table, steps_table
+    from kvbench.kernels.read_pattern import reads_padded
 
     cfg = ctx.cfg
     requests = ctx.requests
@@ -134,14 +139,15 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     arrivals = [r.arrival_s for r in requests] if clock is not None else None
     loop = ctx.request_source()  # a closed loop (workload.kind=multi_turn) decides arrivals as it runs
     meter = ReuseMeter(allocator)
+    unit_bytes = usage_unit_bytes(allocator, cfg)  # a grouped pool counts layer slots (impls/group_pool.py)
     t0 = time.perf_counter()
     if loop is None:
         sim = simulate(allocator, requests, cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
-                       ctx.bytes_per_token, clock=clock, arrival_s=arrivals, observer=meter,
+                       unit_bytes, clock=clock, arrival_s=arrivals, observer=meter,
                        chunked_prefill=cfg.chunked_prefill)
     else:
         sim = simulate(allocator, [], cfg.batch, cfg.max_num_batched_tokens, cfg.model.vocab_size,
-                       ctx.bytes_per_token, clock=clock, observer=meter, source=loop,
+                       unit_bytes, clock=clock, observer=meter, source=loop,
                        chunked_prefill=cfg.chunked_prefill)
     wall = time.perf_counter() - t0
     served = loop.released if loop is not None else requests  # with the arrival times they had
@@ -170,18 +176,15 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
         "status": "ok",
         "notes": notes,
         "wall_s": wall,
-        "decode_steps": sim.decode_steps,  # as the decode engine counts them (prefill steps apart)
-        "peak_concurrency": sim.peak_running,
-        "max_concurrency": sim.max_concurrency,
+        # steps (as the decode engine counts them, prefill steps apart), concurrency, preemptions and KV peaks:
+        # as a decode row makes them (harness/serving/served_run.py)
+        **sim.bookkeeping_columns(),
         "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, mean_len),
-        "preemptions": sim.preemptions,
-        "rejected": len(sim.rejected),
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         "cache_hit_tokens": allocator.cache_hit_tokens,
         **meter.columns(ctx.ideal_hit_rate(), prompt_tokens),
         **getattr(allocator, "host_counters", dict)(),  # a paged pool's host tier: its hits and copies
-        **sim.peaks.as_row(),
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
         "weight_bytes": budget.weight_bytes,
         "gpu": f"{cfg.gpu.count}x {cfg.gpu.name}" if cfg.gpu is not None else None,

@@ -8,14 +8,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from harness.serving.arrivals import arrival_times, ignored_rate_note
-from harness.config import Config, ImplConfig
-from harness.errors import ConfigError
-from harness.kv.budget import MemoryBudget, measured_kv_budget
-from harness.kv.sizes import kv_bytes_per_token, torch_dtype
-from harness.measure.fingerprint import Fingerprint
-from harness.results import run_id
-from harness.serving.workload import Request, Workload, draw_workload, workload_digest
+from kvbench.harness.serving.arrivals import arrival_times, ignored_rate_note
+from kvbench.harness.config import Config, ImplConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.kv.budget import MemoryBudget, measured_kv_budget
+from kvbench.harness.kv.sizes import kv_bytes_per_token, torch_dtype
+from kvbench.harness.measure.fingerprint import Fingerprint
+from kvbench.harness.results import run_id
+from kvbench.harness.serving.workload import Request, Workload, draw_workload, workload_digest
 
 if TYPE_CHECKING:  # a bookkeeping run (scenario=capacity) never needs torch: about a second to import
     import torch
@@ -58,6 +58,13 @@ class JobContext:
         return torch_dtype(self.cfg.dtype)
 
     @property
+    def kv_groups(self) -> str:
+        """The rows' ``kv_groups``: each group kind's layer count under ``kv_manager`` (harness/kv/groups.py)."""
+        from kvbench.harness.kv.groups import groups_label, kv_groups
+
+        return groups_label(kv_groups(self.cfg.model, self.cfg.kv_manager))
+
+    @property
     def bytes_per_token(self) -> int:
         return kv_bytes_per_token(self.cfg.model, self.cfg.dtype, self.cfg.kv_dtype, self.cfg.kv_scale)
 
@@ -98,7 +105,7 @@ class JobContext:
         wl = self.workload
         if wl.conversations is None:
             return None
-        from harness.serving.closed_loop import ClosedLoopSource
+        from kvbench.harness.serving.closed_loop import ClosedLoopSource
 
         reqs = self.requests
         return ClosedLoopSource(reqs, wl.conversations, wl.think_s, [reqs[ids[0]].arrival_s for ids in wl.conversations])
@@ -107,7 +114,7 @@ class JobContext:
         """The workload's prefix-cache hit rate with an unbounded cache (harness/serving/prefix_reuse.py),
         over the requests in arrival order (a closed loop's request order is one it can take); once per run."""
         if "ideal_hit_rate" not in self.memo:
-            from harness.serving.prefix_reuse import ideal_prefix_reuse
+            from kvbench.harness.serving.prefix_reuse import ideal_prefix_reuse
 
             order = sorted(self.requests, key=lambda r: (r.arrival_s, r.request_id))
             if self.workload.conversations is not None:
@@ -129,19 +136,19 @@ class JobContext:
         in the memo that travels to an isolated impl's process and back, so every impl gets the same;
         rows record the number."""
         if "cpu_threads" not in self.memo:
-            from harness.measure.contention import free_cores
+            from kvbench.harness.measure.contention import free_cores
 
             self.memo["cpu_threads"] = self.cfg.cpu_threads or free_cores()
         return self.memo["cpu_threads"]
 
     @cached_property
     def model(self):
-        from harness.model.weights import build_model
+        from kvbench.harness.model.weights import build_model
 
         if self.device.type == "cpu":  # process-wide: a sweep's later job must not inherit an earlier one's
             import psutil
 
-            from harness.kv.budget import check_host_weights
+            from kvbench.harness.kv.budget import check_host_weights
 
             import torch
 
@@ -156,7 +163,7 @@ class JobContext:
         CUDA graphs once per run for batches up to ``batch`` (harness/model/piecewise.py); else None."""
         if not self.cfg.cuda_graph:
             return None
-        from harness.model.piecewise import PiecewiseDecode
+        from kvbench.harness.model.piecewise import PiecewiseDecode
 
         return PiecewiseDecode(self.model, self.cfg.batch, capture=self.device.type == "cuda")
 
@@ -165,7 +172,7 @@ class JobContext:
         """Whether decode steps run the compiled graph: ``cpu_compile``, or (null) auto_compile's choice for
         this run's decode tokens (every repeat's). Decided once per job, in the memo (as cpu_threads)."""
         if "cpu_compile" not in self.memo:
-            from harness.model.compiled import auto_compile, cxx_compiler
+            from kvbench.harness.model.compiled import auto_compile, cxx_compiler
 
             chosen = self.cfg.cpu_compile
             if chosen is None and self.device.type == "cpu":
@@ -182,13 +189,13 @@ class JobContext:
         """The decode forward compiled once per job (harness/model/compiled.py) when ``cpu_compile``; else None."""
         if not self.cpu_compile:
             return None
-        from harness.model.compiled import CompiledDecode
+        from kvbench.harness.model.compiled import CompiledDecode
 
         return CompiledDecode(self.model, self.cfg.batch)
 
     def decode_mode_columns(self) -> dict:
         """The rows' ``cpu_compile`` (CPU only) and ``compile_s`` (the compile, outside every timed region)."""
-        from harness.model.packed_linear import BACKEND_NAMES
+        from kvbench.harness.model.packed_linear import BACKEND_NAMES
 
         if self.device.type != "cpu":
             return {}
@@ -225,8 +232,8 @@ class JobContext:
         """The kernel that really ran (kernels.registry.kernel_backend); none for bookkeeping-only runs."""
         if impl is None or self.cfg.scenario.bookkeeping:
             return None
-        from impls.kinds import cache_kind
-        from kernels.registry import kernel_backend
+        from kvbench.impls.kinds import cache_kind
+        from kvbench.kernels.registry import kernel_backend
 
         return kernel_backend(impl.kernel, self.device.type, gather=cache_kind(impl.cache, impl.reservation).gathers)
 
@@ -253,6 +260,7 @@ class JobContext:
             "dtype": cfg.dtype,
             "kv_dtype": cfg.kv_dtype,
             "kv_scale": cfg.kv_scale if cfg.kv_dtype != "auto" else None,  # a float store has no scales
+            "kv_manager": cfg.kv_manager,  # how layers of different attention kinds are cached (harness/kv/groups.py)
             "block_size": cfg.block_size,
             "batch": cfg.batch,
             # how steps are scheduled (harness/serving/scheduler.py): whole prompts, or chunks under the budget
@@ -275,4 +283,5 @@ class JobContext:
             "trace_sha256": self.workload.trace_sha256 if workload else None,
             **self.fingerprint.as_dict(),
             "kv_bytes_per_token": self.bytes_per_token,
+            "kv_groups": self.kv_groups,
         }

@@ -8,15 +8,15 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.config import ImplConfig, ScenarioConfig
-from harness.results import run_id
+from kvbench.harness.config import ImplConfig, ScenarioConfig
+from kvbench.harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
-    from harness.kv.budget import MemoryBudget
-    from harness.scenarios.context import JobContext
-    from harness.serving.engine import EngineResult
-    from harness.serving.reuse_meter import ReuseMeter
-    from harness.serving.workload import Request
+    from kvbench.harness.kv.budget import MemoryBudget
+    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.serving.engine import EngineResult
+    from kvbench.harness.serving.reuse_meter import ReuseMeter
+    from kvbench.harness.serving.workload import Request
 
 
 @dataclass
@@ -44,7 +44,7 @@ class RunReuse:
 
 def warmup_requests(requests: list[Request]) -> list[Request]:
     """A few short requests, to compile kernels and fill caches before measuring."""
-    from harness.serving.workload import Request
+    from kvbench.harness.serving.workload import Request
 
     return [Request(r.request_id, r.prompt_ids[:16], min(r.output_len, 4), 1) for r in requests[:2]]
 
@@ -52,10 +52,10 @@ def warmup_requests(requests: list[Request]) -> list[Request]:
 def _run_once(ctx: JobContext, impl: ImplConfig, budget: MemoryBudget, requests: list[Request], track: bool):
     import torch
 
-    from harness.kv.factory import analytic_max_concurrency, build_cache
-    from harness.measure.memory import MemoryTracker
-    from harness.serving.engine import Engine
-    from harness.serving.reuse_meter import ReuseMeter
+    from kvbench.harness.kv.factory import analytic_max_concurrency, build_cache
+    from kvbench.harness.measure.memory import MemoryTracker
+    from kvbench.harness.serving.engine import Engine
+    from kvbench.harness.serving.reuse_meter import ReuseMeter
 
     cache = build_cache(impl, ctx.cfg, budget.kv_bytes, ctx.device)
     total = sum(r.output_len * r.n for r in requests)
@@ -83,10 +83,10 @@ def _run_once(ctx: JobContext, impl: ImplConfig, budget: MemoryBudget, requests:
 
 def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budget: MemoryBudget,
          reuse: RunReuse) -> dict:
-    from harness.kv.budget import budget_limit_note
-    from harness.measure.metrics import median_and_spread, ms, output_digest, per_second, percentile
-    from harness.serving.closed_loop import unsent_note
-    from harness.serving.service_metrics import service_columns
+    from kvbench.harness.kv.budget import budget_limit_note
+    from kvbench.harness.measure.metrics import median_and_spread, ms, output_digest, per_second, percentile
+    from kvbench.harness.serving.closed_loop import unsent_note
+    from kvbench.harness.serving.service_metrics import service_columns
 
     res = results[len(results) // 2]  # a representative repeat for the non-timing columns
     requests = ctx.requests
@@ -126,19 +126,15 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
         "piecewise_steps": res.piecewise_steps,  # decode steps run as pieces (graph replays when cuda_graph)
         **ctx.decode_mode_columns(),
         **service_columns(ctx.cfg.arrival, ctx.cfg.slo, reuse.served, res.sequences, res.wall_s, res.idle_s, "wall"),
-        "decode_steps": res.decode_steps,
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         "prefill_tokens": res.prefill_tokens,
         "cache_hit_tokens": res.cache_hit_tokens,
         **reuse.meter.columns(ctx.ideal_hit_rate(), prompt_tokens),
-        "peak_concurrency": res.peak_running,
-        "max_concurrency": res.max_concurrency,
+        # steps, concurrency, preemptions and KV peaks: as a capacity row makes them (harness/serving/served_run.py)
+        **res.bookkeeping_columns(),
         "max_concurrency_analytic": max_conc,
-        "preemptions": res.preemptions,
-        "rejected": len(res.rejected),
         **(res.counters or {}),
-        **res.peaks.as_row(),
         "weight_bytes": budget.weight_bytes,
         "budget_kv_bytes": budget.kv_bytes,
         "budget_device_bytes": budget.device_bytes,
@@ -151,13 +147,13 @@ def _row(ctx: JobContext, results: list[EngineResult], mem, max_conc: int, budge
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
-    from kernels.kv_formats import is_quantized
+    from kvbench.kernels.kv_formats import is_quantized
 
     rows = measure(ctx, impl, ctx.cfg.scenario.warmup)
     if ctx.cfg.scenario.accuracy:
         _with_accuracy(ctx, impl, rows[0])
     elif is_quantized(ctx.cfg.kv_dtype):  # no accuracy columns: the row must not read as checked and fine
-        from harness.serving.kv_accuracy import unchecked_note
+        from kvbench.harness.serving.kv_accuracy import unchecked_note
 
         rows[0]["notes"] = " | ".join(n for n in (rows[0].get("notes"),
                                                   unchecked_note(ctx.cfg.kv_dtype, "scenario.accuracy=false")) if n)
@@ -169,8 +165,8 @@ def _with_accuracy(ctx: JobContext, impl: ImplConfig, row: dict) -> None:
     and with workload=text the perplexity on the text."""
     from dataclasses import replace
 
-    from harness.serving.kv_accuracy import DUMMY_NOTE, measure_kv_accuracy, measure_perplexity, unchecked_note
-    from kernels.kv_formats import is_quantized
+    from kvbench.harness.serving.kv_accuracy import DUMMY_NOTE, measure_kv_accuracy, measure_perplexity, unchecked_note
+    from kvbench.kernels.kv_formats import is_quantized
 
     forced = ctx.workload.continuations
     quantized = is_quantized(ctx.cfg.kv_dtype)
@@ -196,12 +192,12 @@ def _with_accuracy(ctx: JobContext, impl: ImplConfig, row: dict) -> None:
 
 def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
     """The decode row after ``warmup`` warm-up passes: the scenario's, or a search's probe (which says how many)."""
-    from harness.measure.contention import probe_for, with_contention
-    from harness.serving.timeline import append_table, requests_table, steps_table
+    from kvbench.harness.measure.contention import probe_for, with_contention
+    from kvbench.harness.serving.timeline import append_table, requests_table, steps_table
 
     import psutil
 
-    from harness.kv.factory import host_tier_note
+    from kvbench.harness.kv.factory import host_tier_note
 
     host_note = host_tier_note(ctx.cfg, psutil.virtual_memory().available)  # before the tier takes its RAM
     budget = ctx.kv_budget()
@@ -225,7 +221,7 @@ def measure(ctx: JobContext, impl: ImplConfig, warmup: int) -> list[dict]:
         for s in final.sequences
     ]
     row = _row(ctx, results, mem, max_conc, budget, final_reuse)
-    from kernels.registry import INTERPRETED_NOTE
+    from kvbench.kernels.registry import INTERPRETED_NOTE
 
     interpreted = INTERPRETED_NOTE if ctx.kernel_backend(impl) == "triton-interpreter" else None
     for note in (host_note, interpreted):  # a host tier that crowded the RAM; Triton's interpreter timed

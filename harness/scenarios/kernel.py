@@ -23,13 +23,13 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from harness.config import ImplConfig, ScenarioConfig
+from kvbench.harness.config import ImplConfig, ScenarioConfig
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     import torch
 
-    from harness.scenarios.context import JobContext
-    from impls.kinds import KernelPool
+    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.impls.kinds import KernelPool
 
 
 @dataclass
@@ -58,7 +58,7 @@ def _clocks(device) -> tuple[int | None, str | None]:
         return None, None
     import torch
 
-    from harness.measure.nvml import device_clocks
+    from kvbench.harness.measure.nvml import device_clocks
 
     return device_clocks(torch.cuda.current_device() if device.index is None else device.index)
 
@@ -71,7 +71,7 @@ def _quantized(pool: KernelPool, kv_dtype: str, kv_scale: str) -> KernelPool:
     """``pool`` with its K/V quantized to ``kv_dtype`` and its scales (kernels/quant.py)."""
     from dataclasses import replace
 
-    from kernels.quant import KVScales, kv_format, quantize, row_scales, storage_dtype, tensor_scale
+    from kvbench.kernels.quant import KVScales, kv_format, quantize, row_scales, storage_dtype, tensor_scale
 
     dtype = storage_dtype(kv_dtype)
     fmt, dynamic = kv_format(dtype), kv_scale == "token_head"
@@ -85,9 +85,9 @@ def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, in
     """Random queries, and random K/V for ``batch`` sequences of ``context`` tokens with their tables in both layouts."""
     import torch
 
-    from harness.measure.timing import L2_FLUSH_BYTES
-    from impls.kinds import KernelPool
-    from impls.sizing import blocks_for_tokens
+    from kvbench.harness.measure.timing import L2_FLUSH_BYTES
+    from kvbench.impls.kinds import KernelPool
+    from kvbench.impls.sizing import blocks_for_tokens
 
     heads, kv_heads, head_dim = shape
     blocks_per_seq = blocks_for_tokens(context, block_size)
@@ -107,14 +107,14 @@ def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, in
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     import torch
 
-    from harness.measure.bandwidth import peak_bandwidth_gbps
-    from harness.measure.metrics import attention_bytes, bandwidth_gbps
-    from harness.measure.timing import copy_bandwidth_gbps, time_call
-    from impls.kinds import cache_kind
-    from kernels.reference import paged_decode_attention_ref
-    from harness.measure.contention import probe_for, with_contention
-    from kernels.kv_formats import VALUE_BYTES, is_quantized, scale_bytes_per_head
-    from kernels.registry import get_paged_kernel
+    from kvbench.harness.measure.bandwidth import peak_bandwidth_gbps
+    from kvbench.harness.measure.metrics import attention_bytes, bandwidth_gbps
+    from kvbench.harness.measure.timing import copy_bandwidth_gbps, time_call
+    from kvbench.impls.kinds import cache_kind
+    from kvbench.kernels.reference import paged_decode_attention_ref
+    from kvbench.harness.measure.contention import probe_for, with_contention
+    from kvbench.kernels.kv_formats import VALUE_BYTES, is_quantized, scale_bytes_per_head
+    from kvbench.kernels.registry import get_paged_kernel
 
     kind = cache_kind(impl.cache, impl.reservation)
     if kind.kernel_skip_reason is not None:

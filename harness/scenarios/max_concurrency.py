@@ -15,11 +15,11 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.config import ImplConfig, SearchScenario
-from harness.errors import ConfigError
+from kvbench.harness.config import ImplConfig, SearchScenario
+from kvbench.harness.errors import ConfigError
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
-    from harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.context import JobContext
 
 
 @dataclass
@@ -44,19 +44,19 @@ def _probe_ctx(ctx: JobContext, b: int) -> JobContext:
 def _passes(ctx: JobContext, impl: ImplConfig, b: int) -> bool:
     import torch
 
-    from harness.kv.budget import kv_budget
-    from harness.kv.factory import build_allocator
+    from kvbench.harness.kv.budget import kv_budget
+    from kvbench.harness.kv.factory import build_allocator
 
     probe = _probe_ctx(ctx, b)
     want = b * probe.cfg.workload.n
     if ctx.cfg.scenario.probe == "capacity":
-        from harness.serving.simulator import simulate
+        from kvbench.harness.serving.simulator import simulate
 
         alloc = build_allocator(impl, probe.cfg, kv_budget(probe.cfg).kv_bytes)
         sim = simulate(alloc, probe.requests, want, probe.cfg.max_num_batched_tokens, probe.cfg.model.vocab_size,
                        probe.bytes_per_token)
         return not sim.preemptions and not sim.rejected and sim.peak_running == want
-    from harness.scenarios import decode
+    from kvbench.harness.scenarios import decode
 
     try:
         (row,) = decode.measure(probe, impl, warmup=0)
@@ -90,8 +90,8 @@ def search(ctx: JobContext, impl: ImplConfig, limit: int) -> tuple[int, int]:
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
-    from harness.kv.budget import kv_budget
-    from harness.kv.factory import analytic_max_concurrency
+    from kvbench.harness.kv.budget import kv_budget
+    from kvbench.harness.kv.factory import analytic_max_concurrency
 
     cfg = ctx.cfg
     limit = int(cfg.scenario.search_limit)

@@ -15,11 +15,11 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from harness.config import ImplConfig, SearchScenario
-from harness.results import run_id
+from kvbench.harness.config import ImplConfig, SearchScenario
+from kvbench.harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
-    from harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.context import JobContext
 
 
 @dataclass
@@ -81,10 +81,10 @@ def _probe(ctx: JobContext, impl: ImplConfig, rate: float, first: bool) -> dict:
     cfg.repeat = 1
     probe = ctx.derive(cfg)
     if cfg.scenario.probe == "capacity":  # the simulated clock (gpu=NAME): bookkeeping at full scale
-        from harness.scenarios.capacity import simulated_row
+        from kvbench.harness.scenarios.capacity import simulated_row
 
         return simulated_row(probe, impl)
-    from harness.scenarios import decode
+    from kvbench.harness.scenarios import decode
 
     # kernels and caches are warm after the first probe
     (row,) = decode.measure(probe, impl, warmup=cfg.scenario.warmup if first else 0)
@@ -94,8 +94,8 @@ def _probe(ctx: JobContext, impl: ImplConfig, rate: float, first: bool) -> dict:
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     import pandas as pd
 
-    from harness.serving.service_metrics import slo_label
-    from harness.serving.timeline import append_table
+    from kvbench.harness.serving.service_metrics import slo_label
+    from kvbench.harness.serving.timeline import append_table
 
     sc = ctx.cfg.scenario
     listed: list[dict] = []

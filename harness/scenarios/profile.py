@@ -32,15 +32,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, List
 
-from harness.config import ImplConfig, ScenarioConfig
-from harness.errors import ConfigError
-from harness.results import run_id
-from harness.scenarios.profile_grid import GridSampler, grid_batches, grid_contexts, grid_prefill, profile_grid
+from kvbench.harness.config import ImplConfig, ScenarioConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.results import run_id
+from kvbench.harness.scenarios.profile_grid import GridSampler, grid_batches, grid_contexts, grid_prefill, profile_grid
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
-    from harness.scenarios.context import JobContext
-    from harness.serving.profile_table import Provenance
-    from harness.serving.profiled_clock import ProfilePoints
+    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.serving.profile_table import Provenance
+    from kvbench.harness.serving.profiled_clock import ProfilePoints
 
 
 @dataclass
@@ -142,7 +142,7 @@ def attention_shares(rows: list[dict]) -> dict:
 
 
 def points_of(rows: list[dict]) -> ProfilePoints:
-    from harness.serving.profiled_clock import ProfilePoints
+    from kvbench.harness.serving.profiled_clock import ProfilePoints
 
     return ProfilePoints(tuple((r["batch"], r["context"], r["seconds"]) for r in rows if r["kind"] == "decode"),
                          tuple((r["tokens"], r["seconds"]) for r in rows if r["kind"] == "prefill"))
@@ -151,7 +151,7 @@ def points_of(rows: list[dict]) -> ProfilePoints:
 def made_by(ctx: JobContext, impl: ImplConfig) -> Provenance:
     """What measures this job's profile of ``impl``, as its table records it: a run of other settings that
     reads the table is refused, naming them (harness/serving/clocks.py)."""
-    from harness.serving.profile_table import provenance_of
+    from kvbench.harness.serving.profile_table import provenance_of
 
     fp = ctx.fingerprint
     return provenance_of(ctx.cfg, impl.kernel, fp.device_slug, fp.gpu_name or fp.cpu_name, fp.git_sha)
@@ -161,9 +161,9 @@ def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: f
                chunked_budget: int | None = None) -> dict:
     """The job's workload at ``rate`` on the profiled clock, as a capacity run prices it; with
     ``chunked_budget``, scheduled with chunked prefill under that many tokens a step."""
-    from harness.scenarios.capacity import simulated_row
-    from harness.scenarios.wall_check import at_rate, probe_identifiers
-    from harness.serving.profiled_clock import ProfiledClock
+    from kvbench.harness.scenarios.capacity import simulated_row
+    from kvbench.harness.scenarios.wall_check import at_rate, probe_identifiers
+    from kvbench.harness.serving.profiled_clock import ProfiledClock
 
     probe = at_rate(ctx, rate, chunked_budget)
     clock = ProfiledClock(points)
@@ -182,7 +182,7 @@ def recheck(ctx: JobContext, impl: ImplConfig) -> list[dict]:
 
 def _probed(ctx: JobContext, measure: Callable[[], None], seen: list) -> Callable[[], None]:
     """``measure`` with the CPU it got recorded in ``seen`` (harness/measure/contention.py), on a CPU."""
-    from harness.measure.contention import probe_for
+    from kvbench.harness.measure.contention import probe_for
 
     def run() -> None:
         probe = probe_for(ctx.device.type)
@@ -196,15 +196,15 @@ def _probed(ctx: JobContext, measure: Callable[[], None], seen: list) -> Callabl
 
 
 def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
-    from harness.measure.contention import with_contention
+    from kvbench.harness.measure.contention import with_contention
     import pandas as pd
 
-    from harness.scenarios.max_rate import probe_record, search_rate
-    from harness.scenarios.wall_check import WallRuns, drift, priced
-    from harness.serving.profile_table import profile_frame
-    from harness.serving.profiled_clock import ProfiledClock, profile_id
-    from harness.serving.service_metrics import slo_label
-    from harness.serving.timeline import append_table
+    from kvbench.harness.scenarios.max_rate import probe_record, search_rate
+    from kvbench.harness.scenarios.wall_check import WallRuns, drift, priced
+    from kvbench.harness.serving.profile_table import profile_frame
+    from kvbench.harness.serving.profiled_clock import ProfiledClock, profile_id
+    from kvbench.harness.serving.service_metrics import slo_label
+    from kvbench.harness.serving.timeline import append_table
 
     check(ctx)
     sc = ctx.cfg.scenario

@@ -12,10 +12,10 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-from harness.config import ImplConfig
+from kvbench.harness.config import ImplConfig
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
-    from harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.context import JobContext
 
 MIN_CONTEXT = 16
 
@@ -77,10 +77,10 @@ def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], ou
     start); the last is the part of the step the cache spent attending (harness/measure/attention_timer.py)."""
     import math
 
-    from harness.kv.factory import build_cache
-    from harness.measure.attention_timer import AttentionTimer
-    from harness.serving.engine import Engine
-    from harness.serving.workload import Request
+    from kvbench.harness.kv.factory import build_cache
+    from kvbench.harness.measure.attention_timer import AttentionTimer
+    from kvbench.harness.serving.engine import Engine
+    from kvbench.harness.serving.workload import Request
 
     cfg = copy.deepcopy(ctx.cfg)
     cfg.batch = batch
@@ -152,7 +152,7 @@ class GridSampler:
 
     def rows(self, passes: slice = slice(None)) -> list[dict]:
         """The profile table's rows from the samples of ``passes`` (all of them by default)."""
-        from harness.serving.profile_table import point
+        from kvbench.harness.serving.profile_table import point
 
         decode_steps = self.ctx.cfg.scenario.decode_steps
         rows = []

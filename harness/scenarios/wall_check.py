@@ -23,13 +23,13 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from harness.config import ImplConfig
-from harness.results import run_id
+from kvbench.harness.config import ImplConfig
+from kvbench.harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     import pandas as pd
 
-    from harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.context import JobContext
 
 WALL_NOTE = "served on the wall clock by scenario=profile's validation, in the profile's process"
 
@@ -71,8 +71,8 @@ def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int
     with the rate and scheduling that tell it apart (for ``priced`` once the job's profile is whole; None when
     the run keeps no timeline tables, ``timeline_tables=false``). Its requests table goes into the job's, told
     apart alike."""
-    from harness.scenarios import decode
-    from harness.serving.timeline import append_table
+    from kvbench.harness.scenarios import decode
+    from kvbench.harness.serving.timeline import append_table
 
     probe = at_rate(ctx, rate, chunked_budget)
     (row,) = decode.measure(probe, impl, warmup)
@@ -94,9 +94,9 @@ def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, dict] |
     The search takes its verdict instead of serving the same requests at the same rate again: the
     same question, asked of the same process minutes apart (on the CPU validation, about 20 s of
     arrivals a job)."""
-    from harness.scenarios import decode
-    from harness.scenarios.max_rate import probe_record, search_rate
-    from harness.serving.service_metrics import slo_label
+    from kvbench.harness.scenarios import decode
+    from kvbench.harness.scenarios.max_rate import probe_record, search_rate
+    from kvbench.harness.serving.service_metrics import slo_label
 
     sc = ctx.cfg.scenario
     known = dict(served or {})

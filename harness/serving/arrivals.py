@@ -20,8 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
-from harness.config import ARRIVALS, RATE_ARRIVALS, ArrivalConfig
-from harness.errors import ConfigError
+from kvbench.harness.config import ARRIVALS, RATE_ARRIVALS, ArrivalConfig
+from kvbench.harness.errors import ConfigError
 
 ARRIVAL_STREAM = 0xA771  # mixed with the run's seed: a stream apart from the workload's
 

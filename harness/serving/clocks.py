@@ -15,12 +15,12 @@ from __future__ import annotations
 import functools
 import re
 
-from harness.config import Config, ImplConfig
-from harness.errors import ConfigError
-from harness.measure.fingerprint import Fingerprint
-from harness.serving.cost_model import ROOFLINE_VERSION, CostModel, cost_model_for
-from harness.serving.profile_table import Provenance, load_profile, provenance_of, shown
-from harness.serving.profiled_clock import ProfiledClock
+from kvbench.harness.config import Config, ImplConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.measure.fingerprint import Fingerprint
+from kvbench.harness.serving.cost_model import ROOFLINE_VERSION, CostModel, cost_model_for
+from kvbench.harness.serving.profile_table import Provenance, load_profile, provenance_of, shown
+from kvbench.harness.serving.profiled_clock import ProfiledClock
 
 ROOFLINE = f"roofline-v{ROOFLINE_VERSION}"
 ALLOW = "clock_profile_allow_mismatch=true"
@@ -55,7 +55,7 @@ def _kernel(cfg: Config, impl: ImplConfig | str) -> str | None:
 @functools.cache
 def this_machine(device: str) -> Fingerprint:
     """The machine and code the run is on, as its rows' fingerprint names them (one process: one of each)."""
-    from harness.measure.fingerprint import collect
+    from kvbench.harness.measure.fingerprint import collect
 
     return collect(device)
 
@@ -70,7 +70,7 @@ def _known_gpus() -> tuple[frozenset[str], ...]:
     """The ``match`` words of every conf/gpu/ file."""
     from omegaconf import OmegaConf
 
-    from harness.paths import CONF_DIR
+    from kvbench.harness.paths import CONF_DIR
 
     return tuple(frozenset(str(w).lower() for w in OmegaConf.load(p).get("match") or ())
                  for p in sorted((CONF_DIR / "gpu").glob("*.yaml")))

@@ -17,8 +17,8 @@ import heapq
 from dataclasses import replace
 from typing import Optional, Sequence as Seq
 
-from harness.serving.sequence import Sequence
-from harness.serving.workload import Request
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.workload import Request
 
 
 class ClosedLoopSource:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.config import WorkloadConfig
-from harness.serving.request import Request, Workload, draw_lengths, shared_ints
+from kvbench.harness.config import WorkloadConfig
+from kvbench.harness.serving.request import Request, Workload, draw_lengths, shared_ints
 
 THINK_STREAM = 0x7A1C  # mixed with the seed: think times apart from the lengths and token ids
 

@@ -81,10 +81,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from functools import cached_property
 
-from harness.config import Config, GpuConfig
-from harness.errors import ConfigError
-from harness.kv.sizes import DTYPE_BYTES, kv_bytes_per_token, parameter_count, weight_bytes
-from harness.model.config import ModelConfig
+from kvbench.harness.config import Config, GpuConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.kv.sizes import DTYPE_BYTES, kv_bytes_per_token, parameter_count, weight_bytes
+from kvbench.harness.model.config import ModelConfig
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
 ROOFLINE_VERSION = 3

@@ -26,38 +26,33 @@ from typing import Any, Callable
 
 import torch
 
-from harness.model.compiled import CompiledDecode
-from harness.model.llama import LlamaModel
-from harness.model.piecewise import PiecewiseDecode
-from harness.serving.request_source import OpenLoopSource, RequestSource
-from harness.serving.scheduler import Admission, Scheduler, StepPlan
-from harness.serving.simulator import StepObserver
-from harness.serving.sequence import Sequence
-from harness.serving.timeline import StepRecord
-from harness.serving.workload import Request
-from harness.measure.kv_peaks import KVPeaks
-from impls.base import KVCache, PrefillSpan
-from impls.staging import StagingBuffer
+from kvbench.harness.model.compiled import CompiledDecode
+from kvbench.harness.model.llama import LlamaModel
+from kvbench.harness.model.piecewise import PiecewiseDecode
+from kvbench.harness.serving.request_source import OpenLoopSource, RequestSource
+from kvbench.harness.serving.scheduler import Admission, Scheduler, StepPlan
+from kvbench.harness.serving.served_run import ServedRun
+from kvbench.harness.serving.simulator import StepObserver
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.timeline import StepRecord
+from kvbench.harness.serving.workload import Request
+from kvbench.harness.measure.kv_peaks import KVPeaks
+from kvbench.impls.base import KVCache, PrefillSpan
+from kvbench.impls.staging import StagingBuffer
 
 # (the sequences of a step, their logits rows) -> the token each one is fed next
 Sampler = Callable[[list[Sequence], torch.Tensor], list[int]]
 
 
 @dataclass
-class EngineResult:
-    sequences: list[Sequence]  # finished, in (request_id, sample) order
-    rejected: list[tuple[Sequence, str]]
+class EngineResult(ServedRun):
+    """A wall-clock run: the record the simulator's run shares (harness/serving/served_run.py), and its times."""
+
     wall_s: float
     prefill_tokens: int  # tokens actually computed in prefills (cache hits excluded)
-    decode_steps: int
     step_s: list[float]  # wall time of every decode step
     host_s: list[float]  # host time of every decode step: from its start until the forward is enqueued
-    peak_running: int
-    max_concurrency: int  # the most sequences running at once before the first preemption
-    preemptions: int
-    peaks: KVPeaks
     steps: list[StepRecord]
-    idle_s: float = 0.0  # time with nothing arrived and nothing running
     memory_bound_steps: int = 0  # decode steps with room in the batch while an arrived request waited for KV
     cache_hit_tokens: int = 0
     counters: dict[str, int] | None = None  # KVCache.counters() at the end of the run

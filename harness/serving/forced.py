@@ -24,11 +24,11 @@ from typing import Callable, Sequence as Seq
 
 import torch
 
-from harness.errors import ConfigError
-from harness.measure.accuracy import AccuracyTally, log_probs
-from harness.serving.engine import Engine
-from harness.serving.sequence import Sequence
-from harness.serving.workload import Request
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.measure.accuracy import AccuracyTally, log_probs
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.workload import Request
 
 MAX_REFERENCE_BYTES = 2 * 2**30
 Position = tuple[int, int]  # (request_id, index of the output token the logits predict)

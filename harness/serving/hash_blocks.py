@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from harness.errors import ConfigError
+from kvbench.harness.errors import ConfigError
 
 HASH_STREAM = 0x4A5B  # mixed with the seed and the id: apart from every other stream of the run
 

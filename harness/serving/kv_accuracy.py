@@ -27,14 +27,14 @@ from typing import Callable, Sequence
 
 import torch
 
-from harness.config import Config, ImplConfig
-from harness.kv.factory import build_cache
-from harness.kv.sizes import kv_bytes_per_token
-from harness.measure.accuracy import TOP1_GATE, gate
-from harness.measure.agreement import prefix_agreement
-from harness.serving.engine import Engine
-from harness.serving.forced import compare
-from harness.serving.workload import Request
+from kvbench.harness.config import Config, ImplConfig
+from kvbench.harness.kv.factory import build_cache
+from kvbench.harness.kv.sizes import kv_bytes_per_token
+from kvbench.harness.measure.accuracy import TOP1_GATE, gate
+from kvbench.harness.measure.agreement import prefix_agreement
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.serving.forced import compare
+from kvbench.harness.serving.workload import Request
 
 DUMMY_NOTE = ("accuracy on dummy (random) weights: it says how far the KV data type moves the logits, "
               "not what a trained model loses")
@@ -99,8 +99,8 @@ def measure_perplexity(model: torch.nn.Module, cfg: Config, impl: ImplConfig, de
                        requests: list[Request], forced: dict[int, Sequence[int]],
                        sync: Callable[[], None] = lambda: None) -> dict:
     """``workload=text`` at ``kv_dtype=auto``: the model's perplexity on the text (nothing to compare with)."""
-    from harness.serving.forced import Recording, check_reference_size
-    from harness.measure.accuracy import AccuracyTally
+    from kvbench.harness.serving.forced import Recording, check_reference_size
+    from kvbench.harness.measure.accuracy import AccuracyTally
 
     check_reference_size(requests, cfg.model.vocab_size)
     recording = Recording(forced)

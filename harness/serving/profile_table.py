@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.config import Config
-from harness.errors import ConfigError
-from harness.measure.metrics import percentile
-from harness.serving.profiled_clock import ProfiledClock, ProfilePoints
+from kvbench.harness.config import Config
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.measure.metrics import percentile
+from kvbench.harness.serving.profiled_clock import ProfiledClock, ProfilePoints
 
 PROFILE = "profile"  # the table's name in a run folder
 PROFILE_COLUMNS = ["impl", "kind", "batch", "context", "tokens", "seconds", "seconds_p10", "seconds_p90", "samples",
@@ -217,7 +217,7 @@ def checked_table(df: pd.DataFrame, source: str) -> pd.DataFrame:
 
 def read_profile_table(path: Path) -> tuple[pd.DataFrame, str]:
     """The checked table at ``path`` (a run folder, or the table) and its file's path, as messages name it."""
-    from harness.untrusted import read_table
+    from kvbench.harness.untrusted import read_table
 
     table = _table_path(path)
     try:  # a results folder is someone else's data: read as untrusted (regular files, size limits)

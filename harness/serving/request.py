@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.config import WorkloadConfig
+from kvbench.harness.config import WorkloadConfig
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Optional, Protocol, Sequence as Seq
 
-from harness.serving.sequence import Sequence
-from harness.serving.workload import Request
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.workload import Request
 
 
 class RequestSource(Protocol):

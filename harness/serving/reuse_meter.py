@@ -30,9 +30,9 @@ from typing import Sequence as Seq
 
 import pandas as pd
 
-from harness.serving.scheduler import StepPlan
-from harness.serving.sequence import Sequence
-from harness.serving.timeline import StepRecord
+from kvbench.harness.serving.scheduler import StepPlan
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.timeline import StepRecord
 
 # The steps table's reuse columns, cumulative from the run's start up to and including each step.
 STEP_COLUMNS = ["prefix_hit_tokens", "admitted_prompt_tokens", "prefix_hit_rate", "recomputed_tokens",

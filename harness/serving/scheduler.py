@@ -32,10 +32,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence as Seq
 
-from harness.serving.sequence import Sequence
-from harness.serving.workload import Request
-from impls.allocator import AdmitPlan, KVAllocator, SlotCopy
-from impls.host_tier import NO_HOST_COPIES, HostCopies
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.workload import Request
+from kvbench.impls.allocator import AdmitPlan, KVAllocator, SlotCopy
+from kvbench.impls.host_tier import NO_HOST_COPIES, HostCopies
 
 # (sequence, number of tokens) -> the token ids whose slots are reserved this step
 TokenSource = Callable[[Sequence, int], Seq[int]]

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Iterable, Sequence as Seq
 
-from harness.config import ArrivalConfig, SloConfig
-from harness.measure.metrics import percentile, percentiles
-from harness.serving.sequence import Sequence
-from harness.serving.workload import Request
+from kvbench.harness.config import ArrivalConfig, SloConfig
+from kvbench.harness.measure.metrics import percentile, percentiles
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.workload import Request
 
 STATS = ("mean", "p50", "p90", "p99")
 QS = (50, 90, 99)  # the percentiles in STATS
@@ -154,7 +154,7 @@ def _slo_presets() -> dict[str, tuple]:
     """conf/slo/NAME.yaml: each preset's bounds, by name."""
     from omegaconf import OmegaConf
 
-    from harness.paths import CONF_DIR
+    from kvbench.harness.paths import CONF_DIR
 
     out = {}
     for path in sorted((CONF_DIR / "slo").glob("*.yaml")):

@@ -7,7 +7,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Optional
 
-from harness.serving.sequence import Sequence
+from kvbench.harness.serving.sequence import Sequence
 
 
 def synthetic_token(seq: Sequence, vocab: int) -> int:

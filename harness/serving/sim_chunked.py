@@ -7,10 +7,10 @@ is a part of harness/serving/sim_run.py's run, kept apart by concept: it reads a
 
 from __future__ import annotations
 
-from harness.serving.scheduler import StepPlan
-from harness.serving.sequence import Sequence
-from harness.serving.sim_calendar import synthetic_token
-from harness.serving.timeline import StepRecord
+from kvbench.harness.serving.scheduler import StepPlan
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.sim_calendar import synthetic_token
+from kvbench.harness.serving.timeline import StepRecord
 
 
 class ChunkedSteps:

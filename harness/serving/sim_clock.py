@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Protocol
 
-from harness.serving.scheduler import StepPlan
+from kvbench.harness.serving.scheduler import StepPlan
 
 
 class StepClock(Protocol):

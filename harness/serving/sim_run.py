@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from harness.measure.kv_peaks import KVPeaks
-from harness.serving.scheduler import Scheduler, StepPlan
-from harness.serving.sequence import Sequence
-from harness.serving.sim_calendar import Calendar, Track, synthetic_token
-from harness.serving.sim_chunked import ChunkedSteps
-from harness.serving.sim_clock import ClockedSteps, StepClock
-from harness.serving.timeline import StepRecord
-from impls.allocator import KVAllocator
-from impls.fast_path import FastPath, fast_path
+from kvbench.harness.measure.kv_peaks import KVPeaks
+from kvbench.harness.serving.scheduler import Scheduler, StepPlan
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.sim_calendar import Calendar, Track, synthetic_token
+from kvbench.harness.serving.sim_chunked import ChunkedSteps
+from kvbench.harness.serving.sim_clock import ClockedSteps, StepClock
+from kvbench.harness.serving.timeline import StepRecord
+from kvbench.impls.allocator import KVAllocator
+from kvbench.impls.fast_path import FastPath, fast_path
 
 # Called after every record with its plan and the sequences that finished in it.
 StepObserver = Callable[[StepRecord, StepPlan, list[Sequence]], None]

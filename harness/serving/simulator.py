@@ -32,31 +32,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence as Seq
 
-from harness.measure.kv_peaks import KVPeaks
-from harness.serving.request_source import OpenLoopSource, RequestSource
-from harness.serving.scheduler import StepPlan
-from harness.serving.sequence import Sequence
-from harness.serving.sim_clock import StepClock
-from harness.serving.sim_run import Run, StepObserver
-from harness.serving.timeline import StepRecord
-from harness.serving.workload import Request, gc_paused
-from impls.allocator import KVAllocator
+from kvbench.harness.serving.request_source import OpenLoopSource, RequestSource
+from kvbench.harness.serving.scheduler import StepPlan
+from kvbench.harness.serving.served_run import ServedRun
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.sim_clock import StepClock
+from kvbench.harness.serving.sim_run import Run, StepObserver
+from kvbench.harness.serving.timeline import StepRecord
+from kvbench.harness.serving.workload import Request, gc_paused
+from kvbench.impls.allocator import KVAllocator
 
 
 @dataclass
-class Simulation:
-    peaks: KVPeaks
-    peak_running: int
-    max_concurrency: int  # the most sequences running at once before the first preemption
-    preemptions: int
-    rejected: list[tuple[Sequence, str]]
+class Simulation(ServedRun):
+    """A simulated run: the record the decode engine's run shares (harness/serving/served_run.py; its
+    ``sequences`` only with a clock, timed, and ``idle_s`` simulated time), and its own figures."""
+
     prefill_steps: int
-    decode_steps: int  # model decode steps (a jump of k counts k), as the decode engine counts them
     finished: int
     records: list[StepRecord] = field(default_factory=list)
     elapsed_s: Optional[float] = None  # simulated time, with a clock
-    idle_s: float = 0.0  # simulated time with nothing arrived and nothing running
-    sequences: list[Sequence] = field(default_factory=list)  # with a clock: the finished ones, timed
     # With a clock: every inter-token gap, as (gap seconds, how many sequences had it); see sim_run.py Run.decode.
     itl: tuple[list[float], list[int]] = field(default_factory=lambda: ([], []))
 
@@ -131,7 +126,8 @@ def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, by
     if run.ride is allocator:  # a fast path's: the run is over, nothing owes tokens any more
         allocator.on_expose = None
     timed = clock is not None
-    return Simulation(run.peaks, sched.peak_running, sched.max_concurrency, sched.num_preemptions,
-                      sched.rejected, run.prefill_steps, run.done, len(sched.finished), run.records,
-                      run.now if timed else None, run.idle_s, list(sched.finished) if timed else [],
-                      (run.itl_gaps, run.itl_counts))
+    return Simulation(run.prefill_steps, len(sched.finished), run.records, run.now if timed else None,
+                      (run.itl_gaps, run.itl_counts), peaks=run.peaks, peak_running=sched.peak_running,
+                      max_concurrency=sched.max_concurrency, preemptions=sched.num_preemptions,
+                      rejected=sched.rejected, decode_steps=run.done, idle_s=run.idle_s,
+                      sequences=list(sched.finished) if timed else [])

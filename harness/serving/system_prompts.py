@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.config import WorkloadConfig
-from harness.serving.request import Request, Workload, clip_note, draw_lengths, shared_ints
+from kvbench.harness.config import WorkloadConfig
+from kvbench.harness.serving.request import Request, Workload, clip_note, draw_lengths, shared_ints
 
 CHOICE_STREAM = 0x5157  # which system prompt each request takes: apart from lengths and token ids
 

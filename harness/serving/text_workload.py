@@ -16,8 +16,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import ConfigError
-from harness.serving.request import Request
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.serving.request import Request
 
 TOKENIZER_FILE = "tokenizer.json"
 

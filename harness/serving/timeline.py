@@ -11,7 +11,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.serving.sequence import Sequence
+from kvbench.harness.serving.sequence import Sequence
 
 REQUEST_COLUMNS = ["impl", "run_id", "request_id", "sample", "prompt_len", "output_len", "arrival_s",
                    "admitted_s", "first_token_s", "finish_s", "preemptions"]

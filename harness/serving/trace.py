@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.config import WorkloadConfig
-from harness.errors import ConfigError
+from kvbench.harness.config import WorkloadConfig
+from kvbench.harness.errors import ConfigError
 
 READERS = {
     ".csv": lambda path: pd.read_csv(path),

@@ -11,9 +11,9 @@ from typing import Callable
 
 import numpy as np
 
-from harness.config import WorkloadConfig
-from harness.errors import ConfigError
-from harness.serving.request import Request, Workload, clip_note, draw_lengths, shared_ints
+from kvbench.harness.config import WorkloadConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.serving.request import Request, Workload, clip_note, draw_lengths, shared_ints
 
 
 _lengths = draw_lengths  # the name tests and older callers import
@@ -101,7 +101,7 @@ def _draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_
         raise ConfigError(f"workload.prompt_len + workload.output_len = {total:g} exceeds max_seq_len={max_seq_len}")
     vocab = min(vocab_size, cfg.vocab_limit or vocab_size)
     if cfg.distribution == "text":
-        from harness.serving.text_workload import text_windows  # the tokenizer only when asked for
+        from kvbench.harness.serving.text_workload import text_windows  # the tokenizer only when asked for
 
         if total > max_seq_len:
             raise ConfigError(f"workload=text: workload.prompt_len + workload.output_len = {total:g} exceeds "
@@ -109,17 +109,17 @@ def _draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_
         text = text_windows(cfg.path, model_path, num_requests, int(cfg.prompt_len), int(cfg.output_len), vocab_size)
         return Workload(text.requests, text.notes, text.sha256, continuations=text.continuations)
     if cfg.kind == "multi_turn":  # its own modules, imported when asked for
-        from harness.serving.conversations import draw_conversations
+        from kvbench.harness.serving.conversations import draw_conversations
 
         return draw_conversations(cfg, vocab, max_seq_len, seed)
     if cfg.kind == "system_prompt":
-        from harness.serving.system_prompts import draw_system_prompt_workload
+        from kvbench.harness.serving.system_prompts import draw_system_prompt_workload
 
         return draw_system_prompt_workload(cfg, num_requests, vocab, max_seq_len, seed)
     rng = np.random.Generator(np.random.PCG64(seed))
     trace = None
     if cfg.distribution == "trace":
-        from harness.serving.trace import read_trace  # pandas and the file only when asked for
+        from kvbench.harness.serving.trace import read_trace  # pandas and the file only when asked for
 
         trace = read_trace(cfg, num_requests, seed)
         prompt_lens, output_lens = trace.prompt_lens, trace.output_lens
@@ -129,7 +129,7 @@ def _draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_
     prefix = rng.integers(0, vocab, size=cfg.shared_prefix_len).tolist()
     token_ids = shared_ints(vocab)
     if trace is not None and trace.hash_ids is not None:
-        from harness.serving.hash_blocks import HashBlockTokens
+        from kvbench.harness.serving.hash_blocks import HashBlockTokens
 
         blocks = HashBlockTokens(cfg.hash_block_size, vocab, seed, token_ids)
     lengths, clipped, prompts_cut = [], 0, 0

@@ -182,9 +182,10 @@ def read_table(path: Path, limit: int = TABLE_LIMIT, root: Path | None = None):
             raise UntrustedError(f"{_name(Path(path))} decodes to {decoded / MiB:.0f} MiB, over the "
                                  f"{DECODED_LIMIT / MiB:g} MiB kvbench decodes from one table")
         return pd.read_parquet(io.BytesIO(data))
-    from harness.results import csv_frame_back  # the CSV writer's formula escapes, taken off again
+    # the CSV writer's formula escapes, taken off again; the schema's text columns read as text
+    from kvbench.harness.results import TEXT_COLUMNS, csv_frame_back
 
-    return csv_frame_back(pd.read_csv(io.BytesIO(data)))
+    return csv_frame_back(pd.read_csv(io.BytesIO(data), dtype=dict.fromkeys(TEXT_COLUMNS, str)))
 
 
 def own_subfolder(root: Path, name: str) -> Path:

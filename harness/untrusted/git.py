@@ -25,8 +25,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from harness.paths import REPO_ROOT
-from harness.untrusted import TABLE_LIMIT, UntrustedError, read_bytes
+from kvbench.harness.paths import REPO_ROOT
+from kvbench.harness.untrusted import TABLE_LIMIT, UntrustedError, read_bytes
 
 _OBJECT_ID = re.compile(r"[0-9a-f]{7,64}")
 

@@ -1,6 +1,6 @@
 """``hydra/sweeper=kvbench``: the sweeper in harness/front/sweeper.py, where Hydra looks for plugins."""
 
-from harness.front.sweeper import GuardedSweeper
+from kvbench.harness.front.sweeper import GuardedSweeper
 
 
 class KvbenchSweeper(GuardedSweeper):

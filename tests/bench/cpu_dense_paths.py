@@ -24,20 +24,20 @@ import argparse
 import statistics
 import time
 
-import harness  # noqa: F401  (MKL threading fixed before torch loads)
-import kernels  # noqa: F401  (Triton interpreter switch, before any kernel import)
+import kvbench.harness  # noqa: F401  (MKL threading fixed before torch loads)
+import kvbench.kernels.triton_mode  # noqa: F401  (Triton interpreter switch, before any kernel import)
 import torch
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
-from harness.front.resolve import resolve
-from harness.front.schemas import register_configs
-from harness.kv.factory import build_cache
-from harness.model.compiled import CompiledDecode
-from harness.model.llama import Linear
-from harness.model.weights import build_model
-from harness.serving.engine import Engine
-from harness.serving.workload import Request
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.front.schemas import register_configs
+from kvbench.harness.kv.factory import build_cache
+from kvbench.harness.model.compiled import CompiledDecode
+from kvbench.harness.model.llama import Linear
+from kvbench.harness.model.weights import build_model
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.serving.workload import Request
 from tests.conftest import REPO_ROOT
 
 IMPLS = ("contiguous", "paged_torch", "paged_cuda")

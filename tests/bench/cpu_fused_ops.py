@@ -18,11 +18,11 @@ import statistics
 import time
 from typing import Callable
 
-import harness  # noqa: F401  (MKL threading fixed before torch loads)
+import kvbench.harness  # noqa: F401  (MKL threading fixed before torch loads)
 import torch
 
-from harness.model.llama import LlamaModel
-from harness.model.weights import build_model
+from kvbench.harness.model.llama import LlamaModel
+from kvbench.harness.model.weights import build_model
 from tests.bench.cpu_dense_paths import config, loadavg
 
 

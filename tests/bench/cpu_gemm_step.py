@@ -33,7 +33,7 @@ def kernel(name: str):
     """(pack, linear) for one kernel."""
     if name == "kvbench":
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        from kernels import dense_op
+        from kvbench.kernels import dense_op
 
         return (lambda w: (dense_op.pack_linear_weight(w), w.shape[0]),
                 lambda x, p: dense_op.packed_linear(x, p[0], p[1]))

@@ -20,22 +20,22 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import harness  # noqa: F401  (MKL threading fixed before torch loads)
-import kernels  # noqa: F401  (Triton interpreter switch, before any kernel import)
+import kvbench.harness  # noqa: F401  (MKL threading fixed before torch loads)
+import kvbench.kernels.triton_mode  # noqa: F401  (Triton interpreter switch, before any kernel import)
 import torch
 
-from harness.serving.engine import Engine, EngineResult
-from harness.model.config import ModelConfig
-from harness.model.hf_config import resolve_model_config
-from harness.model.weights import build_model
-from harness.serving.workload import Request
-from impls.base import KVCache
-from impls.block_manager import BlockManager
-from impls.contiguous import ContiguousCache
-from impls.paged import PagedCache
-from impls.lane_allocator import LaneAllocator
-from kernels.registry import get_paged_kernel
-from harness.model.compiled import CompiledDecode
+from kvbench.harness.serving.engine import Engine, EngineResult
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.hf_config import resolve_model_config
+from kvbench.harness.model.weights import build_model
+from kvbench.harness.serving.workload import Request
+from kvbench.impls.base import KVCache
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.contiguous import ContiguousCache
+from kvbench.impls.paged import PagedCache
+from kvbench.impls.lane_allocator import LaneAllocator
+from kvbench.kernels.registry import get_paged_kernel
+from kvbench.harness.model.compiled import CompiledDecode
 from tests.helpers.checkpoints import SHAPES, write_llama_checkpoint
 
 IMPLS = ("contiguous", "paged_torch", "paged_cuda")
@@ -57,9 +57,7 @@ def make_cache(impl: str, cfg: ModelConfig, max_len: int, batch: int) -> KVCache
 
 def hf_runner(folder: Path, prompts: torch.Tensor, new_tokens: int) -> Callable[[], tuple[float, float, list]]:
     """One round of ``generate``: (wall, wall of a 1-token generate = its prefill, new tokens)."""
-    from tests.helpers.hf_transformers import import_transformers
-
-    transformers = import_transformers()
+    import transformers
 
     model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     model.generation_config.eos_token_id = None

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from impls.block_manager import BlockManager
-from kernels.reference import paged_decode_attention_ref
+from kvbench.impls.block_manager import BlockManager
+from kvbench.kernels.reference import paged_decode_attention_ref
 
 BATCH, CONTEXT, HEADS, KV_HEADS, HEAD_DIM, BLOCK = 16, 1024, 32, 8, 128, 16
 
@@ -45,7 +45,7 @@ def test_bench_paged_torch(benchmark, decode_inputs):
 
 
 def test_bench_paged_cuda_op_cpu_kernel(benchmark, decode_inputs):
-    from kernels.cuda_op import paged_decode_attention_cuda
+    from kvbench.kernels.cuda_op import paged_decode_attention_cuda
 
     q, k, v, tables, lens = decode_inputs
     out = benchmark(paged_decode_attention_cuda, q, k, v, tables, lens, HEAD_DIM**-0.5)

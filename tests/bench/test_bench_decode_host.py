@@ -31,21 +31,21 @@ class _NoLaunch:
 def _attention_is_noop(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
     """Replace what does device work in ``impl``; every wrapper above it still runs."""
     if impl == "contiguous":
-        import impls.contiguous
+        import kvbench.impls.contiguous
 
-        monkeypatch.setattr(impls.contiguous, "decode_sdpa", lambda q, keys, values, scale, mask: q)
+        monkeypatch.setattr(kvbench.impls.contiguous, "decode_sdpa", lambda q, keys, values, scale, mask: q)
     elif impl == "paged_torch":
-        import kernels.reference
+        import kvbench.kernels.reference
 
-        monkeypatch.setattr(kernels.reference, "paged_decode_attention_ref", lambda q, *args, **kwargs: q)
+        monkeypatch.setattr(kvbench.kernels.reference, "paged_decode_attention_ref", lambda q, *args, **kwargs: q)
     elif impl == "paged_triton":
-        import kernels.triton_paged
-        import kernels.triton_write
+        import kvbench.kernels.triton_paged
+        import kvbench.kernels.triton_write
 
-        monkeypatch.setattr(kernels.triton_paged, "_decode_kernel", _NoLaunch())
-        monkeypatch.setattr(kernels.triton_write, "_write_kv_kernel", _NoLaunch())
+        monkeypatch.setattr(kvbench.kernels.triton_paged, "_decode_kernel", _NoLaunch())
+        monkeypatch.setattr(kvbench.kernels.triton_write, "_write_kv_kernel", _NoLaunch())
     else:
-        from kernels import cuda_op
+        from kvbench.kernels import cuda_op
 
         cuda_op.load_op()  # built once; the KV write stays the op's real (tiny) C++ kernel
         monkeypatch.setattr(torch.ops.kvbench, "paged_decode_attention", lambda q, *args: q)
@@ -55,13 +55,13 @@ def _cache(impl: str):
     tensors = dict(num_layers=LAYERS, num_heads=1, kv_heads=1, head_dim=HEAD_DIM, dtype=DTYPE,
                    device=torch.device("cpu"), bytes_per_token=1)
     if impl == "contiguous":
-        from impls.contiguous import ContiguousCache
-        from impls.lane_allocator import LaneAllocator
+        from kvbench.impls.contiguous import ContiguousCache
+        from kvbench.impls.lane_allocator import LaneAllocator
 
         return ContiguousCache(LaneAllocator(BATCH, MAX_LEN), **tensors)
-    from impls.block_manager import BlockManager
-    from impls.paged import PagedCache
-    from kernels.registry import get_paged_kernel
+    from kvbench.impls.block_manager import BlockManager
+    from kvbench.impls.paged import PagedCache
+    from kvbench.kernels.registry import get_paged_kernel
 
     blocks = BATCH * -(-MAX_LEN // BLOCK)
     return PagedCache(get_paged_kernel(impl.removeprefix("paged_")), BlockManager(blocks, BLOCK), **tensors)

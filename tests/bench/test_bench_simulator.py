@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness.kv.budget import kv_budget
-from harness.kv.factory import build_allocator
-from harness.kv.sizes import kv_bytes_per_token
-from harness.front.groups import load_impl
-from harness.front.resolve import resolve
-from harness.serving.clocks import step_clock
-from harness.serving.simulator import simulate
-from harness.serving.workload import generate_requests
+from kvbench.harness.kv.budget import kv_budget
+from kvbench.harness.kv.factory import build_allocator
+from kvbench.harness.kv.sizes import kv_bytes_per_token
+from kvbench.harness.front.groups import load_impl
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.serving.clocks import step_clock
+from kvbench.harness.serving.simulator import simulate
+from kvbench.harness.serving.workload import generate_requests
 
 REQUESTS = 2000
 README_70B = ["scenario=capacity", "model=llama-3.1-70b", "dtype=bfloat16", "max_seq_len=4096", "batch=256",
@@ -97,8 +97,8 @@ def test_bench_workload_issue_25_100k(benchmark, compose):
     the rows' workload_digest, and measure their ideal prefix hit rate."""
     if benchmark.disabled:
         pytest.skip("100,000 requests: `make bench` only")
-    from harness.serving.prefix_reuse import ideal_prefix_reuse
-    from harness.serving.workload import workload_digest
+    from kvbench.harness.serving.prefix_reuse import ideal_prefix_reuse
+    from kvbench.harness.serving.workload import workload_digest
 
     cfg = resolve(compose(ISSUE_25_100K))
 

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import harness  # noqa: F401  (MKL threading fixed before torch loads)
+import kvbench.harness  # noqa: F401  (MKL threading fixed before torch loads)
 import torch
 
 from tests.bench.cpu_dense_paths import DenseBench, add_run_args, loadavg, prompts

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.quant import KVScales
+from kvbench.kernels.quant import KVScales
 from tests.helpers.kernel_cases import DecodeKernel
 
 BYTE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)

@@ -23,9 +23,7 @@ SHAPES: dict[str, dict] = {
 
 def write_llama_checkpoint(folder: Path, shape: str = "tiny-llama", seed: int = 0) -> Path:
     """A random LlamaForCausalLM of ``shape`` saved into ``folder`` (fp32 safetensors); returns ``folder``."""
-    from tests.helpers.hf_transformers import import_transformers
-
-    transformers = import_transformers()
+    import transformers
 
     config = transformers.LlamaConfig(**SHAPES[shape], rope_theta=10000.0, rms_norm_eps=1e-5,
                                       max_position_embeddings=4096, tie_word_embeddings=False,

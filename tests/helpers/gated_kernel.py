@@ -10,7 +10,7 @@ The torch reference, plus two switches read from the environment at each decode 
 import os
 import time
 
-from kernels.reference import paged_decode_attention_ref, write_kv_ref
+from kvbench.kernels.reference import paged_decode_attention_ref, write_kv_ref
 
 NAME = "tests.helpers.gated_kernel"  # the value for impl.kernel
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from kernels.reference import paged_decode_attention_ref, write_kv_ref
+from kvbench.kernels.reference import paged_decode_attention_ref, write_kv_ref
 
 # Unaligned context lengths: a single token, ragged last blocks, several blocks.
 MIXED_LENS = [1, 17, 54, 97, 300]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.quant import KVScales, calibrate, storage_dtype, write_quantized_ref
-from kernels.reference import paged_decode_attention_ref, write_kv_ref
+from kvbench.kernels.quant import KVScales, calibrate, storage_dtype, write_quantized_ref
+from kvbench.kernels.reference import paged_decode_attention_ref, write_kv_ref
 from tests.helpers.kernel_cases import TOLERANCE, DecodeKernel, WriteKernel, make_decode_inputs
 
 KV_CASES = [(f, s) for f in ("fp8_e4m3", "fp8_e5m2", "int8") for s in ("tensor", "token_head")]

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from harness.model.config import ModelConfig
+from kvbench.harness.model.config import ModelConfig
 from tests.conftest import REPO_ROOT
 
 MODEL_YAMLS = sorted(p for p in (REPO_ROOT / "conf" / "model").glob("*.yaml") if p.stem != "auto")
@@ -35,22 +35,45 @@ HF_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "llama-attention-bias": ("llama", dict(num_attention_heads=4, num_key_value_heads=4, attention_bias=True)),
     "mistral": ("mistral", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)),
     "qwen2-tied": ("qwen2", dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)),
+    # Qwen3: per-head q/k norms (random, as every norm here), head_dim 32 != hidden/heads.
+    "qwen3": ("qwen3", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6)),
+    "qwen3-bias-tied": ("qwen3", dict(num_attention_heads=4, num_key_value_heads=4, head_dim=16,
+                                      attention_bias=True, tie_word_embeddings=True)),
+    # Qwen3-MoE: 6 experts of 24, 2 per token, renormalised (norm_topk_prob) or not.
+    "qwen3-moe": ("qwen3_moe", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=6,
+                                    num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True)),
+    "qwen3-moe-unnormed": ("qwen3_moe", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                             num_experts=5, num_experts_per_tok=3, moe_intermediate_size=16)),
+}
+# Families kvbench reads and sizes but does not compute (harness/model/support.py), and windows it computes
+# only at short contexts: tiny random models for the reading and the parameter counts.
+SIZE_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "gemma3-text": ("gemma3_text", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                        query_pre_attn_scalar=24, sliding_window=8, num_hidden_layers=7,
+                                        rope_local_base_freq=2000.0, final_logit_softcapping=30.0)),
+    "gpt-oss": ("gpt_oss", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=6,
+                                num_experts_per_tok=2, sliding_window=8, num_hidden_layers=4)),
+    "mistral-window": ("mistral", dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=8)),
+    "qwen2-window": ("qwen2", dict(num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True,
+                                   sliding_window=8, max_window_layers=1)),
 }
 HF_CLASSES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
 }
 
 
 def make_hf_model(case: str, seed: int = 0) -> Any:
     """A tiny random HF model whose weights are all O(1) (HF's own 0.02 init would make
     every logit ~0 and the comparison vacuous); norms random too, to catch swaps."""
-    from tests.helpers.hf_transformers import import_transformers
+    import transformers
 
-    transformers = import_transformers()
-
-    arch, extra = HF_CASES[case]
+    arch, extra = {**HF_CASES, **SIZE_CASES}[case]
     config_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
     shape = dict(
         vocab_size=160,
@@ -59,7 +82,7 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
         num_hidden_layers=2,
         max_position_embeddings=512,
     )
-    config = config_cls(**shape, **extra)
+    config = config_cls(**{**shape, **extra})
     torch.manual_seed(seed)
     model = model_cls(config).float().eval()
     with torch.no_grad():
@@ -70,6 +93,8 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
                 p.normal_(0.0, 0.3)
             elif "embed_tokens" in name:
                 p.normal_(0.0, 1.0)
+            elif p.dim() == 1:  # gpt-oss's sinks and router bias
+                p.normal_(0.0, 0.3)
             else:
                 p.normal_(0.0, p.shape[1] ** -0.5)
     return model

@@ -3,10 +3,10 @@ what the vLLM JSON tests (harness/results/vllm_json.py, harness/report/external.
 
 from __future__ import annotations
 
-from harness.config import ArrivalConfig, SloConfig
-from harness.serving.sequence import Sequence
-from harness.serving.service_metrics import service_columns
-from harness.serving.workload import Request
+from kvbench.harness.config import ArrivalConfig, SloConfig
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.service_metrics import service_columns
+from kvbench.harness.serving.workload import Request
 from tests.conftest import REPO_ROOT
 
 # A vllm bench serve --save-result --save-detailed file, written by hand in vLLM's keys and units

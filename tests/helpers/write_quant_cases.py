@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.kv_formats import KV_FORMATS
-from kernels.quant import KVScales, calibrate, storage_dtype
-from kernels.reference import write_kv_ref
+from kvbench.kernels.kv_formats import KV_FORMATS
+from kvbench.kernels.quant import KVScales, calibrate, storage_dtype
+from kvbench.kernels.reference import write_kv_ref
 from tests.helpers.kernel_cases import WriteKernel
 
 KV_CASES = [(f, s) for f in KV_FORMATS for s in ("tensor", "token_head")]

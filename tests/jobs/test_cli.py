@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.results import COLUMNS
+from kvbench.harness.results import COLUMNS
 from tests.conftest import REPO_ROOT
 
 FAST = ["model=tiny-llama", "max_seq_len=64", "workload.num_requests=3", "workload.prompt_len=12",
@@ -159,8 +159,8 @@ def test_a_run_whose_host_memory_cannot_fit_is_refused_before_anything_is_built(
 
 def test_a_memory_error_anywhere_in_a_job_is_an_oom_row(compose, tmp_path, monkeypatch):
     """Even while drawing the workload (before the scenario runs): the impl's row says oom, the job goes on."""
-    from harness.front.job import run_job
-    from harness.scenarios import context
+    from kvbench.harness.front.job import run_job
+    from kvbench.harness.scenarios import context
 
     def exhausted(*args, **kwargs):
         raise MemoryError()
@@ -243,8 +243,15 @@ def test_values_that_failed_inside_the_run_are_one_line_with_a_row(tmp_path, ove
     assert pd.read_csv(tmp_path / "rows.csv").status[0] == "error"
 
 
+def importable(name: str, cwd: Path) -> str:
+    """``python -m harness.report`` runs from the checkout's root; anywhere else the installed name is
+    ``kvbench.harness.report`` (pyproject.toml maps the folders under ``kvbench``)."""
+    return name if cwd == REPO_ROOT else f"kvbench.{name}"
+
+
 def module(name: str, *args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", name, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", importable(name, cwd), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +286,7 @@ def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, run_fold
 @pytest.mark.parametrize("args", [["--bogus"], []])
 @pytest.mark.parametrize("name", ["harness.report", "harness.replay"])
 def test_a_usage_error_is_one_line(tmp_path, name, args):
-    """argparse printed its usage block first; report without DIRS reads results/, so it is given one."""
+    """argparse printed its usage block first; report without DIRS reads runs/, so it is given one."""
     if name == "harness.report":
         args = [*args, str(tmp_path / "nowhere")]
     p = module(name, *args, cwd=tmp_path)
@@ -292,7 +299,7 @@ def closed_stdout(name: str, *args: str, cwd: Path) -> subprocess.CompletedProce
     read, write = os.pipe()
     os.close(read)
     try:
-        return subprocess.run([sys.executable, "-m", name, *args], cwd=cwd, stdout=write, stderr=subprocess.PIPE,
+        return subprocess.run([sys.executable, "-m", importable(name, cwd), *args], cwd=cwd, stdout=write, stderr=subprocess.PIPE,
                               text=True, timeout=300)
     finally:
         os.close(write)

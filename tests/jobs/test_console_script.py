@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.scenarios import schemas
+from kvbench.harness.scenarios import schemas
 from tests.conftest import REPO_ROOT
 
 KVBENCH = Path(sys.executable).with_name("kvbench")
@@ -118,7 +118,7 @@ def test_help_is_kvbenchs_page_with_five_examples_and_the_readme(help_page, tmp_
     assert help_page.startswith("kvbench: ") and "powered by Hydra" not in help_page
     assert len(examples(help_page)) == 5
     assert "README.md" in help_page and 'eval "$(kvbench -sc install=bash)"' in help_page
-    same = subprocess.run([sys.executable, "-m", "harness", "--help"], cwd=tmp_path, capture_output=True, text=True,
+    same = subprocess.run([sys.executable, "-m", "kvbench.harness", "--help"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, env=env())
     assert same.stdout == help_page  # the same door
 
@@ -165,7 +165,7 @@ def test_version_is_kvbenchs_own_then_what_it_runs_on(tmp_path):
     """``kvbench --version`` printed Hydra's ("Hydra 1.3.8"); python -m harness --version is the same door."""
     from importlib.metadata import version
 
-    for argv in ([str(KVBENCH), "--version"], [sys.executable, "-m", "harness", "--version"]):
+    for argv in ([str(KVBENCH), "--version"], [sys.executable, "-m", "kvbench.harness", "--version"]):
         p = subprocess.run(argv, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and p.stderr == "", p.stderr
         assert p.stdout.startswith(f"kvbench {version('kvbench')} (torch {version('torch')}, triton ")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.front.sweep_check import check, sweep_jobs
+from kvbench.harness.front.sweep_check import check, sweep_jobs
 from tests.conftest import REPO_ROOT
 
 SCRIPT = REPO_ROOT / ".ci" / "gpu-check"
@@ -116,7 +116,7 @@ def test_sweep_check_reports_a_job_that_does_not_validate(capsys):
 
 def test_crash_probe_reports_each_error_source(tmp_path):
     """The probe the GPU check runs after the build: on this machine every C++ check raises."""
-    from kernels.cuda_op import load_op
+    from kvbench.kernels.cuda_op import load_op
 
     load_op()  # built (or found in the build cache) here, so the probes' processes only load it
     report = tmp_path / "crash-probe.txt"
@@ -131,7 +131,7 @@ def test_crash_probe_reports_each_error_source(tmp_path):
 
 
 def test_gpu_only_switches_are_off_where_there_is_no_gpu():
-    from harness.front.sweep_check import on_this_machine
+    from kvbench.harness.front.sweep_check import on_this_machine
 
     job = ["+sweep=gpu_decode", "+impl=paged_cuda", "batch=64", "cuda_graph=true"]
     assert on_this_machine(job, has_gpu=False) == ["+sweep=gpu_decode", "+impl=paged_cuda", "batch=64",
@@ -141,7 +141,7 @@ def test_gpu_only_switches_are_off_where_there_is_no_gpu():
 
 @pytest.mark.parametrize("prefix", ["", "+", "++"])
 def test_gpu_only_switches_are_off_however_the_override_is_written(prefix):
-    from harness.front.sweep_check import on_this_machine
+    from kvbench.harness.front.sweep_check import on_this_machine
 
     job = ["+sweep=gpu_decode", f"{prefix}cuda_graph=true", "++batch=64", "~gpu"]
     assert on_this_machine(job, has_gpu=False) == ["+sweep=gpu_decode", f"{prefix}cuda_graph=false", "++batch=64",

@@ -22,8 +22,8 @@ ALL_IMPLS_FP32 = ["model=tiny-llama", "dtype=float32", "device=cuda", "max_seq_l
      "workload.prompt_len=30", "workload.output_len=20"],
 ], ids=["chat", "shared-prefix-b8", "parallel-sampling-b1"])
 def test_every_impl_generates_the_same_tokens_on_gpu(compose, tmp_path, overrides):
-    from harness.front.groups import impl_names
-    from harness.front.job import run_job
+    from kvbench.harness.front.groups import impl_names
+    from kvbench.harness.front.job import run_job
 
     rows, code = run_job(compose([*ALL_IMPLS_FP32, *overrides]), tmp_path / "parity")
     assert code == 0, [r.get("error") for r in rows]
@@ -42,8 +42,8 @@ def test_contiguous_decode_never_falls_back_to_the_math_sdpa(dtype, dense):
     """Llama-3-8B heads (32 query / 8 KV x 128): the decode call must take a fused backend."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from impls.contiguous import ContiguousCache
-    from impls.lane_allocator import LaneAllocator
+    from kvbench.impls.contiguous import ContiguousCache
+    from kvbench.impls.lane_allocator import LaneAllocator
 
     heads, kv_heads, head_dim, batch, max_len = 32, 8, 128, 6, 256
     alloc = LaneAllocator(batch + 2, max_len)
@@ -70,7 +70,7 @@ def test_contiguous_decode_never_falls_back_to_the_math_sdpa(dtype, dense):
 def test_masked_prefill_never_falls_back_to_the_math_sdpa():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from kernels.prefill import prefill_attention
+    from kvbench.kernels.prefill import prefill_attention
 
     q = torch.randn(40, 32, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(300, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -83,12 +83,12 @@ def test_masked_prefill_never_falls_back_to_the_math_sdpa():
 
 def test_no_triton_compile_inside_a_measured_run(compose):
     """After the engine's warm-up, a run with batch and context changing every step compiles nothing."""
-    from harness.serving.engine import Engine
-    from harness.model import build_model
-    from harness.front.resolve import resolve
-    from harness.serving.workload import Request
-    from harness.kv.factory import build_cache
-    from kernels.triton_paged import compiled_variants
+    from kvbench.harness.serving.engine import Engine
+    from kvbench.harness.model import build_model
+    from kvbench.harness.front.resolve import resolve
+    from kvbench.harness.serving.workload import Request
+    from kvbench.harness.kv.factory import build_cache
+    from kvbench.kernels.triton_paged import compiled_variants
 
     cfg = resolve(compose(["+impl=paged_triton", "model=tiny-llama", "dtype=bfloat16", "device=cuda",
                            "max_seq_len=2048", "batch=4"]))
@@ -107,8 +107,8 @@ def test_no_triton_compile_inside_a_measured_run(compose):
 
 
 def test_cuda_op_out_variant_writes_in_place():
-    from kernels.cuda_op import paged_decode_attention_cuda
-    from kernels.reference import paged_decode_attention_ref
+    from kvbench.kernels.cuda_op import paged_decode_attention_cuda
+    from kvbench.kernels.reference import paged_decode_attention_ref
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     k_cache, v_cache = (torch.randn(64, 16, 8, 128, device="cuda", generator=gen).bfloat16() for _ in range(2))
@@ -126,26 +126,26 @@ def test_cuda_op_out_variant_writes_in_place():
 def test_a_decode_step_never_waits_for_the_gpu(impl):
     """prepare_decode and every layer only enqueue work: a device-to-host sync (a pageable
     copy, a boolean mask, reading a length) would stall the host's run-ahead in every step."""
-    from impls.staging import StagingBuffer
+    from kvbench.impls.staging import StagingBuffer
 
     heads, kv_heads, head_dim, layers, bs, dev = 8, 2, 128, 2, 16, torch.device("cuda")
     tensors = dict(num_layers=layers, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                    dtype=torch.bfloat16, device=dev, bytes_per_token=1)
     if impl == "contiguous":
-        from impls.contiguous import ContiguousCache
-        from impls.lane_allocator import LaneAllocator
+        from kvbench.impls.contiguous import ContiguousCache
+        from kvbench.impls.lane_allocator import LaneAllocator
 
         cache = ContiguousCache(LaneAllocator(4, 256), **tensors)
     elif impl == "orca_oracle":
-        from impls.region_allocator import RegionAllocator
-        from impls.region_cache import RegionCache
-        from impls.reservation import reserve_oracle
+        from kvbench.impls.region_allocator import RegionAllocator
+        from kvbench.impls.region_cache import RegionCache
+        from kvbench.impls.reservation import reserve_oracle
 
         cache = RegionCache(RegionAllocator(1024, 256, reserve_oracle), **tensors)
     else:
-        from impls.block_manager import BlockManager
-        from impls.paged import PagedCache
-        from kernels.registry import get_paged_kernel
+        from kvbench.impls.block_manager import BlockManager
+        from kvbench.impls.paged import PagedCache
+        from kvbench.kernels.registry import get_paged_kernel
 
         cache = PagedCache(get_paged_kernel(impl.removeprefix("paged_")), BlockManager(64, bs), **tensors)
     cache.warmup()

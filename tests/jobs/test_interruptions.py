@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.front.groups import impl_names
-from harness.front.job import run_job
+from kvbench.harness.front.groups import impl_names
+from kvbench.harness.front.job import run_job
 from tests.helpers.harness_proc import GATED, GATED_KERNEL, TINY, rows, run, start, wait_for
 
 BUILTIN = impl_names()  # an every-impl run's order: conf/impl/, sorted

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.resolve import resolve
-from harness.front.job import run_job
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.front.job import run_job
 from tests.helpers.harness_proc import GATED, rows
 
 SMALL = ["model=tiny-llama", "device=cpu", "dtype=float32", "max_seq_len=32", "workload=fixed", "batch=2",

@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
-from harness.job.gpu_slots import claim_gpu
+from kvbench.harness.job.gpu_slots import claim_gpu
 from tests.conftest import REPO_ROOT
 
 SWEEP = ["-m", "scenario=capacity", "model=tiny-llama", "max_seq_len=256", "scenario.concurrency_points=[1,2]"]
@@ -62,7 +62,7 @@ def test_launcher_presets_compose():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     from hydra import compose, initialize_config_dir
 
-    import harness.front.app  # noqa: F401  (registers the schema and the resolvers, as the CLI does)
+    import kvbench.harness.front.app  # noqa: F401  (registers the schema and the resolvers, as the CLI does)
 
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base=None):
         slurm = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
@@ -75,7 +75,7 @@ def test_launcher_presets_compose():
 
 def test_each_worker_claims_a_gpu_of_its_own(tmp_path):
     held = subprocess.Popen([sys.executable, "-c",
-                             "import sys, time; from harness.job.gpu_slots import claim_gpu; from pathlib import Path;"
+                             "import sys, time; from kvbench.harness.job.gpu_slots import claim_gpu; from pathlib import Path;"
                              f"print(claim_gpu(['0', '1'], Path({str(tmp_path)!r})), flush=True); time.sleep(30)"],
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
@@ -90,7 +90,7 @@ def test_each_worker_claims_a_gpu_of_its_own(tmp_path):
 
 
 def test_summary_line_counts_statuses_and_names_failing_folders():
-    from harness.front.sweeper import JobOutcome, summary_line
+    from kvbench.harness.front.sweeper import JobOutcome, summary_line
 
     outcomes = [JobOutcome(0, "r/0", "ok", 0), JobOutcome(1, "r/1", "error", 2), JobOutcome(2, "r/2", "oom", 1),
                 *(JobOutcome(i, f"r/{i}", "ok", 0) for i in range(3, 12))]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.job import run_job
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.job import run_job
 from tests.conftest import REPO_ROOT
 from tests.helpers.harness_proc import env
 
@@ -59,7 +59,7 @@ def saved_run(tmp_path_factory) -> Path:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from harness.front.schemas import register_configs
+    from kvbench.harness.front.schemas import register_configs
 
     register_configs()
     folder = tmp_path_factory.mktemp("saved") / "run"
@@ -91,7 +91,7 @@ SECRET = "s3cr3t-token-value"
      if "concurrency_points" in t else t + "listed:\n- 1\n- ${now:%H}\n", "listed.1"),
 ])
 def test_an_interpolation_in_a_saved_config_is_refused_unresolved(saved_run, tmp_path, monkeypatch, edit, key):
-    from harness.front.replay import load_config
+    from kvbench.harness.front.replay import load_config
 
     monkeypatch.setenv("SECRET_TOKEN", SECRET)
     folder = tampered(saved_run, tmp_path, edit)
@@ -124,7 +124,7 @@ def booby_trapped(tmp_path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("kernel", ["trap_kernels.kernel", "trap_kernels", "unittest.__main__", "os.path",
                                     "kernels.registry.nope", "kernels.csrc"])
 def test_a_saved_kernel_module_is_not_imported_without_the_opt_in(saved_run, tmp_path, booby_trapped, monkeypatch, kernel):
-    from harness.front.replay import load_config
+    from kvbench.harness.front.replay import load_config
 
     site, marker = booby_trapped
     monkeypatch.syspath_prepend(str(site))
@@ -146,7 +146,7 @@ def test_the_opt_in_names_the_one_module_it_allows(saved_run, tmp_path, booby_tr
 
 
 def test_kvbench_own_kernels_replay_without_an_opt_in(saved_run, tmp_path):
-    from harness.front.replay import load_config
+    from kvbench.harness.front.replay import load_config
 
     for kernel in ("torch", "triton", "cuda", "kernels.cuda_emulated"):
         folder = tampered(saved_run, tmp_path / kernel, lambda t: re.sub(r"^  kernel: .*$", f"  kernel: {kernel}", t,
@@ -165,7 +165,7 @@ def test_kvbench_own_kernels_replay_without_an_opt_in(saved_run, tmp_path):
     (b"\xff\xfe\x00bad", "is not UTF-8 text"),
 ])
 def test_every_load_error_is_one_line(tmp_path, content, says):
-    from harness.front.replay import load_config
+    from kvbench.harness.front.replay import load_config
 
     folder = tmp_path / "run"
     folder.mkdir()

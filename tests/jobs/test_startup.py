@@ -73,7 +73,7 @@ def test_the_version_file_reads_as_torch_says():
     """What kernels/cuda_available.py reads from torch/version.py is what the installed torch reports."""
     import torch
 
-    from kernels.cuda_available import _gpu_backend_built
+    from kvbench.kernels.cuda_available import _gpu_backend_built
 
     assert _gpu_backend_built() is (torch.version.cuda is not None or torch.version.hip is not None)
 

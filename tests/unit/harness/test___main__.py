@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.__main__ import completion_line
+from kvbench.harness.__main__ import completion_line
 
 
 @pytest.mark.parametrize("line, read", [
@@ -34,7 +34,7 @@ def test_the_completion_line_reads_aliases_as_argv_does(line, read):
 def test_version_names_kvbench_then_torch_triton_and_hydra():
     from importlib.metadata import version
 
-    from harness.__main__ import version_line
+    from kvbench.harness.__main__ import version_line
 
     line = version_line()
     assert line.startswith(f"kvbench {version('kvbench')} (torch {version('torch')}, triton ")
@@ -45,7 +45,7 @@ def test_version_without_the_installed_packages_reads_the_checkout(monkeypatch):
     """Run from a checkout that pip never installed: the version in pyproject.toml, and what is missing says so."""
     import tomllib
 
-    import harness.__main__ as entry
+    import kvbench.harness.__main__ as entry
     from tests.conftest import REPO_ROOT
 
     monkeypatch.setattr(entry, "_installed", lambda *names: "9.9" if names == ("torch",) else None)
@@ -55,8 +55,8 @@ def test_version_without_the_installed_packages_reads_the_checkout(monkeypatch):
 
 @pytest.mark.parametrize("argv", [["--version"], ["batch=4", "--version"], ["-m", "--version"]])
 def test_version_answers_before_hydra_and_the_preflight(argv, monkeypatch, capsys):
-    import harness.__main__ as entry
-    import harness.front.preflight as preflight
+    import kvbench.harness.__main__ as entry
+    import kvbench.harness.front.preflight as preflight
 
     monkeypatch.setattr(preflight, "check_command_line", lambda argv: pytest.fail("the preflight ran"))
     assert entry._run(argv) == 0

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.console import SIGPIPE_EXIT, OneLineParser, QuietWhenClosed, quiet_when_closed, unwritable
+from kvbench.harness.console import SIGPIPE_EXIT, OneLineParser, QuietWhenClosed, quiet_when_closed, unwritable
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.report import build_report
-from harness.report.__main__ import main
-from harness.report.hardware import table_peak_tbps
-from harness.report.tables import md_table
-from harness.report.palette import drawn_impls, figure_problems, legend_labels
-from harness.results import write_run
+from kvbench.harness.report import build_report
+from kvbench.harness.report.__main__ import main
+from kvbench.harness.report.hardware import table_peak_tbps
+from kvbench.harness.report.tables import md_table
+from kvbench.harness.report.palette import drawn_impls, figure_problems, legend_labels
+from kvbench.harness.results import write_run
 
 GPUS = {
     "nvidia-h100-80gb-hbm3": {"gpu_name": "NVIDIA H100 80GB HBM3", "speed": 1.0, "peak_bw_gbps": None},
@@ -204,9 +204,9 @@ def test_cli_without_runs_fails(tmp_path):
 
 def test_module_entry_point(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["python -m harness.report", "--help"])
-    monkeypatch.delitem(sys.modules, "harness.report.__main__", raising=False)  # imported above: run it afresh
+    monkeypatch.delitem(sys.modules, "kvbench.harness.report.__main__", raising=False)  # imported above: run it afresh
     with pytest.raises(SystemExit) as exit_:
-        runpy.run_module("harness.report", run_name="__main__")
+        runpy.run_module("kvbench.harness.report", run_name="__main__")
     assert exit_.value.code == 0 and "--out" in capsys.readouterr().out
 
 
@@ -228,7 +228,7 @@ def test_md_table():
 def test_parity_table_flags_disagreeing_impls():
     import pandas as pd
 
-    from harness.report.parity import parity_table
+    from kvbench.harness.report.parity import parity_table
 
     base = {"scenario": "decode", "status": "ok", "device_slug": "cpu", "model": "m", "dtype": "float32",
             "workload": "chat", "workload_digest": "w1", "batch": 8}
@@ -241,7 +241,7 @@ def test_parity_table_flags_disagreeing_impls():
 
 
 def test_breakdown_adds_external_fragmentation_only_where_an_impl_has_it():
-    from harness.report.memory_plots import breakdown_table, kv_breakdown
+    from kvbench.harness.report.memory_plots import breakdown_table, kv_breakdown
 
     rows = pd.DataFrame(capacity_rows())  # written before the column existed: none
     labels = [t.get_text() for t in kv_breakdown(rows).legends[0].texts]
@@ -260,8 +260,8 @@ def test_breakdown_adds_external_fragmentation_only_where_an_impl_has_it():
 def test_capacity_bars_are_one_per_setting_whichever_machines_ran_them():
     """KV accounting does not depend on the device: two machines' capacity rows of one setting are one bar group
     (the published breakdown drew each twice, 5,827 px tall), while decode rows stay per device."""
-    from harness.report.memory_plots import breakdown_table
-    from harness.report.selection import ANY_DEVICE
+    from kvbench.harness.report.memory_plots import breakdown_table
+    from kvbench.harness.report.selection import ANY_DEVICE
 
     one = capacity_rows()
     other = [{**r, "device_slug": "cpu-other-2core", "run_id": r["run_id"] + "b"} for r in one]
@@ -273,10 +273,10 @@ def test_capacity_bars_are_one_per_setting_whichever_machines_ran_them():
 def test_eager_and_graphed_decode_rows_stay_apart():
     """cuda_graph=true rows are another measurement of the same impl: the decode table names the
     mode, parity compares within a mode, and the plot draws them as separate lines."""
-    from harness.report.selection import with_mode
-    from harness.report.markdown import decode_table
-    from harness.report.parity import parity_table
-    from harness.report.speed_plots import decode_throughput
+    from kvbench.harness.report.selection import with_mode
+    from kvbench.harness.report.markdown import decode_table
+    from kvbench.harness.report.parity import parity_table
+    from kvbench.harness.report.speed_plots import decode_throughput
 
     base = {"scenario": "decode", "status": "ok", "device_slug": "nvidia-h200", "model": "m", "dtype": "bfloat16",
             "workload": "chat", "workload_digest": "w1", "kv_used_fraction": 0.5, "run_dir": "r"}
@@ -304,9 +304,9 @@ def test_eager_and_graphed_decode_rows_stay_apart():
 def test_compiled_cpu_decode_rows_are_their_own_mode():
     """cpu_compile=true rows (the dense work compiled by inductor) are another measurement of the impl:
     labelled ``compiled``, kept apart in the table and the plot; a CSV's "True"/"False" text reads the same."""
-    from harness.report.selection import with_mode
-    from harness.report.markdown import decode_table
-    from harness.report.speed_plots import decode_throughput
+    from kvbench.harness.report.selection import with_mode
+    from kvbench.harness.report.markdown import decode_table
+    from kvbench.harness.report.speed_plots import decode_throughput
 
     base = {"scenario": "decode", "status": "ok", "device_slug": "cpu-x", "model": "m", "dtype": "float32",
             "workload": "fixed", "workload_digest": "w1", "impl": "paged_cuda", "run_dir": "r", "cuda_graph": False,
@@ -323,7 +323,7 @@ def test_compiled_cpu_decode_rows_are_their_own_mode():
 
 
 def test_eager_lines_stay_solid_whichever_rows_come_first():
-    from harness.report.speed_plots import decode_throughput
+    from kvbench.harness.report.speed_plots import decode_throughput
 
     base = {"scenario": "decode", "status": "ok", "device_slug": "nvidia-h200", "model": "m", "dtype": "bfloat16",
             "workload": "chat", "impl": "paged_triton"}
@@ -336,8 +336,8 @@ def test_eager_lines_stay_solid_whichever_rows_come_first():
 
 
 def test_the_pure_torch_reference_is_marked_wherever_its_speed_is_shown():
-    from harness.report.markdown import REFERENCE_NOTE, _section_table, as_reference
-    from harness.report.collect import Collection
+    from kvbench.harness.report.markdown import REFERENCE_NOTE, _section_table, as_reference
+    from kvbench.harness.report.collect import Collection
 
     t = as_reference(pd.DataFrame({"impl": ["contiguous", "paged_torch", "paged_cuda"]}))
     assert t["impl"].tolist() == ["contiguous", "paged_torch (reference)", "paged_cuda"]
@@ -351,7 +351,9 @@ def test_the_pure_torch_reference_is_marked_wherever_its_speed_is_shown():
 def test_the_regenerate_command_is_the_same_however_the_folders_are_spelt():
     """REPORT.md's command does not change with a trailing slash or the default folder named: regenerating the
     published report with the README's command or `make report` leaves REPORT.md as it was."""
-    from harness.report import regenerate_command
+    from kvbench.harness.report import regenerate_command
 
-    assert {regenerate_command(a) for a in ([], ["results"], ["results/"], ["./results"])} == {"python -m harness.report"}
+    spellings = {regenerate_command(a) for a in (["results"], ["results/"], ["./results"])}
+    assert spellings == {"python -m harness.report results"}  # the published sets: not the default, named
+    assert {regenerate_command(a) for a in ([], ["runs"], ["runs/"], ["./runs"])} == {"python -m harness.report"}
     assert regenerate_command(["runs/", "--out", "x/"]) == "python -m harness.report runs --out x"

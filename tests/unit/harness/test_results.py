@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.results import TableWriteError, write_run, write_table
+from kvbench.harness.results import TableWriteError, write_run, write_table
 
 
 def test_a_row_parquet_cannot_hold_as_it_is_is_kept_as_text(tmp_path):
@@ -41,7 +41,7 @@ def test_a_failed_write_leaves_the_earlier_pair_whole(tmp_path, monkeypatch, fai
 
 
 def test_a_job_whose_rows_cannot_be_written_ends_in_one_line(compose, tmp_path, monkeypatch, capsys):
-    from harness.front.job import run_job
+    from kvbench.harness.front.job import run_job
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -58,7 +58,7 @@ def test_a_job_whose_rows_cannot_be_written_ends_in_one_line(compose, tmp_path, 
 def test_tidy_rows_store_counts_as_integers_and_flags_as_booleans(tmp_path):
     import pandas as pd
 
-    from harness.results import tidy, write_table
+    from kvbench.harness.results import tidy, write_table
 
     rows = [{"scenario": "decode", "status": "ok", "batch": 8, "kv_bytes_reserved": 1.2e9, "preemptions": 0,
              "git_dirty": False, "contended": "True", "tokens_per_s": 812.5, "measured_at": "2026-12-01T22:00:00+00:00"},
@@ -77,7 +77,7 @@ def test_tidy_rows_store_counts_as_integers_and_flags_as_booleans(tmp_path):
 
 
 def test_a_count_column_with_a_fraction_is_left_as_it_is():
-    from harness.results import tidy
+    from kvbench.harness.results import tidy
 
     df = tidy([{"scenario": "capacity", "status": "ok", "max_concurrency_analytic": 12.5},
                {"scenario": "capacity", "status": "ok", "max_concurrency_analytic": 3}])

@@ -17,15 +17,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.job.folder import RunFolder, table_names
-from harness.report import build_report
-from harness.report.collect import collect
-from harness.report.stale import code_changes_since
-from harness.report.tables import cell, md_code, md_fence, md_text
-from harness.results import csv_cell, write_json, write_run, write_table
-from harness.untrusted import (UntrustedError, bare_name, inside, load_yaml, own_subfolder, read_bytes, read_json,
+from kvbench.harness.job.folder import RunFolder, table_names
+from kvbench.harness.report import build_report
+from kvbench.harness.report.collect import collect
+from kvbench.harness.report.stale import code_changes_since
+from kvbench.harness.report.tables import cell, md_code, md_fence, md_text
+from kvbench.harness.results import csv_cell, write_json, write_run, write_table
+from kvbench.harness.untrusted import (UntrustedError, bare_name, inside, load_yaml, own_subfolder, read_bytes, read_json,
                                read_table, read_yaml)
-from harness.untrusted.git import committed_unchanged, git, is_object_id
+from kvbench.harness.untrusted.git import committed_unchanged, git, is_object_id
 
 ROW = {"device": "cpu", "device_slug": "cpu-test", "cpu_name": "Test CPU", "status": "ok", "scenario": "decode",
        "model": "tiny-llama", "workload": "chat", "batch": 4, "impl": "contiguous", "tokens_per_s": 10.0,
@@ -67,7 +67,7 @@ def test_a_run_folder_holding_its_own_repository_runs_nothing(tmp_path):
 
 def test_resuming_a_run_folder_that_holds_a_planted_repository_runs_nothing(compose, tmp_path):
     """The issue's reproducer, through the job as ``kvbench ... hydra.run.dir=<it> resume=true`` runs it."""
-    from harness.front.job import run_job
+    from kvbench.harness.front.job import run_job
 
     cfg = ["+impl=paged_torch", "scenario=capacity", "model=tiny-llama", "device=cpu", "workload.num_requests=4",
            "scenario.concurrency_points=[1,2]"]
@@ -183,7 +183,7 @@ def test_the_report_never_writes_its_plots_through_a_planted_link(tmp_path):
     (runs / "plots").symlink_to(outside)
     with pytest.raises(UntrustedError):
         build_report([runs], runs, "cmd")
-    from harness.report.__main__ import main
+    from kvbench.harness.report.__main__ import main
 
     assert main([str(runs)]) == 2  # the command: one line, exit 2
     assert list(outside.iterdir()) == []
@@ -265,8 +265,8 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path):
 
 
 def test_replay_refuses_an_alias_bomb_config(tmp_path):
-    from harness.errors import ConfigError
-    from harness.front.replay import load_config
+    from kvbench.harness.errors import ConfigError
+    from kvbench.harness.front.replay import load_config
 
     (tmp_path / "config.yaml").write_text(BOMB)
     start = time.perf_counter()
@@ -287,7 +287,7 @@ def test_the_report_reads_an_alias_bomb_in_overrides_as_nothing(tmp_path):
 
 
 def test_a_parquet_that_decodes_past_the_limit_is_refused(tmp_path, monkeypatch):
-    import harness.untrusted as untrusted
+    import kvbench.harness.untrusted as untrusted
 
     write_table(pd.DataFrame({"x": ["y" * 1000] * 100}), tmp_path / "t")
     monkeypatch.setattr(untrusted, "DECODED_LIMIT", 1000)

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import impls.block_admission
-import impls.prefix_chain
-from impls.allocator import StalePlanError
-from impls.block_manager import BlockManager
-from impls.eviction import POLICIES
-from impls.fast_path import FastPath
+import kvbench.impls.block_admission
+import kvbench.impls.prefix_chain
+from kvbench.impls.allocator import StalePlanError
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.eviction import POLICIES
+from kvbench.impls.fast_path import FastPath
 
 
 def _prompt(rng: random.Random, prefix: list[int]) -> list[int]:
@@ -243,13 +243,13 @@ def test_appending_many_tokens_at_once_equals_one_at_a_time(seed, block_size, ca
 def hash_calls(monkeypatch) -> list[int]:
     """Counts the block manager's block hashes (one entry per call)."""
     calls: list[int] = []
-    real = impls.prefix_chain.chain_hash
+    real = kvbench.impls.prefix_chain.chain_hash
 
     def counting(parent_hash, tokens):
         calls.append(1)
         return real(parent_hash, tokens)
 
-    for module in (impls.prefix_chain, impls.block_admission):  # the two that hash blocks
+    for module in (kvbench.impls.prefix_chain, kvbench.impls.block_admission):  # the two that hash blocks
         monkeypatch.setattr(module, "chain_hash", counting)
     return calls
 
@@ -302,8 +302,8 @@ def test_a_chain_nobody_shares_is_never_hashed(hash_calls):
 
 def test_a_scheduler_step_hashes_each_admitted_prompt_once(hash_calls):
     """The scheduler plans an admission once: the prompt is not hashed again by admit or a budget check."""
-    from harness.serving.scheduler import Scheduler
-    from harness.serving.workload import Request
+    from kvbench.harness.serving.scheduler import Scheduler
+    from kvbench.harness.serving.workload import Request
 
     bm = BlockManager(256, 4)
     sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=1000)
@@ -457,8 +457,8 @@ def test_plans_and_usage_made_without_init_are_the_frozen_dataclasses():
     (impls/allocator.py frozen_instance): equal to, hashing as and as frozen as ones built the usual way."""
     import dataclasses
 
-    from impls.allocator import CacheUsage
-    from impls.block_admission import PagedAdmitPlan
+    from kvbench.impls.allocator import CacheUsage
+    from kvbench.impls.block_admission import PagedAdmitPlan
 
     bm = BlockManager(8, 4)
     prompt = (1, 2, 3, 4, 5)

@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from impls.block_manager import BlockManager
-from impls.device_block_tables import DeviceBlockTables
-from impls.staging import StagingBuffer
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.device_block_tables import DeviceBlockTables
+from kvbench.impls.staging import StagingBuffer
 
 CPU = torch.device("cpu")
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from impls.eviction import POLICIES, eviction_policy
+from kvbench.impls.eviction import POLICIES, eviction_policy
 
 
 def _random_ops(policy, seed: int, steps: int = 3000, blocks: int = 40):

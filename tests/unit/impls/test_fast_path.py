@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from impls.allocator import KVAllocator
-from impls.block_manager import BlockManager
-from impls.fast_path import FastPath, StepByStep, fast_path
-from impls.lane_allocator import LaneAllocator
-from impls.region_allocator import RegionAllocator
+from kvbench.impls.allocator import KVAllocator
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.fast_path import FastPath, StepByStep, fast_path
+from kvbench.impls.lane_allocator import LaneAllocator
+from kvbench.impls.region_allocator import RegionAllocator
 
 NARROW = {"plan_admit", "admit", "can_append", "append", "fork", "release", "slots", "num_tokens", "usage"}
 

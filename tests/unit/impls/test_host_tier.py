@@ -14,9 +14,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impls.block_manager import BlockManager
-from impls.eviction import POLICIES
-from impls.host_tier import HostTier
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.eviction import POLICIES
+from kvbench.impls.host_tier import HostTier
 
 
 def test_lru_inside_the_tier_and_no_copy_of_contents_it_holds():

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impls.allocator import StalePlanError
-from impls.lane_allocator import LaneAllocator
+from kvbench.impls.allocator import StalePlanError
+from kvbench.impls.lane_allocator import LaneAllocator
 
 
 def check_against_model(alloc: LaneAllocator, lengths: dict[int, int]) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from impls.block_manager import BlockManager
-from impls.host_tier import HostCopies
-from impls.paged import PagedCache
-from kernels.registry import get_paged_kernel
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.host_tier import HostCopies
+from kvbench.impls.paged import PagedCache
+from kvbench.kernels.registry import get_paged_kernel
 
 
 def _cache(num_blocks: int, host_blocks: int, kernel: str = "torch") -> PagedCache:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impls.allocator import SlotCopy, StalePlanError
-from impls.region_allocator import RegionAllocator
-from impls.reservation import RESERVATIONS, reserve_oracle, reserve_pow2
+from kvbench.impls.allocator import SlotCopy, StalePlanError
+from kvbench.impls.region_allocator import RegionAllocator
+from kvbench.impls.reservation import RESERVATIONS, reserve_oracle, reserve_pow2
 
 MAX_SEQ_LEN = 48
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.front.job import run_job
+from kvbench.harness.front.job import run_job
 
 TINY = ["model=tiny-llama", "dtype=float32", "device=cpu"]  # 4 KiB of K and V per token
 # Lengths 50-150 prompt + 50-150 output: max reserves 512, pow2 128-512, oracle 100-300.
@@ -32,9 +32,9 @@ def test_oracle_beats_pow2_beats_max_in_max_concurrency(compose, tmp_path):
 
 
 def test_analytic_concurrency_is_budget_over_reserved_tokens(compose):
-    from harness.kv.factory import analytic_max_concurrency
-    from harness.front.groups import load_impl
-    from harness.front.resolve import resolve
+    from kvbench.harness.kv.factory import analytic_max_concurrency
+    from kvbench.harness.front.groups import load_impl
+    from kvbench.harness.front.resolve import resolve
 
     cfg = resolve(compose(["scenario=capacity", *TINY, "max_seq_len=2048"]))
     budget = 4096 * 10_000  # 10,000 token slots
@@ -65,7 +65,7 @@ def test_capacity_rows_break_out_external_fragmentation(compose, tmp_path):
 
 
 def test_orca_max_is_an_alias_of_contiguous(compose, tmp_path):
-    from harness.front.groups import impl_names
+    from kvbench.harness.front.groups import impl_names
 
     assert "orca_max" not in impl_names() and {"orca_pow2", "orca_oracle"} <= set(impl_names())
     base = ["scenario=capacity", *TINY, *UNIFORM, "workload.num_requests=20", "scenario.concurrency_points=[1]"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from impls.staging import StagingBuffer
+from kvbench.impls.staging import StagingBuffer
 
 
 def test_fields_round_trip_in_their_dtypes():
@@ -66,8 +66,8 @@ def test_row_copies_by_block_and_by_row_equal_a_row_by_row_reference():
 
     import torch
 
-    from impls.allocator import SlotCopy
-    from impls.base import apply_slot_copies
+    from kvbench.impls.allocator import SlotCopy
+    from kvbench.impls.base import apply_slot_copies
 
     rng = random.Random(0)
     for block_len in (1, 4, 16, 512):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels import build_cache, cuda_op
-from kernels.build_cache import (
+from kvbench.kernels import build_cache, cuda_op
+from kvbench.kernels.build_cache import (
     OWNER_LOCK, STAMP, TORCH_BATON, BuildError, BuildSpec, OwnerLock, build_folder, build_key, ensure_built,
 )
 

@@ -16,8 +16,8 @@ import json
 import pytest
 import torch
 
-from kernels import cuda_emulated
-from kernels.validate import KernelArgumentError
+from kvbench.kernels import cuda_emulated
+from kvbench.kernels.validate import KernelArgumentError
 from tests.helpers.kernel_cases import MIXED_LENS, assert_close_for_dtype, check_decode, check_write, make_decode_inputs, \
     reference_decode
 
@@ -115,7 +115,7 @@ def test_unsupported_head_dim_is_the_launchers_error(emulated):
 
 def test_engine_with_the_emulated_cuda_kernel_generates_contiguous_tokens(compose, tmp_path):
     """paged_cuda's engine path with the CUDA kernels themselves (emulated) gives the contiguous cache's tokens."""
-    from harness.front.job import run_job
+    from kvbench.harness.front.job import run_job
 
     common = ["model=tiny-llama", "dtype=float32", "max_seq_len=128", "scenario.warmup=0", "device=cpu",
               "block_size=8", "batch=2", "workload=uniform", "workload.num_requests=3", "workload.prompt_len=13",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import cuda_emulated
+from kvbench.kernels import cuda_emulated
 from tests.helpers.byte_decode_cases import BYTE_DTYPES, check_every_byte
 from tests.helpers.kernel_cases import MIXED_LENS
 from tests.helpers.kv_quant_cases import KV_CASES, check_quantized_decode, check_quantized_write

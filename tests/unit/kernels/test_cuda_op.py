@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import cuda_op
-from kernels.cuda_op import (
+from kvbench.kernels import cuda_op
+from kvbench.kernels.cuda_op import (
     CompilerNotFoundError,
     KernelBuildError,
     paged_decode_attention_cuda,
     write_kv_cuda,
 )
-from kernels.validate import KernelArgumentError
+from kvbench.kernels.validate import KernelArgumentError
 from tests.helpers.kernel_cases import (
     MIXED_LENS,
     assert_close_for_dtype,
@@ -190,7 +190,7 @@ def test_build_dir_follows_env_and_torch_version(monkeypatch, tmp_path):
 def test_every_csrc_file_is_a_listed_build_input():
     """A build (and its cache key) covers the sources and the headers they include: this op's, and the
     dense work's (kernels/dense_op.py)."""
-    from kernels import dense_op
+    from kvbench.kernels import dense_op
 
     listed = {*cuda_op.CPU_SOURCES, cuda_op.CUDA_SOURCE, *cuda_op.HEADERS, cuda_op.EMULATED_SOURCE, *dense_op.SOURCES,
               *dense_op.HEADERS}
@@ -209,7 +209,7 @@ def test_cuda_source_compiles():
 
 def test_the_cuda_check_reruns_nvcc_when_any_input_changes(tmp_path):
     """The key of a kept CUDA check covers every byte of the .cu and each header, nvcc's version and flags."""
-    from kernels import dense_op
+    from kvbench.kernels import dense_op
 
     # every header beside the .cu is a build input (build_cache), the dense ops' too
     sources = (cuda_op.CUDA_SOURCE, *cuda_op.HEADERS, *dense_op.HEADERS)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import cuda_op
-from kernels.cuda_op import paged_decode_attention_cuda, write_kv_cuda
-from kernels.quant import KVScales
-from kernels.validate import KernelArgumentError
+from kvbench.kernels import cuda_op
+from kvbench.kernels.cuda_op import paged_decode_attention_cuda, write_kv_cuda
+from kvbench.kernels.quant import KVScales
+from kvbench.kernels.validate import KernelArgumentError
 from tests.helpers.byte_decode_cases import BYTE_DTYPES, check_every_byte
 from tests.helpers.kernel_cases import MIXED_LENS, make_decode_inputs
 from tests.helpers.kv_quant_cases import KV_CASES, check_quantized_decode, check_quantized_write, quantized_copy

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.model.rope import apply_rotary
-from kernels import dense_op
+from kvbench.harness.model.rope import apply_rotary
+from kvbench.kernels import dense_op
 
 pytestmark = pytest.mark.skipif(dense_op.dense_ops_unavailable() is not None,
                                 reason=f"the fused ops did not build: {dense_op.dense_ops_unavailable()}")

@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from kernels import dense_op
+from kvbench.kernels import dense_op
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(dense_op.dense_ops_unavailable() is not None,
@@ -54,7 +54,7 @@ ISA_SCRIPT = """
 import json, sys
 from tests.unit.kernels.test_dense_op_gemm import SHAPES, _check
 from tests.unit.kernels.test_dense_op import argmax_failures
-from kernels import dense_op
+from kvbench.kernels import dense_op
 print(json.dumps({"isa": dense_op.packed_linear_isa(), "failures": _check(SHAPES, seed=1) + argmax_failures(3)}))
 """
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.kv_formats import KV_FORMATS
-from kernels.quant import (KVScales, calibrate, dequantize, kv_format, quantize, quantize_rows, row_scales,
+from kvbench.kernels.kv_formats import KV_FORMATS
+from kvbench.kernels.quant import (KVScales, calibrate, dequantize, kv_format, quantize, quantize_rows, row_scales,
                            storage_dtype, tensor_scale, write_quantized_ref)
-from kernels.reference import gather_kv, paged_decode_attention_ref, write_kv_ref
+from kvbench.kernels.reference import gather_kv, paged_decode_attention_ref, write_kv_ref
 from tests.helpers.kernel_cases import make_decode_inputs
 
 FORMATS = tuple(KV_FORMATS)

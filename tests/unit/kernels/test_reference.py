@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.reference import paged_decode_attention_ref, write_kv_ref
+from kvbench.kernels.reference import paged_decode_attention_ref, write_kv_ref
 
 
 def write_one_by_one(key, value, k_cache, v_cache, slots):

@@ -17,7 +17,7 @@ PLUGIN = '''
 """A throwaway paged kernel: the torch reference, counting its calls."""
 import os
 
-from kernels.reference import paged_decode_attention_ref, write_kv_ref
+from kvbench.kernels.reference import paged_decode_attention_ref, write_kv_ref
 
 
 def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None):
@@ -79,19 +79,19 @@ def test_an_unimportable_kernel_module_is_a_one_line_error(plugin):
 
 
 def test_alias_composes_its_target_and_is_not_an_impl_of_its_own(compose):
-    from harness.front.groups import impl_names
-    from harness.front.resolve import resolve
+    from kvbench.harness.front.groups import impl_names
+    from kvbench.harness.front.resolve import resolve
 
     assert "paged" not in impl_names() and "paged_triton" in impl_names()
     cfg = resolve(compose(["+impl=paged", "device=cpu"]))  # the device's native kernel (harness/front/native.py)
     assert (cfg.impl.name, cfg.impl.cache, cfg.impl.kernel) == ("paged_cuda", "paged", "cuda")
-    from harness.front.groups import load_impl
+    from kvbench.harness.front.groups import load_impl
 
     assert load_impl("paged") == load_impl("paged_triton") and load_impl("orca_max").name == "contiguous"
 
 
 def test_cpu_and_auto_simulate_the_same_device(compose):
-    from harness.front.resolve import CPU_MEMORY_GB, resolve
+    from kvbench.harness.front.resolve import CPU_MEMORY_GB, resolve
 
     assert resolve(compose(["device=cpu"])).device.memory_gb == CPU_MEMORY_GB
     auto = resolve(compose(["device=auto"]))
@@ -105,8 +105,8 @@ def test_the_sdpa_kernel_is_the_reference_on_a_slab_of_one_block_per_sequence(dt
     reads it as the reference kernel does, with tables naming each sequence's lane, or none (in order)."""
     import torch
 
-    from kernels.reference import paged_decode_attention_ref, write_kv_ref
-    from kernels.registry import get_paged_kernel
+    from kvbench.kernels.reference import paged_decode_attention_ref, write_kv_ref
+    from kvbench.kernels.registry import get_paged_kernel
 
     sdpa = get_paged_kernel("sdpa")
     assert sdpa.name == "sdpa" and not sdpa.out_variant

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.sdpa import additive_mask, decode_sdpa
+from kvbench.kernels.sdpa import additive_mask, decode_sdpa
 
 B, L, KV_HEADS, HEADS, HEAD_DIM = 3, 29, 2, 6, 24
 
@@ -26,15 +26,15 @@ def test_decode_through_the_additive_mask_equals_the_boolean_mask(dtype: torch.d
     assert torch.equal(decode_sdpa(q, keys, values, 0.3, bias), want)
 
 
-@pytest.mark.parametrize("impl, module, cls", [("contiguous", "impls.contiguous", "ContiguousCache"),
-                                               ("orca_pow2", "impls.region_cache", "RegionCache")])
+@pytest.mark.parametrize("impl, module, cls", [("contiguous", "kvbench.impls.contiguous", "ContiguousCache"),
+                                               ("orca_pow2", "kvbench.impls.region_cache", "RegionCache")])
 def test_a_slab_cache_converts_its_mask_once_a_step(compose, tmp_path, monkeypatch, impl, module, cls) -> None:
     """The contiguous cache and the Orca regions make each decode step's float mask at its first layer and
     reuse it at every other; their tokens stay HF's (test_engine_vs_hf_generate) and paged's (test_engine_parity)."""
     import importlib
 
-    import kernels.sdpa as sdpa
-    from harness.front.job import run_job
+    import kvbench.kernels.sdpa as sdpa
+    from kvbench.harness.front.job import run_job
 
     cache = getattr(importlib.import_module(module), cls)
     made, steps = [], []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernels.sdpa import slab_decode
+from kvbench.kernels.sdpa import slab_decode
 
 LANES, L, KV_HEADS, HEADS, HEAD_DIM = 5, 37, 2, 6, 24  # awkward sizes: nothing a power of two
 TABLE = [4, 0, 2]  # sequence b reads lane TABLE[b]
@@ -57,7 +57,7 @@ def test_the_gather_copies_only_the_tokens_read():
 def test_quantized_slab_matches_reference_over_the_same_lanes():
     """A quantized slab (per-token scales, gathered with their lanes) is dequantized before SDPA:
     the paged reference over the same lanes, as one block per sequence, gives the same output."""
-    from kernels.reference import paged_decode_attention_ref
+    from kvbench.kernels.reference import paged_decode_attention_ref
     from tests.helpers.kv_quant_cases import KV_CASES, quantized_copy
 
     gen = torch.Generator().manual_seed(3)

@@ -12,9 +12,9 @@ import itertools
 import pytest
 import torch
 
-import kernels  # noqa: F401  (turns on the Triton interpreter without CUDA; before the kernels)
-from kernels.triton_paged import choose_num_splits, paged_decode_attention_triton, write_kv_triton
-from kernels.validate import KernelArgumentError
+import kvbench.kernels.triton_mode  # noqa: F401  (turns on the Triton interpreter without CUDA; before the kernels)
+from kvbench.kernels.triton_paged import choose_num_splits, paged_decode_attention_triton, write_kv_triton
+from kvbench.kernels.validate import KernelArgumentError
 from tests.helpers.kernel_cases import (
     MIXED_LENS,
     assert_close_for_dtype,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kernels  # noqa: F401  (turns on the Triton interpreter without CUDA; before the kernels)
-from kernels.triton_paged import paged_decode_attention_triton, write_kv_triton
+import kvbench.kernels.triton_mode  # noqa: F401  (turns on the Triton interpreter without CUDA; before the kernels)
+from kvbench.kernels.triton_paged import paged_decode_attention_triton, write_kv_triton
 from tests.helpers.kernel_cases import MIXED_LENS
 from tests.helpers.kv_quant_cases import KV_CASES, check_quantized_decode, check_quantized_write
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.front.aliases import translate
+from kvbench.harness.front.aliases import translate
 
 
 @pytest.mark.parametrize("given, taken", [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.front.composed_once import ComposedOnce
+from kvbench.harness.front.composed_once import ComposedOnce
 
 
 def test_a_job_composed_by_the_check_is_handed_to_the_launcher_once_not_composed_again():

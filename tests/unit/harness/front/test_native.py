@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.resolve import resolve
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
 
 
 @pytest.mark.parametrize("extra, name, kernel", [
@@ -29,8 +29,8 @@ def test_the_triton_impl_by_name_stays_triton_and_native_fits_only_a_paged_cache
 
 
 def test_a_timed_triton_row_on_cpu_says_it_ran_in_the_interpreter(compose, tmp_path):
-    from harness.front.job import run_job
-    from kernels.registry import INTERPRETED_NOTE
+    from kvbench.harness.front.job import run_job
+    from kvbench.kernels.registry import INTERPRETED_NOTE
 
     small = ["model=tiny-llama", "device=cpu", "batch=2", "workload=fixed", "workload.num_requests=2",
              "workload.prompt_len=8", "workload.output_len=2", "scenario.warmup=0"]

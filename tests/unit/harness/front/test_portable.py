@@ -4,7 +4,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.front.portable import portable, portable_path
+from kvbench.harness.front.portable import portable, portable_path
 
 REPO = Path("/srv/ci/kvbench")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.resolve import resolve
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
 
 BASE = ["model=tiny-llama", "device=cpu"]
 

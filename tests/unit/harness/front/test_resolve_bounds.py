@@ -13,11 +13,11 @@ import numpy as np
 import psutil
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.resolve import resolve
-from harness.kv.factory import block_bytes, build_cache, check_host_memory, host_tier_blocks, host_tier_note
-from harness.serving.hash_blocks import HashBlockTokens
-from impls.host_tier import HostTier
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.kv.factory import block_bytes, build_cache, check_host_memory, host_tier_blocks, host_tier_note
+from kvbench.harness.serving.hash_blocks import HashBlockTokens
+from kvbench.impls.host_tier import HostTier
 
 GB = 10**9
 CAPACITY = ["+impl=paged_torch", "scenario=capacity", "model=tiny-llama"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from harness.front.resolve import resolve
+from kvbench.harness.front.resolve import resolve
 from tests.conftest import REPO_ROOT
 
 SWEEPS = sorted(p.stem for p in (REPO_ROOT / "conf" / "sweep").glob("*.yaml"))
@@ -16,8 +16,8 @@ def test_sweep_composes_and_resolves(compose, name):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from harness.measure.fingerprint import auto_device_slug, register_slug_resolver
-    from harness.front.sweeper import register_sweep_folder_resolver
+    from kvbench.harness.measure.fingerprint import auto_device_slug, register_slug_resolver
+    from kvbench.harness.front.sweeper import register_sweep_folder_resolver
 
     register_slug_resolver()  # as the CLI does at start-up
     register_sweep_folder_resolver()

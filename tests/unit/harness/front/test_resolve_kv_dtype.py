@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.resolve import resolve
-from harness.job.identity import job_id
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.job.identity import job_id
 
 
 @pytest.mark.parametrize(("override", "allowed"), [

@@ -7,11 +7,11 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from harness.front.compose_errors import describe
-from harness.scenarios import schemas
-from harness.errors import ConfigError
-from harness.front.resolve import resolve
-from harness.front.strict import check_model_name, unknown_key_message
+from kvbench.harness.front.compose_errors import describe
+from kvbench.harness.scenarios import schemas
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.front.strict import check_model_name, unknown_key_message
 
 
 @pytest.mark.parametrize("override, expected", [

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.front.sweeper import JobOutcome, ReportingTask, SweepProgress
+from kvbench.harness.front.sweeper import JobOutcome, ReportingTask, SweepProgress
 
 
 def progress_after(outcomes: list[JobOutcome], total: int, elapsed: float) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.results import atomic_write, write_table
-from harness.front.job import run_job
+from kvbench.harness.results import atomic_write, write_table
+from kvbench.harness.front.job import run_job
 from tests.helpers.harness_proc import GATED, TINY, rows, run, start, wait_for
 
 CAPACITY = ["+impl=paged_torch", "scenario=capacity", "model=tiny-llama", "device=cpu", "workload.num_requests=4",
@@ -154,7 +154,7 @@ def test_resume_never_keeps_another_machines_rows(compose, tmp_path, capsys, fie
 
 
 def test_resume_on_the_same_machine_keeps_the_rows_and_says_so(compose, tmp_path, capsys):
-    from harness.front.sweeper import JobOutcome, job_outcome_value, summary_line
+    from kvbench.harness.front.sweeper import JobOutcome, job_outcome_value, summary_line
 
     first, _ = run_job(compose(CAPACITY), tmp_path)
     again, code = run_job(compose([*CAPACITY, "resume=true"]), tmp_path)
@@ -171,7 +171,7 @@ def test_resume_never_keeps_the_rows_a_checkout_shipped_but_keeps_this_machines_
     this machine wrote since (modified, or never committed) are its own, and resume keeps them."""
     import subprocess
 
-    import harness.untrusted.git as kv_git
+    import kvbench.harness.untrusted.git as kv_git
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from harness.config import Config, ImplConfig, WorkloadConfig
-from harness.scenarios.decode import DecodeScenario
-from harness.job.identity import (
+from kvbench.harness.config import Config, ImplConfig, WorkloadConfig
+from kvbench.harness.scenarios.decode import DecodeScenario
+from kvbench.harness.job.identity import (
     SNAPSHOT, add_new_keys, identity_fields, job_id, load_snapshot, missing_keys, schema_defaults,
 )
-from harness.model.config import ModelConfig, RopeScaling
-from harness.front.resolve import resolve
+from kvbench.harness.model.config import ModelConfig, RopeScaling
+from kvbench.harness.front.resolve import resolve
 
 BASE = ["+impl=paged_torch", "model=tiny-llama", "device=cpu", "max_seq_len=128"]
 SLUG = "cpu"
@@ -152,7 +152,7 @@ def test_growing_the_snapshot_never_rewrites_an_entry(tmp_path):
 def test_a_roofline_formula_change_changes_the_ids_of_jobs_that_name_a_gpu(compose, monkeypatch):
     """ROOFLINE_VERSION (harness/serving/cost_model.py) is hashed into every job with gpu=NAME: rows a
     former formula priced are never resumed as this one's; a job without a GPU spec keeps its id."""
-    import harness.job.identity as identity
+    import kvbench.harness.job.identity as identity
 
     clocked = resolve(compose(["+impl=paged_torch", "scenario=capacity", "model=llama-2-7b", "gpu=a100-40gb"]))
     bare = resolve(compose(BASE))

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.job.summary import print_summary
+from kvbench.harness.job.summary import print_summary
 
 
 def test_byte_columns_are_gb_throughout(capsys):

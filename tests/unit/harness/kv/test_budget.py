@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.kv.budget import (
+from kvbench.harness.kv.budget import (
     MAX_SIMULATED_GB, budget_limit_note, check_host_pool, check_memory_bounds, kv_budget, out_of_memory_message,
 )
-from harness.errors import ConfigError
-from harness.front.resolve import resolve
-from harness.front.job import run_job
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.front.job import run_job
 
 GPU_80GB = 80 * 10**9
 TINY_DECODE = ["+impl=paged_torch", "model=tiny-llama", "max_seq_len=32", "workload=fixed", "workload.prompt_len=8",
@@ -63,7 +63,7 @@ def test_cpu_decode_refuses_a_pool_beyond_the_ram(compose, tmp_path):
 
 
 def _no_model_may_be_built(monkeypatch):
-    import harness.model.weights as weights
+    import kvbench.harness.model.weights as weights
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was built")
@@ -99,7 +99,7 @@ def test_allocation_failures_are_oom_with_a_message():
 
 
 def test_memory_error_in_a_run_becomes_status_oom(compose, tmp_path, monkeypatch):
-    import harness.scenarios.capacity as capacity
+    import kvbench.harness.scenarios.capacity as capacity
 
     def exhausted(ctx, impl):
         raise MemoryError()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.kv.sizes import kv_bytes_per_token
-from harness.front.groups import load_group
-from harness.model.config import ModelConfig
-from impls.kinds import PoolSpec, cache_kind
+from kvbench.harness.kv.sizes import kv_bytes_per_token
+from kvbench.harness.front.groups import load_group
+from kvbench.harness.model.config import ModelConfig
+from kvbench.impls.kinds import PoolSpec, cache_kind
 
 GB = 10**9
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harness.measure.accuracy import AccuracyTally, gate, kl_per_row, log_probs
+from kvbench.harness.measure.accuracy import AccuracyTally, gate, kl_per_row, log_probs
 
 
 def test_kl_of_known_distributions():

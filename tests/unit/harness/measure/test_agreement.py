@@ -1,6 +1,6 @@
 """Prefix agreement: tokens equal up to each request's first divergence, over the reference's tokens."""
 
-from harness.measure.agreement import prefix_agreement
+from kvbench.harness.measure.agreement import prefix_agreement
 
 
 def test_agreement_counts_tokens_up_to_the_first_divergence_only():

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from harness.measure.attention_timer import AttentionTimer
+from kvbench.harness.measure.attention_timer import AttentionTimer
 
 
 class SlowCache:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harness.measure.contention import MAX_STEAL, MAX_WAIT, MIN_SHARE, Contention, ContentionProbe, with_contention
+from kvbench.harness.measure.contention import MAX_STEAL, MAX_WAIT, MIN_SHARE, Contention, ContentionProbe, with_contention
 
 
 @pytest.mark.parametrize("share, steal, flagged", [
@@ -65,7 +65,7 @@ def test_busy_work_is_measured_in_cores():
 # ---- the default thread count: the cores other work leaves free ------------------------------------------
 
 def test_free_cores_counts_the_cores_other_work_took(monkeypatch):
-    from harness.measure import contention
+    from kvbench.harness.measure import contention
 
     samples = iter([(0, 0), (150, 200)])  # 150 of 200 jiffies busy
     monkeypatch.setattr(contention, "_busy_and_total", lambda: next(samples))
@@ -84,7 +84,7 @@ def test_free_cores_leaves_one_thread_beside_a_hog_on_every_core():
     import multiprocessing
     import os
 
-    from harness.measure.contention import free_cores
+    from kvbench.harness.measure.contention import free_cores
 
     cores = os.cpu_count() or 1
     hogs = [multiprocessing.get_context("spawn").Process(target=_spin, daemon=True) for _ in range(cores)]
@@ -116,7 +116,7 @@ def _old_proc_stat(line: str):  # harness/measure/contention.py's /proc/stat rea
 def test_cpu_times_are_the_proc_stat_fields(monkeypatch):
     import psutil
 
-    from harness.measure import contention
+    from kvbench.harness.measure import contention
 
     line = "cpu  4705 150 1120 16250 520 30 45 60 200 7"  # guest and guest_nice: already in user and nice
     ticks = 100
@@ -149,7 +149,7 @@ def test_cpu_times_are_the_proc_stat_fields(monkeypatch):
 def test_cpu_times_agree_with_proc_stat_on_this_machine():
     from pathlib import Path
 
-    from harness.measure import contention
+    from kvbench.harness.measure import contention
 
     stat = Path("/proc/stat")
     if not stat.exists():

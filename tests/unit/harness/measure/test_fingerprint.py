@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.measure.fingerprint import auto_device_slug, cpu_model_slug
+from kvbench.harness.measure.fingerprint import auto_device_slug, cpu_model_slug
 
 
 @pytest.mark.parametrize("brand, slug", [
@@ -25,7 +25,7 @@ def test_an_amd_and_an_intel_machine_of_two_cores_get_different_slugs():
 def test_this_machines_slug_names_its_cpu_and_cores():
     import os
 
-    from kernels.cuda_available import cuda_available
+    from kvbench.kernels.cuda_available import cuda_available
 
     if cuda_available():
         pytest.skip("a GPU machine's slug is its GPU's")
@@ -39,7 +39,7 @@ def test_the_fingerprint_read_without_torch_is_the_one_torch_gives(monkeypatch):
 
     import torch
 
-    from harness.measure.fingerprint import collect
+    from kvbench.harness.measure.fingerprint import collect
 
     with_torch = collect("cpu")
     monkeypatch.delitem(sys.modules, "torch")  # as in a process that never imported it
@@ -58,7 +58,7 @@ ROW_FIELDS = ["device", "device_slug", "gpu_name", "gpu_count", "gpu_memory_byte
 
 @pytest.fixture
 def fresh_environment():
-    from harness.measure.fingerprint import torch_environment
+    from kvbench.harness.measure.fingerprint import torch_environment
 
     torch_environment.cache_clear()
     yield torch_environment
@@ -68,7 +68,7 @@ def fresh_environment():
 def test_env_json_adds_torchs_report_and_the_rows_keep_their_columns(fresh_environment):
     import json
 
-    from harness.measure.fingerprint import collect, env_record
+    from kvbench.harness.measure.fingerprint import collect, env_record
 
     fp = collect("cpu")
     assert list(fp.as_dict()) == ROW_FIELDS  # what every row carries: unchanged

@@ -12,11 +12,11 @@ import types
 import pytest
 import torch
 
-from harness.serving.engine import Engine
-from harness.measure import memory, nvml
-from harness.measure.memory import MemoryTracker
-from harness.front.job import run_job
-from harness.serving import engine as engine_module
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.measure import memory, nvml
+from kvbench.harness.measure.memory import MemoryTracker
+from kvbench.harness.front.job import run_job
+from kvbench.harness.serving import engine as engine_module
 
 WAIT_S = 30  # bounds a wait for the sampler thread; reached only if the code under test is broken
 
@@ -324,7 +324,7 @@ def test_repeat_reports_median_and_spread(compose, tmp_path, monkeypatch):
 
 
 def test_code_version_from_the_environment_overrides_git(monkeypatch):
-    from harness.measure.fingerprint import code_version
+    from kvbench.harness.measure.fingerprint import code_version
 
     monkeypatch.delenv("KVBENCH_GIT_SHA", raising=False)
     sha, dirty = code_version()
@@ -337,7 +337,7 @@ def test_code_version_from_the_environment_overrides_git(monkeypatch):
 
 
 def test_git_dirty_counts_untracked_files_but_not_ignored_ones(monkeypatch, tmp_path):
-    from harness.measure.fingerprint import code_version
+    from kvbench.harness.measure.fingerprint import code_version
 
     monkeypatch.delenv("KVBENCH_GIT_SHA", raising=False)
 

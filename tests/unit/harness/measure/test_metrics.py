@@ -10,9 +10,9 @@ import random
 import numpy as np
 import pytest
 
-from harness.measure.metrics import percentile, percentiles
-from harness.serving.profile_table import _quantile
-from harness.serving.service_metrics import weighted_percentiles
+from kvbench.harness.measure.metrics import percentile, percentiles
+from kvbench.harness.serving.profile_table import _quantile
+from kvbench.harness.serving.service_metrics import weighted_percentiles
 
 QS = (0, 1, 10, 25, 50, 75, 90, 95, 99, 99.9, 100)
 

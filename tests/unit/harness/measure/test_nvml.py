@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_throttle_reasons_are_named():
-    from harness.measure.nvml import throttle_names
+    from kvbench.harness.measure.nvml import throttle_names
 
     assert throttle_names(0) == "none"
     assert throttle_names(0x4 | 0x40) == "sw_power_cap+hw_thermal_slowdown"

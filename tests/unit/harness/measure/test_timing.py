@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from harness.measure.timing import MIN_SPIN_S, SPIN_MARGIN, CudaEventClock, time_call
+from kvbench.harness.measure.timing import MIN_SPIN_S, SPIN_MARGIN, CudaEventClock, time_call
 
 
 class FakeEvent:

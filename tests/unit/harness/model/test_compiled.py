@@ -13,14 +13,14 @@ import torch
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
-from harness.front.resolve import resolve
-from harness.front.schemas import register_configs
-from harness.kv.factory import build_cache
-from harness.model import compiled as compiled_mod
-from harness.model.compiled import AUTO_MIN_DECODE_TOKENS, CompiledDecode, auto_compile
-from harness.model.weights import build_model
-from harness.serving.engine import Engine
-from harness.serving.workload import Request
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.front.schemas import register_configs
+from kvbench.harness.kv.factory import build_cache
+from kvbench.harness.model import compiled as compiled_mod
+from kvbench.harness.model.compiled import AUTO_MIN_DECODE_TOKENS, CompiledDecode, auto_compile
+from kvbench.harness.model.weights import build_model
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.serving.workload import Request
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(compiled_mod.cxx_compiler() is None, reason="inductor's CPU backend needs g++")

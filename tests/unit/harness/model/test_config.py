@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.model.hf_config import resolve_model_config
-from harness.model.llama import LlamaModel
+from kvbench.harness.kv.sizes import parameter_count
+from kvbench.harness.model.hf_config import resolve_model_config
+from kvbench.harness.model.llama import LlamaModel
 from tests.helpers.models import MODEL_YAMLS, load_named
 
 # ---------------------------------------------------------------- named configs
@@ -26,6 +27,17 @@ PUBLISHED_PARAMETERS = {
 }
 
 
+# The other families' published totals (model cards), which kvbench sizes but does not build: its own count
+# (harness/kv/sizes.py) within 1% (the cards round to 3 figures; Gemma's counts the vision tower too).
+PUBLISHED_TOTALS = {
+    "qwen3-32b": 32.8e9,
+    "qwen3-30b-a3b": 30.5e9,
+    "gemma-3-27b": 27.0e9,  # the language model alone (the vision tower is not modelled)
+    "gpt-oss-20b": 20.9e9,
+    "gpt-oss-120b": 116.8e9,
+}
+
+
 @pytest.mark.parametrize("path", MODEL_YAMLS, ids=[p.stem for p in MODEL_YAMLS])
 def test_named_config_loads_and_validates(path: Path) -> None:
     cfg = resolve_model_config(load_named(path.stem))
@@ -38,8 +50,8 @@ def test_named_config_loads_and_validates(path: Path) -> None:
 
 
 def test_named_config_spot_checks() -> None:
-    assert set(PUBLISHED_PARAMETERS) | {"tiny-llama", "tiny-qwen2", "tiny-mistral", "llama-58m"} == {
-        p.stem for p in MODEL_YAMLS}
+    assert set(PUBLISHED_PARAMETERS) | set(PUBLISHED_TOTALS) | {
+        "tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "llama-58m"} == {p.stem for p in MODEL_YAMLS}
     # issue 23's second CPU shape: hidden 512, 8 layers, 8/4 heads, vocab 32000, 58M parameters
     m58 = resolve_model_config(load_named("llama-58m"))
     assert LlamaModel(m58, torch.float32, "meta").num_parameter_bytes() == 4 * 57_942_528
@@ -59,3 +71,25 @@ def test_named_config_spot_checks() -> None:
     ) == (4096, 256, 4, 2, 64, 4, 768, 10000.0, False)  # fmt: skip
     tq = load_named("tiny-qwen2")
     assert tq.architecture == "qwen2" and tq.qkv_bias and tq.tie_word_embeddings and tq.hidden_size == 256
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTALS))
+def test_other_families_published_totals(name: str) -> None:
+    cfg = resolve_model_config(load_named(name))
+    assert parameter_count(cfg) == pytest.approx(PUBLISHED_TOTALS[name], rel=0.01)
+
+
+def test_other_families_spot_checks() -> None:
+    q3 = load_named("qwen3-30b-a3b")
+    assert (q3.num_experts, q3.num_experts_per_tok, q3.moe_intermediate_size, q3.norm_topk_prob, q3.qk_norm) == (
+        128, 8, 768, True, True)
+    g = load_named("gemma-3-27b")
+    assert g.layer_types is not None and len(g.layer_types) == 62 and g.sliding_window == 1024
+    assert [i for i, k in enumerate(g.layer_types) if k == "full_attention"] == list(range(5, 62, 6))
+    assert (g.query_pre_attn_scalar, g.rope_local_theta, g.rope_scaling.rope_type) == (168.0, 10000.0, "linear")
+    for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128)):
+        o = load_named(name)
+        assert o.layer_types == ["sliding_attention", "full_attention"] * (layers // 2)
+        assert (o.num_experts, o.sliding_window, o.attention_sinks, o.expert_dtype) == (experts, 128, True, "mxfp4")
+    m = load_named("mistral-7b")
+    assert m.layer_types == ["sliding_attention"] * 32 and m.sliding_window == 4096

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.errors import ConfigError
-from harness.model.config import ModelConfig
-from harness.model.hf_config import resolve_model_config
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.hf_config import resolve_model_config
 from tests.conftest import REPO_ROOT
 
 GOOD = dict(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,

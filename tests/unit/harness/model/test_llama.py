@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from harness.errors import ConfigError
-from harness.model.config import ModelConfig
-from harness.model.hf_config import resolve_model_config
-from harness.model.llama import LlamaModel
-from harness.model.weights import build_model
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.hf_config import resolve_model_config
+from kvbench.harness.model.llama import LlamaModel
+from kvbench.harness.model.weights import build_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -264,7 +264,7 @@ def test_decode_steps_match_prefill() -> None:
 def test_varying_shape_sdpa_drops_only_cudnn_and_respects_an_outer_choice():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from kernels.sdpa import shape_stable_backends
+    from kvbench.kernels.sdpa import shape_stable_backends
 
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]):
         assert shape_stable_backends() == [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
@@ -277,7 +277,7 @@ def test_varying_shape_sdpa_drops_only_cudnn_and_respects_an_outer_choice():
 def test_qkv_and_norm_equal_the_op_at_a_time_formulation(dtype: torch.dtype, tokens: int) -> None:
     """Attention.qkv rotates q's and k's heads in one pass and RMSNorm updates its statistics in place
     (issue 23's lean step): both give HF's op-at-a-time arithmetic bit for bit, and q, k, v are dense."""
-    from harness.model.rope import apply_rotary
+    from kvbench.harness.model.rope import apply_rotary
 
     cfg = load_named("tiny-llama")
     model = build_model(cfg, dtype, "cpu", seed=3, fuse=False)  # torch's ops (the fused ones: test_llama_fused.py)
@@ -301,24 +301,3 @@ def test_qkv_and_norm_equal_the_op_at_a_time_formulation(dtype: torch.dtype, tok
     got = attn.qkv(x, cos, sin)
     for g, w in zip(got, want):
         assert g.is_contiguous() and torch.equal(g, w)
-
-
-def test_the_hf_reference_imports_beside_kvbench_kernels():
-    """transformers >= 5.25 brings Hugging Face's own `kernels`, whose import name is kvbench's kernels/:
-    the test extra keeps it out, so every comparison above runs against a transformers that imports."""
-    from tests.helpers.hf_transformers import hub_kernels_version, import_transformers
-
-    assert hub_kernels_version() is None
-    assert hasattr(import_transformers(), "LlamaForCausalLM")
-
-
-def test_a_hub_kernels_clash_is_named_with_its_fix(monkeypatch):
-    import importlib.metadata
-
-    from tests.helpers import hf_transformers
-
-    real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version",
-                        lambda name: "0.19.1" if name == "kernels" else real(name))
-    with pytest.raises(ImportError, match=r"'kernels' distribution 0\.19\.1 .*kvbench's own kernels/.*<5\.25"):
-        hf_transformers.import_transformers()

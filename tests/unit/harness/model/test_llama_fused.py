@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.kv.factory import build_cache
-from harness.model.config import ModelConfig
-from harness.model.llama import LlamaModel
-from harness.model.weights import build_model
-from harness.serving.engine import Engine
-from harness.serving.workload import Request
-from kernels import dense_op
+from kvbench.harness.kv.factory import build_cache
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.llama import LlamaModel
+from kvbench.harness.model.weights import build_model
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.serving.workload import Request
+from kvbench.kernels import dense_op
 
 pytestmark = pytest.mark.skipif(dense_op.dense_ops_unavailable() is not None,
                                 reason=f"the fused ops did not build: {dense_op.dense_ops_unavailable()}")
@@ -91,7 +91,7 @@ def _requests(vocab: int) -> list[Request]:
 
 @pytest.mark.parametrize("impl", ["contiguous", "paged_torch", "paged_cuda"])
 def test_each_cpu_impl_generates_the_same_tokens_fused(compose, impl):
-    from harness.front.resolve import resolve
+    from kvbench.harness.front.resolve import resolve
 
     cfg = resolve(compose([f"+impl={impl}", "model=tiny-llama", "model.num_layers=2", "dtype=float32",
                            "device=cpu", "max_seq_len=96", "block_size=8", "batch=5"]))

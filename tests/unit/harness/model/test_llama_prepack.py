@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.model import llama
-from harness.model.config import ModelConfig
-from harness.model.llama import PACKED_MAX_ROWS, PackedWeight, prepack_supported
-from harness.model.packed_linear import MIN_ROWS, pack_kind
-from harness.model.weights import build_model
-from kernels import dense_op
+from kvbench.harness.model import llama
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.llama import PACKED_MAX_ROWS, PackedWeight, prepack_supported
+from kvbench.harness.model.packed_linear import MIN_ROWS, pack_kind
+from kvbench.harness.model.weights import build_model
+from kvbench.kernels import dense_op
 
 pytestmark = pytest.mark.skipif(not prepack_supported("cpu", torch.float32), reason="torch without oneDNN")
 
@@ -134,7 +134,7 @@ def test_packing_for_kvbench_loads_its_op_library_in_a_fresh_process():
 
     from tests.conftest import REPO_ROOT
 
-    script = ("import torch\nfrom harness.model.config import ModelConfig\nfrom harness.model.weights import build_model\n"
+    script = ("import torch\nfrom kvbench.harness.model.config import ModelConfig\nfrom kvbench.harness.model.weights import build_model\n"
               "m = build_model(ModelConfig(num_layers=1), torch.float32, 'cpu', seed=0, prepack=False, fuse=False)\n"
               "m.prepack('kvbench')\n"
               "att = lambda layer, q, k, v: v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)\n"

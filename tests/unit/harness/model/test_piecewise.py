@@ -8,18 +8,18 @@ import json
 import pytest
 import torch
 
-from harness.scenarios.context import JobContext
-from harness.serving.engine import Engine
-from harness.errors import ConfigError
-from harness.model.config import ModelConfig
-from harness.model.piecewise import PiecewiseDecode, capture_sizes
-from harness.model.weights import build_model
-from harness.front.resolve import resolve
-from harness.front.job import run_job
-from harness.serving.workload import Request
-from impls.paged import PagedCache
-from impls.block_manager import BlockManager
-from kernels.registry import get_paged_kernel
+from kvbench.harness.scenarios.context import JobContext
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.piecewise import PiecewiseDecode, capture_sizes
+from kvbench.harness.model.weights import build_model
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.front.job import run_job
+from kvbench.harness.serving.workload import Request
+from kvbench.impls.paged import PagedCache
+from kvbench.impls.block_manager import BlockManager
+from kvbench.kernels.registry import get_paged_kernel
 
 TINY = ["model=tiny-llama", "dtype=float32", "max_seq_len=128", "scenario.warmup=0"]
 
@@ -183,7 +183,7 @@ def test_a_probe_of_the_same_batch_shares_the_pieces_and_one_of_another_batch_ha
 
 
 def test_max_rate_probes_replay_one_set_of_pieces(compose, tmp_path, monkeypatch):
-    from harness.scenarios import max_rate
+    from kvbench.harness.scenarios import max_rate
 
     built, calls = [], []
 
@@ -196,7 +196,7 @@ def test_max_rate_probes_replay_one_set_of_pieces(compose, tmp_path, monkeypatch
             calls.append(self)
             return super().__call__(*args, **kwargs)
 
-    monkeypatch.setattr("harness.model.piecewise.PiecewiseDecode", Counted)
+    monkeypatch.setattr("kvbench.harness.model.piecewise.PiecewiseDecode", Counted)
     ctx = _graph_ctx(compose, tmp_path, "scenario=max_rate", "arrival=poisson", "slo.e2el_ms=100000", "batch=3",
                      "workload.num_requests=3", "workload.prompt_len=8", "workload.output_len=3",
                      "workload=fixed", "scenario.start_rps=64", "scenario.search_limit=256",

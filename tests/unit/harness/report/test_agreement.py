@@ -2,7 +2,7 @@
 
 import json
 
-from harness.report.agreement import read_tokens
+from kvbench.harness.report.agreement import read_tokens
 
 
 def test_read_tokens_reads_one_impls_records_and_skips_what_is_not_one(tmp_path):

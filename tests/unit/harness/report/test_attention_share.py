@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.attention_share import attention_section, attention_table
+from kvbench.harness.report.attention_share import attention_section, attention_table
 
 
 def _rows(**extra) -> pd.DataFrame:

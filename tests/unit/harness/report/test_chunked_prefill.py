@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.chunked_prefill import CHUNKED_TITLE, chunked_pairs, chunked_section
+from kvbench.harness.report.chunked_prefill import CHUNKED_TITLE, chunked_pairs, chunked_section
 
 
 def row(chunked: bool, rate: float, itl: float, digest: str = "d1", impl: str = "paged_torch") -> dict:

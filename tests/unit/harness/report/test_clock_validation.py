@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from harness.report.clock_validation import rate_pairs, service_pairs, summary
-from harness.report.clock_validation import clock_section
+from kvbench.harness.report.clock_validation import rate_pairs, service_pairs, summary
+from kvbench.harness.report.clock_validation import clock_section
 
 SETUP = {"status": "ok", "device_slug": "cpu-x-2core", "model": "tiny-llama", "dtype": "float32", "impl": "paged_cuda",
          "batch": 32, "max_seq_len": 512, "block_size": 16, "cpu_threads": 1, "workload": "chat",
@@ -69,7 +69,7 @@ def test_the_drift_of_a_validating_job_is_said():
 
 
 def test_each_wall_step_is_set_beside_its_price_on_its_own_jobs_profile():
-    from harness.report.clock_validation import step_prices
+    from kvbench.harness.report.clock_validation import step_prices
 
     def step(kind, price, wall, rate=10.0, chunked=False, run_dir="p/0"):
         return {"run_dir": run_dir, "impl": "paged_cuda", "kind": kind, "price_s": price, "duration_s": wall,

@@ -8,7 +8,7 @@ def test_concat_keeps_every_row_in_order_across_column_sets():
     equals one plain concatenation of them all, values and types."""
     import random
 
-    from harness.report.collect import concat, numeric
+    from kvbench.harness.report.collect import concat, numeric
 
     rng = random.Random(7)
     shapes = [("scenario", "status", "wall_s"), ("scenario", "status", "batch", "notes"), ("status", "batch")]
@@ -35,8 +35,8 @@ def test_published_text_metrics_survive_numeric():
 
     import pyarrow.parquet as pq
 
-    from harness.report.collect import numeric
-    from harness.results import METRICS, TEXT_METRICS
+    from kvbench.harness.report.collect import numeric
+    from kvbench.harness.results import METRICS, TEXT_METRICS
 
     root = Path(__file__).resolve().parents[4] / "results"
     seen: dict[str, str] = {}

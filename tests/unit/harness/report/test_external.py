@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from harness.report import build_report
-from harness.report.collect import collect
-from harness.results import write_run
-from harness.results.vllm_json import write_vllm_results
-from harness.serving.timeline import requests_table
+from kvbench.harness.report import build_report
+from kvbench.harness.report.collect import collect
+from kvbench.harness.results import write_run
+from kvbench.harness.results.vllm_json import write_vllm_results
+from kvbench.harness.serving.timeline import requests_table
 from tests.helpers.vllm_rows import FIGURES, FIXTURE, SEQS, decode_row
 
 KVBENCH = {"scenario": "decode", "status": "ok", "impl": "paged_torch", "model": "tiny-llama", "batch": 8,
@@ -31,10 +30,19 @@ AIPERF = {
 }
 
 
+# What ``vllm bench serve --metadata device=cpu-test batch=8`` adds to its file: the run's machine and batch.
+RUN = {"device": "cpu-test", "batch": "8"}
+
+
+def vllm_result(**change) -> dict:
+    """The fixture's vLLM result, with the machine and batch the import needs, and ``change``."""
+    return {**json.loads(FIXTURE.read_text()), **RUN, **change}
+
+
 def results_folder(root: Path) -> Path:
     write_run(root / "cpu-test" / "decode" / "0", [KVBENCH])
     (root / "external" / "vllm").mkdir(parents=True)
-    shutil.copy(FIXTURE, root / "external" / "vllm" / "llama-2qps.json")
+    (root / "external" / "vllm" / "llama-2qps.json").write_text(json.dumps(vllm_result()))
     return root
 
 
@@ -50,7 +58,7 @@ def test_a_vllm_file_is_a_row_beside_kvbenchs_own(tmp_path):
 
 
 def test_a_kvbench_runs_json_read_as_external_gives_the_runs_figures(tmp_path):
-    row = decode_row()
+    row = {**decode_row(), "device_slug": "cpu-test", "batch": 4}
     ext = tmp_path / "results" / "external" / "kvbench"
     ext.mkdir(parents=True)
     write_vllm_results(ext, [row], requests_table(SEQS, "paged_torch", "r"), burstiness=1.0)
@@ -58,10 +66,11 @@ def test_a_kvbench_runs_json_read_as_external_gives_the_runs_figures(tmp_path):
     for col in FIGURES:
         assert back[col] == pytest.approx(row[col]) if not isinstance(row[col], str) else back[col] == row[col], col
     assert (back["impl"], back["source"]) == ("kvbench", "external")
+    assert (back["device_slug"], back["batch"]) == ("cpu-test", 4)  # written as vLLM's metadata, read back
 
 
 def test_vllms_append_result_file_is_one_row_per_line(tmp_path):
-    one = json.loads(FIXTURE.read_text())
+    one = vllm_result()
     folder = tmp_path / "r" / "external" / "sglang"
     folder.mkdir(parents=True)
     (folder / "sweep.json").write_text(json.dumps(one) + "\n" + json.dumps({**one, "request_rate": 8.0}) + "\n")
@@ -122,7 +131,7 @@ def test_the_report_draws_and_tabulates_external_rows(tmp_path):
 
 
 def _aiperf(**change) -> dict:
-    from harness.report.external import from_aiperf
+    from kvbench.harness.report.external import from_aiperf
 
     return from_aiperf({**AIPERF, **change})
 
@@ -164,19 +173,19 @@ def test_an_aiperf_export_as_it_is_stays_ok():
     ({"time_to_first_token": {"unit": "s", "avg": "1.5"}}, "time_to_first_token.avg: expected a number"),
 ])
 def test_an_aiperf_value_of_the_wrong_kind_is_still_one_problem_line(change, names):
-    from harness.report.external import ExternalFileError
+    from kvbench.harness.report.external import ExternalFileError
 
     with pytest.raises(ExternalFileError, match=f"^{names}"):
         _aiperf(**change)
 
 
 def test_false_figures_of_either_format_are_rows_not_ok_in_the_report(tmp_path):
-    from harness.report.markdown import render
+    from kvbench.harness.report.markdown import render
 
     root = tmp_path / "r"
     (root / "external" / "vllm").mkdir(parents=True)
     (root / "external" / "dynamo").mkdir(parents=True)
-    vllm = {**json.loads(FIXTURE.read_text()), "duration": -2.5561, "request_throughput": -1.56, "mean_ttft_ms": -48.2}
+    vllm = vllm_result(duration=-2.5561, request_throughput=-1.56, mean_ttft_ms=-48.2)
     (root / "external" / "vllm" / "negative.json").write_text(json.dumps(vllm))
     (root / "external" / "dynamo" / "profile_export_aiperf.json").write_text(
         json.dumps({**AIPERF, "request_latency": {"unit": "ms", "avg": -6550.4}}))

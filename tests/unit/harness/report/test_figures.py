@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from omegaconf import OmegaConf
 
-from harness.paths import CONF_DIR
-from harness.report.figures import DEFAULT_BLOCK_SIZE, facet_labels, log_axis, show
+from kvbench.harness.paths import CONF_DIR
+from kvbench.harness.report.figures import DEFAULT_BLOCK_SIZE, facet_labels, log_axis, show
 
 
 def test_default_block_size_is_the_configs():
@@ -50,7 +50,7 @@ def _two_figures():
 
 def test_save_all_writes_the_pngs_save_writes_and_the_same_files_every_time(tmp_path):
     """The PNGs come from a second process: the same bytes as drawing them here; the SVGs the same each run."""
-    from harness.report.figures import save, save_all, theme
+    from kvbench.harness.report.figures import save, save_all, theme
 
     with theme():
         got = save_all(_two_figures(), tmp_path / "all")
@@ -67,7 +67,7 @@ def test_save_all_writes_the_pngs_save_writes_and_the_same_files_every_time(tmp_
 def test_save_all_draws_the_pngs_itself_when_a_figure_cannot_be_pickled(tmp_path, monkeypatch):
     import pickle
 
-    from harness.report.figures import save_all, theme
+    from kvbench.harness.report.figures import save_all, theme
 
     def refuse(*a, **k):
         raise pickle.PicklingError("an artist that does not pickle")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.kv_dtype import capacity_table, decode_table, kv_dtype_section
+from kvbench.harness.report.kv_dtype import capacity_table, decode_table, kv_dtype_section
 
 BASE = {"status": "ok", "device_slug": "cpu-x", "model": "m", "dtype": "bfloat16", "impl": "paged_torch",
         "run_dir": "r"}

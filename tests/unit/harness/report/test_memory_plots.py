@@ -9,11 +9,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from harness.report import memory_plots
-from harness.report.memory_plots import (
+from kvbench.harness.report import memory_plots
+from kvbench.harness.report.memory_plots import (
     MORE_FACETS, max_concurrency, memory_panels, memory_vs_concurrency, memory_vs_concurrency_more,
 )
-from harness.report.palette import figure_problems, impl_style
+from kvbench.harness.report.palette import figure_problems, impl_style
 
 BUDGET_13B = 7746076672.0
 SWEEP = (1, 2, 4, 8, 16, 32, 64, 128)  # as strings they sort 1, 128, 16, 2, ...
@@ -64,7 +64,7 @@ def test_the_other_settings_have_their_own_figure_with_block_sizes_in_numeric_or
 def test_left_out_settings_are_named_for_a_reader():
     _, notes = memory_vs_concurrency(*setting())
     assert len(notes) == len(SWEEP) - 1
-    assert notes[0] == "llama-2-13b · sharegpt · float16 · max_seq_len 2048 · block 1 · KV budget 7.75 GB"
+    assert notes[0] == "llama-2-13b · sharegpt · float16 · max_seq_len 2048 · block 1 · KV budget 7.75 GB (past the panels shown)"
     assert [int(re.search(r"block (\d+)", n).group(1)) for n in notes] == [1, 2, 4, 8, 32, 64, 128]
     assert not any("|" in n or str(int(BUDGET_13B)) in n or "nan" in n for n in notes)
 

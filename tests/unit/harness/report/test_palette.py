@@ -11,9 +11,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from harness.paths import CONF_DIR, REPO_ROOT
-from harness.report.figures import impl_palette
-from harness.report.palette import (
+from kvbench.harness.paths import CONF_DIR, REPO_ROOT
+from kvbench.harness.report.figures import impl_palette
+from kvbench.harness.report.palette import (
     DASHES, FALLBACK_COLOURS, FALLBACK_MARKERS, KNOWN, KNOWN_IMPLS, dash_entries, drawn_impls, figure_legend,
     figure_problems, impl_lines, impl_order, impl_style, legend_labels,
 )
@@ -64,7 +64,7 @@ def test_colours_are_seaborns_colourblind_palette_by_fixed_place():
 
 def test_an_unknown_name_keeps_its_style_in_another_process():
     """From the name's CRC-32, not Python's per-process string hash."""
-    code = "from harness.report.palette import impl_style; s = impl_style('vllm'); print(s.colour, s.marker)"
+    code = "from kvbench.harness.report.palette import impl_style; s = impl_style('vllm'); print(s.colour, s.marker)"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                          check=True).stdout.split()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.figures import theme
-from harness.report.reuse_plots import hit_rate_vs_cache, reuse_rows, reuse_table, ttft_vs_hit_rate
+from kvbench.harness.report.figures import theme
+from kvbench.harness.report.reuse_plots import hit_rate_vs_cache, reuse_rows, reuse_table, ttft_vs_hit_rate
 
 
 def _rows() -> pd.DataFrame:

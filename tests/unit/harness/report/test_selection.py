@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from harness.report.selection import measured_as
+from kvbench.harness.report.selection import measured_as
 
 ROWS = pd.DataFrame([
     {"status": "ok", "scenario": "decode", "clock": "wall", "request_rate": 10.0, "max_rate_rps": None},

@@ -7,8 +7,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.report.palette import figure_problems, legend_labels
-from harness.report.service_plots import chosen_runs, kv_over_time, normalized_latency
+from kvbench.harness.report.palette import figure_problems, legend_labels
+from kvbench.harness.report.service_plots import chosen_runs, kv_over_time, normalized_latency
 
 ENV = {"status": "ok", "device_slug": "cpu-test", "model": "m", "workload": "chat", "dtype": "float32", "batch": 32}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.report.palette import drawn_impls, figure_problems, impl_style, legend_labels
-from harness.report.speed_plots import OWN, decode_throughput, gpu_comparison, kernel_latency_bandwidth
+from kvbench.harness.report.palette import drawn_impls, figure_problems, impl_style, legend_labels
+from kvbench.harness.report.speed_plots import OWN, decode_throughput, gpu_comparison, kernel_latency_bandwidth
 
 BASE = {"status": "ok", "workload": "chat", "dtype": "bfloat16"}
 

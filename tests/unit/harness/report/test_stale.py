@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.stale import code_changes_since, filed_slug, stale_reasons
+from kvbench.harness.report.stale import code_changes_since, filed_slug, stale_reasons
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -61,4 +61,4 @@ def test_rows_say_why_they_are_stale(tmp_path):
 def test_the_folder_a_row_is_filed_under():
     assert filed_slug("results/nvidia-h200/decode/3") == "nvidia-h200"
     assert filed_slug("runs/results/x") is None  # results/<slug>/<run>: a bare run is not filed under a slug
-    assert filed_slug("multirun/2026/3") is None
+    assert filed_slug("runs/sweeps/2026/3") is None

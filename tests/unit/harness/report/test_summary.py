@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.collect import Collection
-from harness.report.markdown import anchor, answer_section, render
+from kvbench.harness.report.collect import Collection
+from kvbench.harness.report.markdown import anchor, answer_section, render
 
 ENV = {"device_slug": "cpu-intel-xeon-2core", "device": "cpu", "cpu_name": "Intel(R) Xeon(R) Processor",
        "status": "ok"}
@@ -45,7 +45,10 @@ def test_report_opens_with_the_answer_and_every_link_has_a_target():
     col.commands = []
     text = render(col, ["memory_vs_concurrency", "max_concurrency"], "python -m harness.report", {})
     headings = [line for line in text.splitlines() if line.startswith("## ")]
-    assert headings[0] == "## What paging buys" and headings[1] == "## Environment"
+    # page one: the summary, then what paging buys, then the plots; the environment after the evidence
+    assert headings[:4] == ["## Summary", "## What paging buys", "## 1. KV memory needed vs concurrent requests",
+                            "## 2. Max concurrency: measured vs predicted"]
+    assert headings.index("## Environment") > 3
     targets = {anchor(h[3:]) for h in headings}
     import re
 
@@ -60,8 +63,8 @@ def test_anchor_is_githubs():
 
 
 def test_a_simulated_gpus_figure_from_two_machines_folders_is_said_once_each_machines_own_twice():
-    from harness.report.service_plots import max_rate_table
-    from harness.report.summary import rate_headlines
+    from kvbench.harness.report.service_plots import max_rate_table
+    from kvbench.harness.report.summary import rate_headlines
 
     def rows(slug: str, clock: str, gpu, scale: float) -> list[dict]:
         return [{**ENV, "device_slug": slug, "run_dir": f"results/{slug}/m/0", "scenario": "max_rate",
@@ -77,8 +80,8 @@ def test_a_simulated_gpus_figure_from_two_machines_folders_is_said_once_each_mac
 
 
 def test_of_two_folders_agreeing_on_a_simulated_figure_the_newest_is_named():
-    from harness.report.service_plots import max_rate_table
-    from harness.report.summary import rate_headlines
+    from kvbench.harness.report.service_plots import max_rate_table
+    from kvbench.harness.report.summary import rate_headlines
 
     rows = pd.DataFrame([{**ENV, "device_slug": slug, "run_dir": f"results/{slug}/m/0", "scenario": "max_rate",
                           "model": "m", "workload": "chat", "dtype": "float32", "batch": 32, "max_seq_len": 512,
@@ -97,3 +100,20 @@ def test_a_headline_from_stale_rows_says_so():
     rate = next(line for line in text.splitlines() if "max rate within the SLO" in line)
     concurrency = next(line for line in text.splitlines() if "max concurrency" in line)
     assert "**stale**: code changed since abc1234" in rate and "stale" not in concurrency
+
+
+def test_no_concurrency_ratio_is_claimed_where_batch_capped_contiguous():
+    # a newcomer's capacity run: batch=100 capped both caches, and the answer said "paged fits >= 1.00x more"
+    from kvbench.harness.report.memory_plots import concurrency_table
+    from kvbench.harness.report.summary import concurrency_headlines
+
+    rows = pd.DataFrame([
+        {**ENV, "run_dir": f"results/x/capacity/{impl}", "scenario": "capacity", "model": "llama-2-7b",
+         "workload": "seeds", "max_seq_len": 2048, "budget_kv_bytes": 111.7e9, "impl": impl, "batch": 100,
+         "max_concurrency": 100, "max_concurrency_analytic": predicted}
+        for impl, predicted in (("contiguous", 103), ("paged_torch", 415))])
+    col = Collection(rows, pd.DataFrame())
+    assert concurrency_headlines(col, concurrency_table(rows)) == []
+    budget_bound = rows.assign(max_concurrency=[60, 100])  # contiguous stopped by the budget: paged's is a bound
+    (said,) = concurrency_headlines(col, concurrency_table(budget_bound))
+    assert said.value == "≥ 1.67×"

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from harness.report.units import duration_unit, readable_durations
+from kvbench.harness.report.units import duration_unit, readable_durations
 
 
 def test_each_column_gets_the_unit_its_largest_value_reads_in():

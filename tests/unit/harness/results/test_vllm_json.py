@@ -8,9 +8,9 @@ import statistics
 import numpy as np
 import pytest
 
-from harness.config import ArrivalConfig
-from harness.results.vllm_json import KEYS, VllmJsonError, from_vllm, result_name, to_vllm, write_vllm_results
-from harness.serving.timeline import requests_table
+from kvbench.harness.config import ArrivalConfig
+from kvbench.harness.results.vllm_json import KEYS, VllmJsonError, from_vllm, result_name, to_vllm, write_vllm_results
+from kvbench.harness.serving.timeline import requests_table
 from tests.helpers.vllm_rows import FIGURES, FIXTURE, SEQS, decode_row, seq
 
 
@@ -130,7 +130,7 @@ def test_a_run_where_every_request_failed_is_an_error_row():
 def test_a_file_that_cannot_be_written_is_one_line_and_leaves_no_half_file(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from harness.results import TableWriteError
+    from kvbench.harness.results import TableWriteError
 
     def full(self, *args, **kwargs):
         raise OSError(28, "No space left on device")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.front.job import run_job
+from kvbench.harness.front.job import run_job
 
 SEEDS = ["scenario=capacity", "model=llama-2-7b", "dtype=float16", "max_seq_len=2048", "batch=100",
          "workload=fixed", "workload.prompt_len=100", "workload.output_len=400", "device.memory_gb=141",
@@ -87,8 +87,8 @@ def test_more_samples_than_batch_are_rejected_not_waited_on_forever(compose, tmp
 
 def test_activation_budget_covers_the_largest_forward(compose):
     """A batched prefill of up to max_num_batched_tokens tokens is budgeted, as vLLM profiles it."""
-    from harness.kv.budget import forward_tokens_bound, kv_budget
-    from harness.front.resolve import resolve
+    from kvbench.harness.kv.budget import forward_tokens_bound, kv_budget
+    from kvbench.harness.front.resolve import resolve
 
     cfg = resolve(compose(["scenario=capacity", "model=llama-2-7b", "max_seq_len=2048", "batch=64",
                            "device.memory_gb=80", "max_num_batched_tokens=8192"]))
@@ -121,7 +121,7 @@ def test_fp8_kv_doubles_what_the_same_budget_holds(compose, tmp_path, model):
 
 
 def test_a_sweeps_jobs_share_one_points_table_per_setting_each_naming_its_own_run(compose, tmp_path, monkeypatch):
-    from harness.scenarios import capacity as capacity_mod
+    from kvbench.harness.scenarios import capacity as capacity_mod
 
     computed = []
     real = capacity_mod._concurrency_points

@@ -7,9 +7,9 @@ import random
 import pandas as pd
 import pytest
 
-from harness.measure.metrics import percentile
-from harness.front.job import run_job
-from harness.serving.service_metrics import weighted_percentile, weighted_percentiles
+from kvbench.harness.measure.metrics import percentile
+from kvbench.harness.front.job import run_job
+from kvbench.harness.serving.service_metrics import weighted_percentile, weighted_percentiles
 
 # Llama-2-13B on one A100-40GB (the paper's Figure 12 setting, OPT-13B's closest kin here), a short trace.
 SIM = ["scenario=capacity", "model=llama-2-13b", "gpu=a100-40gb", "max_seq_len=2048", "batch=64",
@@ -60,10 +60,10 @@ def test_simulated_rows_have_throughput_over_the_simulated_duration(compose, tmp
 def test_simulated_gaps_add_up_to_each_sequences_decode_time():
     """Every gap between a sequence's tokens is counted once: without preemption, the gaps of all
     sequences sum to the sum of (finish - first token) over the sequences."""
-    from harness.serving.cost_model import CostModel, GpuSpec, ModelCost
-    from harness.serving.simulator import simulate
-    from harness.serving.workload import Request
-    from impls.block_manager import BlockManager
+    from kvbench.harness.serving.cost_model import CostModel, GpuSpec, ModelCost
+    from kvbench.harness.serving.simulator import simulate
+    from kvbench.harness.serving.workload import Request
+    from kvbench.impls.block_manager import BlockManager
 
     rng = random.Random(3)
     reqs = [Request(i, tuple(rng.randrange(100) for _ in range(rng.randint(5, 60))), rng.randint(1, 40),
@@ -101,7 +101,7 @@ def test_simulated_max_rate_matches_a_brute_force_grid(compose, tmp_path):
 def test_rows_label_the_slo_by_its_limits(compose, tmp_path):
     """Custom limits on slo=none, or a preset with one limit changed, are labelled by the limits in the
     service row and the max-rate row alike, and the report's max-rate table shows that label."""
-    from harness.report.markdown import max_rate_markdown
+    from kvbench.harness.report.markdown import max_rate_markdown
 
     small = [*SIM, "workload.num_requests=24", "arrival.rate=2"]
     (row,), code = run_job(compose(["+impl=paged_torch", *small, "slo.ttft_ms=100"]), tmp_path / "custom")

@@ -7,11 +7,11 @@ import copy
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.job import run_job
-from harness.front.resolve import resolve
-from harness.model import compiled as compiled_mod
-from harness.scenarios.context import JobContext
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.job import run_job
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.model import compiled as compiled_mod
+from kvbench.harness.scenarios.context import JobContext
 
 SMALL = ["+impl=contiguous", "model=tiny-llama", "dtype=float32", "device=cpu", "max_seq_len=64", "batch=2",
          "workload=fixed", "workload.num_requests=3", "workload.prompt_len=8", "workload.output_len=5"]
@@ -49,7 +49,7 @@ def test_true_without_a_cxx_compiler_is_a_config_error(compose, tmp_path, monkey
 
 
 def test_a_probe_keeps_the_parents_compiled_forward(compose, tmp_path, monkeypatch):
-    monkeypatch.setattr("harness.model.compiled.CompiledDecode", lambda model, batch: ("compiled", batch))
+    monkeypatch.setattr("kvbench.harness.model.compiled.CompiledDecode", lambda model, batch: ("compiled", batch))
     ctx = _ctx(compose, tmp_path, "cpu_compile=true")
     assert "decode_compiled" not in ctx.derive(copy.deepcopy(ctx.cfg)).__dict__  # nothing built yet
     parent = ctx.decode_compiled
@@ -69,7 +69,7 @@ def test_true_where_no_model_decodes_is_a_config_error(compose, overrides, messa
 
 
 def test_true_on_a_gpu_is_a_config_error(compose, monkeypatch):
-    monkeypatch.setattr("harness.front.resolve.cuda_available", lambda: True)
+    monkeypatch.setattr("kvbench.harness.front.resolve.cuda_available", lambda: True)
     with pytest.raises(ConfigError, match="cpu_compile=true compiles the CPU decode forward; device=cuda"):
         resolve(compose(["+impl=paged_torch", "model=tiny-llama", "device=cuda", "cpu_compile=true"]))
 
@@ -102,7 +102,7 @@ def test_cpu_prepack_false_runs_torch_linears_and_says_so(compose, tmp_path):
 def test_a_bookkeeping_row_records_the_configured_threads_without_sampling_the_load(compose, tmp_path, monkeypatch,
                                                                                     threads):
     """A capacity run computes nothing on threads: free_cores' quarter-second sample would only cost a job time."""
-    from harness.measure import contention
+    from kvbench.harness.measure import contention
 
     def sampled(*a, **k):
         raise AssertionError("a bookkeeping job sampled the load")
@@ -123,7 +123,7 @@ def test_a_bookkeeping_row_records_the_configured_threads_without_sampling_the_l
 def test_a_runs_digest_is_the_drawn_one_in_a_burst_and_its_own_under_arrivals(compose, tmp_path):
     """The digest drawing made stands for the requests only while they all arrive at 0; with arrival times the
     run hashes its own requests (an arrival adds to each record)."""
-    from harness.serving.workload import workload_digest
+    from kvbench.harness.serving.workload import workload_digest
 
     burst = _ctx(compose, tmp_path, "workload=chat", "workload.num_requests=30")
     poisson = _ctx(compose, tmp_path, "workload=chat", "workload.num_requests=30", "arrival=poisson", "arrival.rate=4")
@@ -140,6 +140,6 @@ def test_cpu_fused_false_runs_torch_elementwise_ops_and_says_so(compose, tmp_pat
 
 @pytest.mark.parametrize("overrides", [["device=cuda"], ["dtype=bfloat16"]])
 def test_cpu_fused_true_off_cpu_fp32_is_a_config_error(compose, monkeypatch, overrides):
-    monkeypatch.setattr("harness.front.resolve.cuda_available", lambda: True)
+    monkeypatch.setattr("kvbench.harness.front.resolve.cuda_available", lambda: True)
     with pytest.raises(ConfigError, match="cpu_fused=true runs fused float32 CPU ops; device=.* leave it null"):
         resolve(compose(["+impl=paged_torch", "model=tiny-llama", *overrides, "cpu_fused=true"]))

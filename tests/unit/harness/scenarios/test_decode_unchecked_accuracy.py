@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.front.job import run_job
-from kernels.kv_formats import KV_FORMATS
+from kvbench.harness.front.job import run_job
+from kvbench.kernels.kv_formats import KV_FORMATS
 
 # The smallest run the kv_dtype accuracy tests use (tests/unit/harness/serving/test_kv_accuracy.py).
 TINY = ["progress=false", "device=cpu", "dtype=float32", "max_seq_len=96", "batch=4", "scenario.warmup=0",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.front.job import run_job
+from kvbench.harness.front.job import run_job
 
 SMALL = ["model=tiny-llama", "device=cpu", "max_seq_len=64", "scenario.warmup=0", "batch=4",
          "workload=uniform", "workload.num_requests=8", "workload.prompt_len=12", "workload.output_len=6"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import kernels.sdpa
-from harness.measure.timing import HostClock, time_call
-from harness.front.job import run_job
+import kvbench.kernels.sdpa
+from kvbench.harness.measure.timing import HostClock, time_call
+from kvbench.harness.front.job import run_job
 
 POINT = ["scenario=kernel", "dtype=float32", "batch=3", "scenario.context_len=37", "scenario.warmup=2",
          "scenario.iters=3"]
@@ -32,8 +32,8 @@ def test_contiguous_rows_time_the_registered_sdpa_kernel_on_a_slab_view(compose,
         calls.append((k.shape, k._base is not None, block_tables, context_lens, out))
         return slab_decode(q, k, v, block_tables, context_lens, scale, out, **hints)
 
-    slab_decode = kernels.sdpa.slab_decode
-    monkeypatch.setattr(kernels.sdpa, "slab_decode", counted)
+    slab_decode = kvbench.kernels.sdpa.slab_decode
+    monkeypatch.setattr(kvbench.kernels.sdpa, "slab_decode", counted)
     (row,), code = run_job(compose(["+impl=contiguous", *TINY]), tmp_path)
     assert code == 0 and row["status"] == "ok", row.get("error")
     assert (row["kernel_backend"], row["layout"], row["block_size"]) == ("sdpa", "contiguous", None)

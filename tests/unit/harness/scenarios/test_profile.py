@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.job import run_job
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.job import run_job
 
 SMALL = ["model=tiny-llama", "device=cpu", "max_seq_len=64", "batch=4", "cpu_threads=1",
          "workload=uniform", "workload.num_requests=8", "workload.prompt_len=12", "workload.output_len=6",
@@ -21,8 +21,8 @@ def _profile_job(tmp_path_factory, name: str, *extra: str):
     fixtures compose with Hydra themselves, as the ``compose`` fixture is function-scoped)."""
     from hydra import compose, initialize_config_dir
 
-    from harness.front.schemas import register_configs
-    from harness.paths import CONF_DIR
+    from kvbench.harness.front.schemas import register_configs
+    from kvbench.harness.paths import CONF_DIR
 
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
@@ -140,7 +140,7 @@ def test_a_profile_without_the_impl_gives_one_line_naming_what_it_has(profiled, 
     ("not-a-profile", r"not a profile table \(no column"),
 ])
 def test_a_bad_clock_profile_is_one_line(compose, tmp_path, bad, message):
-    from harness.front.resolve import resolve
+    from kvbench.harness.front.resolve import resolve
 
     path = tmp_path / bad
     if bad == "empty-dir":
@@ -154,14 +154,14 @@ def test_a_bad_clock_profile_is_one_line(compose, tmp_path, bad, message):
 
 
 def test_clock_profile_on_a_wall_clock_scenario_is_refused(compose, tmp_path):
-    from harness.front.resolve import resolve
+    from kvbench.harness.front.resolve import resolve
 
     with pytest.raises(ConfigError, match="clock_profile prices simulated steps"):
         resolve(compose(["+impl=paged_torch", *SMALL, f"clock_profile={tmp_path}"]))
 
 
 def test_a_non_positive_or_non_finite_point_is_refused(tmp_path):
-    from harness.serving.profile_table import clock_from_table
+    from kvbench.harness.serving.profile_table import clock_from_table
 
     df = pd.DataFrame([{"impl": "x", "kind": "decode", "batch": 1, "context": 10.0, "tokens": None, "seconds": -1.0},
                        {"impl": "x", "kind": "prefill", "batch": None, "context": None, "tokens": 16, "seconds": 0.01}])
@@ -232,7 +232,7 @@ def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_reco
 
 
 def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_the_whole_profile(validated):
-    from harness.serving.profile_table import clock_from_table
+    from kvbench.harness.serving.profile_table import clock_from_table
 
     out, rows = validated
     assert "measured in 3 passes spread over the wall runs" in rows[0]["notes"]
@@ -270,7 +270,7 @@ def test_one_pass_re_times_part_of_its_grid_for_the_drift_and_a_rate_served_twic
 
 
 def test_passes_are_spread_evenly_over_the_tasks_the_last_after_the_last_task():
-    from harness.scenarios.profile import interleaved
+    from kvbench.harness.scenarios.profile import interleaved
 
     def order(tasks: int, passes: int) -> str:
         seen: list[str] = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.scenarios.profile_grid import profile_grid
+from kvbench.harness.scenarios.profile_grid import profile_grid
 
 
 def test_the_default_grids_measure_both_sides_of_every_gemm_kernel_change(compose):

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.serving.arrivals import arrival_times
-from harness.config import ArrivalConfig, WorkloadConfig
-from harness.scenarios.context import JobContext
-from harness.errors import ConfigError
-from harness.front.groups import _load
-from harness.front.resolve import resolve
-from harness.serving.workload import _lengths, draw_workload, generate_requests, workload_digest
+from kvbench.harness.serving.arrivals import arrival_times
+from kvbench.harness.config import ArrivalConfig, WorkloadConfig
+from kvbench.harness.scenarios.context import JobContext
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.groups import _load
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.serving.workload import _lengths, draw_workload, generate_requests, workload_digest
 from tests.conftest import REPO_ROOT
 
 COUNT = 20_001  # 20,000 gaps
@@ -115,7 +115,7 @@ def test_run_requests_carry_arrivals_and_nothing_else_changes(compose, tmp_path)
 ])
 def test_a_rate_burst_ignores_is_in_the_rows_notes(compose, tmp_path, overrides, note):
     """Not an error (a sweep sets arrival.rate for burst and poisson jobs alike), but said in the row."""
-    from harness.front.job import run_job
+    from kvbench.harness.front.job import run_job
 
     sim = ["+impl=paged_torch", "scenario=capacity", "model=llama-2-13b", "gpu=a100-40gb", "max_seq_len=2048",
            "batch=8", "workload=sharegpt", "workload.num_requests=16"]

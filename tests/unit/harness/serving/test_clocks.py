@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.front.job import run_job
-from harness.front.resolve import resolve
-from harness.serving.clocks import ROOFLINE, step_clock
-from harness.serving.cost_model import CostModel
+from kvbench.harness.front.job import run_job
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.serving.clocks import ROOFLINE, step_clock
+from kvbench.harness.serving.cost_model import CostModel
 
 SETUP = ["+impl=paged_torch", "scenario=capacity", "model=llama-2-13b", "max_seq_len=2048", "batch=64",
          "workload=sharegpt", "workload.num_requests=150", "timeline_tables=false"]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.front.job import run_job
-from harness.serving.clocks import names_gpu, this_machine
-from harness.serving.profile_table import PROVENANCE, Provenance, point, profile_frame
+from kvbench.harness.front.job import run_job
+from kvbench.harness.serving.clocks import names_gpu, this_machine
+from kvbench.harness.serving.profile_table import PROVENANCE, Provenance, point, profile_frame
 
 SMALL = ["model=tiny-llama", "device=cpu", "max_seq_len=64", "batch=4", "workload=uniform", "workload.num_requests=8",
          "workload.prompt_len=12", "workload.output_len=6", "device.kv_cache_gb=0.001", "scenario=capacity",
@@ -188,10 +188,10 @@ def test_scenario_profile_records_what_measured_it_and_a_run_reads_it_back(compo
 
 
 def test_step_clock_given_the_impl_compares_its_kernel_when_the_job_runs_every_impl(compose, tmp_path):
-    from harness.config import ImplConfig
-    from harness.errors import ConfigError
-    from harness.front.resolve import resolve
-    from harness.serving.clocks import step_clock
+    from kvbench.harness.config import ImplConfig
+    from kvbench.harness.errors import ConfigError
+    from kvbench.harness.front.resolve import resolve
+    from kvbench.harness.serving.clocks import step_clock
 
     cfg = resolve(compose([*SMALL, f"clock_profile={_profile(tmp_path, _here())}"]))
     assert cfg.impl is None

@@ -7,10 +7,10 @@ import json
 import pandas as pd
 import pytest
 
-from harness.front.job import run_job
-from harness.serving.closed_loop import ClosedLoopSource
-from harness.serving.sequence import Sequence
-from harness.serving.workload import Request
+from kvbench.harness.front.job import run_job
+from kvbench.harness.serving.closed_loop import ClosedLoopSource
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.workload import Request
 
 
 def finished(request_id: int, at: float | None) -> Sequence:
@@ -65,8 +65,8 @@ def _run(compose, tmp_path, overrides):
 
 def _check_loop(row, requests_table, think):
     """Every later turn arrived no earlier than its predecessor's finish plus its think time."""
-    from harness.serving.conversations import draw_conversations
-    from harness.config import WorkloadConfig
+    from kvbench.harness.serving.conversations import draw_conversations
+    from kvbench.harness.config import WorkloadConfig
 
     t = requests_table.set_index("request_id")
     conv = draw_conversations(WorkloadConfig(kind="multi_turn", users=3, turns=3, prompt_len=14, output_len=5,
@@ -160,7 +160,7 @@ def test_a_simulated_gpu_pool_holds_twice_the_tokens_of_a_cpu_pool_of_the_same_b
 
 
 def test_the_unsent_note():
-    from harness.serving.closed_loop import unsent_note
+    from kvbench.harness.serving.closed_loop import unsent_note
 
     assert unsent_note(9, 9) is None
     assert unsent_note(9, 5).startswith("4 of 9 turns not sent")

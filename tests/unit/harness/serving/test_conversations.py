@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.config import WorkloadConfig
-from harness.serving.conversations import draw_conversations, think_times
-from harness.serving.workload import draw_workload, workload_digest
+from kvbench.harness.config import WorkloadConfig
+from kvbench.harness.serving.conversations import draw_conversations, think_times
+from kvbench.harness.serving.workload import draw_workload, workload_digest
 
 
 def cfg(**kw) -> WorkloadConfig:

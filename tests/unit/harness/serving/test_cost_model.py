@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.serving.cost_model import CostModel, GpuSpec, ModelCost
-from harness.errors import ConfigError
+from kvbench.harness.serving.cost_model import CostModel, GpuSpec, ModelCost
+from kvbench.harness.errors import ConfigError
 
 # 1 GFLOP-per-token model: 1e9 parameters, 2 GB of weights, 100 kB of KV per token.
 MODEL = ModelCost(params=10**9, weight_bytes=2 * 10**9, kv_bytes_per_token=10**5, num_layers=4, hidden_size=512,

@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from harness.kv.budget import kv_budget
-from harness.config import Config, GpuConfig
-from harness.scenarios.capacity import CapacityScenario
-from harness.serving.cost_model import cost_model_for, gpu_spec
-from harness.errors import ConfigError
-from harness.model.config import ModelConfig
-from harness.front.resolve import resolve
-from harness.front.job import run_job
+from kvbench.harness.kv.budget import kv_budget
+from kvbench.harness.config import Config, GpuConfig
+from kvbench.harness.scenarios.capacity import CapacityScenario
+from kvbench.harness.serving.cost_model import cost_model_for, gpu_spec
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.front.job import run_job
 from tests.conftest import REPO_ROOT
 
 GPUS = sorted(p.stem for p in (REPO_ROOT / "conf" / "gpu").glob("*.yaml"))
@@ -73,7 +73,7 @@ def test_gpu_sets_the_capacity_budget_times_count(compose):
     # An explicit device.memory_gb still wins; the decode scenario (real device) is left alone.
     assert resolve(compose(["scenario=capacity", "model=llama-2-7b", "gpu=h200", "device.memory_gb=90"])
                    ).device.memory_gb == 90
-    from harness.front.resolve import CPU_MEMORY_GB
+    from kvbench.harness.front.resolve import CPU_MEMORY_GB
 
     assert resolve(compose(["scenario=decode", "device=cpu", "gpu=h200"])).device.memory_gb == CPU_MEMORY_GB
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.front.groups import load_group
-from harness.front.resolve import resolve
-from harness.kv.sizes import kv_bytes_per_token
-from harness.model.config import ModelConfig
-from harness.serving.cost_model import cost_model_for, model_cost
+from kvbench.harness.front.groups import load_group
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.kv.sizes import kv_bytes_per_token
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.serving.cost_model import cost_model_for, model_cost
 
 
 def test_model_cost_reads_the_kv_dtype():

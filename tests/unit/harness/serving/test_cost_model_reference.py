@@ -17,10 +17,10 @@ import dataclasses
 
 import pytest
 
-from harness.config import GpuConfig
-from harness.front.groups import load_group
-from harness.model.config import ModelConfig
-from harness.serving.cost_model import CostModel, gpu_spec, model_cost
+from kvbench.harness.config import GpuConfig
+from kvbench.harness.front.groups import load_group
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.serving.cost_model import CostModel, gpu_spec, model_cost
 
 # (model, tensor-parallel GPUs, published tokens/s at batch 1)
 GPT_FAST_A100 = [("llama-2-7b", 1, 104.9), ("llama-2-70b", 2, 21.32), ("llama-2-70b", 4, 38.01),

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.serving.engine import Engine
-from harness.model.weights import build_model
-from harness.front.resolve import resolve
-from harness.serving.simulator import simulate
-from harness.serving.scheduler import Scheduler
-from harness.serving.workload import Request
-from impls.block_manager import BlockManager
-from harness.kv.factory import build_cache
-from impls.lane_allocator import LaneAllocator
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.model.weights import build_model
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.serving.simulator import simulate
+from kvbench.harness.serving.scheduler import Scheduler
+from kvbench.harness.serving.workload import Request
+from kvbench.impls.block_manager import BlockManager
+from kvbench.harness.kv.factory import build_cache
+from kvbench.impls.lane_allocator import LaneAllocator
 
 GEN = torch.Generator().manual_seed(0)
 PROMPTS = [torch.randint(0, 4096, (n,), generator=GEN).tolist() for n in (13, 7, 18)]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.front.job import run_job
+from kvbench.harness.front.job import run_job
 
 SMALL = ["model=tiny-llama", "dtype=float32", "max_seq_len=128", "scenario.warmup=0", "device=cpu"]
 
@@ -130,8 +130,8 @@ def test_a_kernel_module_refuses_a_quantized_cache_in_one_line(compose, tmp_path
     assert code == 0 and rows[0]["status"] == "skipped"
     assert rows[0]["error"] == "kernel kernels.cuda_emulated reads kv_dtype auto, not fp8_e4m3"
     # and the cache itself refuses, for a caller that builds one without a job
-    from impls.kinds import PoolSpec, TensorSpec, cache_kind
-    from kernels.validate import KernelArgumentError
+    from kvbench.impls.kinds import PoolSpec, TensorSpec, cache_kind
+    from kvbench.kernels.validate import KernelArgumentError
 
     spec = PoolSpec(kv_bytes=1 << 20, bytes_per_token=1024, max_seq_len=64, block_size=16, max_num_seqs=2,
                     min_tokens=1, watermark=0.0, prefix_caching=False)

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from harness.front.job import run_job
+from kvbench.harness.front.job import run_job
 from tests.helpers.models import make_hf_model
 
 

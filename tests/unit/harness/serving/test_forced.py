@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.errors import ConfigError
-from harness.front.groups import load_impl
-from harness.front.resolve import resolve
-from harness.kv.factory import build_cache
-from harness.model.weights import build_model
-from harness.serving.engine import Engine
-from harness.serving.forced import compare
-from harness.serving.workload import Request
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.groups import load_impl
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.kv.factory import build_cache
+from kvbench.harness.model.weights import build_model
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.serving.forced import compare
+from kvbench.harness.serving.workload import Request
 
 GEN = torch.Generator().manual_seed(3)
 REQUESTS = [Request(i, tuple(torch.randint(0, 4096, (n,), generator=GEN).tolist()), out)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.serving.hash_blocks import HashBlockTokens
-from harness.serving.prefix_reuse import ideal_prefix_reuse
+from kvbench.harness.serving.hash_blocks import HashBlockTokens
+from kvbench.harness.serving.prefix_reuse import ideal_prefix_reuse
 
 
 def tokens(block=16, seed=0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.front.job import run_job
+from kvbench.harness.front.job import run_job
 from tests.helpers.models import write_hf_checkpoint, write_text
 
 TINY = ["device=cpu", "dtype=float32", "max_seq_len=96", "batch=4", "scenario.warmup=0", "cpu_threads=1"]
@@ -66,8 +66,8 @@ def test_no_accuracy_at_auto_without_a_text_or_when_turned_off(compose, tmp_path
 
 
 def test_text_needs_a_checkpoint_and_a_file(compose, tmp_path):
-    from harness.errors import ConfigError
-    from harness.front.resolve import resolve
+    from kvbench.harness.errors import ConfigError
+    from kvbench.harness.front.resolve import resolve
 
     with pytest.raises(ConfigError, match="set model.path=DIR"):
         resolve(compose(["+impl=paged_torch", "device=cpu", "workload=text", "workload.path=/tmp/x.txt"]))

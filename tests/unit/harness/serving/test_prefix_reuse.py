@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from harness.serving.prefix_reuse import ideal_prefix_reuse
-from impls.block_manager import BlockManager
+from kvbench.harness.serving.prefix_reuse import ideal_prefix_reuse
+from kvbench.impls.block_manager import BlockManager
 
 
 def test_hand_built_cases():

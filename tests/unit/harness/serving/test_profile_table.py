@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.errors import ConfigError
-from harness.front.job import run_job
-from harness.serving.profile_table import MAX_STEP_S, MIN_STEP_S, clock_from_table, read_profile_table
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.job import run_job
+from kvbench.harness.serving.profile_table import MAX_STEP_S, MIN_STEP_S, clock_from_table, read_profile_table
 
 IMPL = "paged_torch"
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from harness.serving.profiled_clock import Line, ProfiledClock, ProfilePoints, profile_id
+from kvbench.harness.serving.profiled_clock import Line, ProfiledClock, ProfilePoints, profile_id
 
 
 def test_a_line_passes_through_its_points_and_extends_its_end_segments():
@@ -91,9 +91,9 @@ def test_a_simulation_counts_each_step_outside_the_profile_once(chunked):
     """Every decode context here lies below the profiled ones, so every decode step (mixed ones too) is
     outside and the count is the run's decode steps: the simulator's search for a jump's end and its
     per-step gaps price without counting (they counted each step two to three times before)."""
-    from harness.serving.simulator import simulate
-    from harness.serving.workload import Request
-    from impls.block_manager import BlockManager
+    from kvbench.harness.serving.simulator import simulate
+    from kvbench.harness.serving.workload import Request
+    from kvbench.impls.block_manager import BlockManager
 
     decode = tuple((b, c, 0.01 * b + 1e-6 * c) for b in (1, 8) for c in (5000.0, 6000.0))
     clock = ProfiledClock(ProfilePoints(decode, ((1, 0.001), (4096, 0.05))))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.serving.request_source import OpenLoopSource
-from harness.serving.workload import Request
+from kvbench.harness.serving.request_source import OpenLoopSource
+from kvbench.harness.serving.workload import Request
 
 
 def test_hands_out_by_arrival_ties_in_list_order():

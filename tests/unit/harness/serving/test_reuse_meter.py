@@ -7,14 +7,14 @@ import random
 import pandas as pd
 import pytest
 
-from harness.config import WorkloadConfig
-from harness.serving.prefix_reuse import ideal_prefix_reuse
-from harness.serving.reuse_meter import STEP_COLUMNS, ReuseMeter
-from harness.serving.simulator import simulate
-from harness.serving.timeline import steps_table
-from harness.serving.workload import Request, draw_workload
-from impls.block_manager import BlockManager
-from impls.lane_allocator import LaneAllocator
+from kvbench.harness.config import WorkloadConfig
+from kvbench.harness.serving.prefix_reuse import ideal_prefix_reuse
+from kvbench.harness.serving.reuse_meter import STEP_COLUMNS, ReuseMeter
+from kvbench.harness.serving.simulator import simulate
+from kvbench.harness.serving.timeline import steps_table
+from kvbench.harness.serving.workload import Request, draw_workload
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.lane_allocator import LaneAllocator
 
 
 def run(alloc, requests, batch=6):

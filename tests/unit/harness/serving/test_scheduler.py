@@ -7,11 +7,11 @@ sequences are released.
 
 from __future__ import annotations
 
-from harness.serving.scheduler import Scheduler, StepPlan
-from harness.serving.sequence import Sequence
-from harness.serving.workload import Request
-from impls.block_manager import BlockManager
-from impls.lane_allocator import LaneAllocator
+from kvbench.harness.serving.scheduler import Scheduler, StepPlan
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.workload import Request
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.lane_allocator import LaneAllocator
 
 BIG_BUDGET = 10_000  # max_num_batched_tokens that never binds
 
@@ -134,8 +134,8 @@ def test_finish_releases_the_lane_and_keeps_the_rest_running():
 
 def test_each_allocator_states_its_longest_sequence():
     """A contiguous lane caps a sequence at max_seq_len however large the pool; a paged pool at its size."""
-    from impls.region_allocator import RegionAllocator
-    from impls.reservation import RESERVATIONS
+    from kvbench.impls.region_allocator import RegionAllocator
+    from kvbench.impls.reservation import RESERVATIONS
 
     assert LaneAllocator(4, 8).max_sequence_tokens() == 8
     assert BlockManager(3, 4, prefix_caching=False).max_sequence_tokens() == 12

@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from harness.config import ArrivalConfig, SloConfig
-from harness.scenarios.max_rate import search_rate
-from harness.serving.sequence import Sequence
-from harness.serving.service_metrics import offered_rate, request_timings, slo_label, summarize
-from harness.serving.workload import Request
+from kvbench.harness.config import ArrivalConfig, SloConfig
+from kvbench.harness.scenarios.max_rate import search_rate
+from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.service_metrics import offered_rate, request_timings, slo_label, summarize
+from kvbench.harness.serving.workload import Request
 
 
 def seq(request_id, sample, arrival, admitted, token_s, prompt_len=4, preempted=0):
@@ -125,11 +125,11 @@ def test_max_rate_search_matches_brute_force(seed):
 
 def test_engine_serves_requests_as_they_arrive(compose, tmp_path):
     """Arrivals spread over time: every request once, sane timelines, and the same tokens as a burst."""
-    from harness.scenarios.context import JobContext
-    from harness.kv.factory import build_cache
-    from harness.serving.engine import Engine
-    from harness.measure.fingerprint import collect
-    from harness.front.resolve import resolve
+    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.kv.factory import build_cache
+    from kvbench.harness.serving.engine import Engine
+    from kvbench.harness.measure.fingerprint import collect
+    from kvbench.harness.front.resolve import resolve
 
     cfg = resolve(compose(["+impl=paged_torch", "model=tiny-llama", "device=cpu", "batch=4", "max_seq_len=64",
                            "workload=uniform", "workload.num_requests=6", "workload.prompt_len=10",

@@ -9,16 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.serving.cost_model import CostModel, GpuSpec, ModelCost
-from harness.measure.kv_peaks import KVPeaks
-from harness.front.job import run_job
-from harness.serving.scheduler import Scheduler
-from harness.serving.sim_calendar import synthetic_token
-from harness.serving.simulator import simulate
-from harness.serving.workload import Request
-from impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
-from impls.block_manager import BlockManager
-from impls.lane_allocator import LaneAllocator
+from kvbench.harness.serving.cost_model import CostModel, GpuSpec, ModelCost
+from kvbench.harness.measure.kv_peaks import KVPeaks
+from kvbench.harness.front.job import run_job
+from kvbench.harness.serving.scheduler import Scheduler
+from kvbench.harness.serving.sim_calendar import synthetic_token
+from kvbench.harness.serving.simulator import simulate
+from kvbench.harness.serving.workload import Request
+from kvbench.impls.allocator import AdmitPlan, CacheUsage, KVAllocator, SlotCopy
+from kvbench.impls.block_manager import BlockManager
+from kvbench.impls.lane_allocator import LaneAllocator
 
 BPT = 1000  # bytes per token: any constant
 
@@ -314,8 +314,8 @@ def test_capacity_counts_the_decode_engines_steps(compose, tmp_path, chunked):
 # ---- the reuse workloads (harness/serving/conversations.py, system_prompts.py, hash_blocks.py) ----------
 
 def _reuse_workload(kind: str, seed: int):
-    from harness.config import WorkloadConfig
-    from harness.serving.workload import draw_workload
+    from kvbench.harness.config import WorkloadConfig
+    from kvbench.harness.serving.workload import draw_workload
 
     w = WorkloadConfig(name=kind, kind=kind, distribution="uniform", prompt_len=20, output_len=9, spread=0.6,
                        users=4, turns=3, think_time_s=0.02, system_prompts=3, system_prompt_len=24)
@@ -336,7 +336,7 @@ def test_hash_block_prompts_equal_step_by_step():
     """Mooncake-style prompts: token ids drawn from hash ids of 8-token blocks, prefixes shared by id."""
     import numpy as np
 
-    from harness.serving.hash_blocks import HashBlockTokens
+    from kvbench.harness.serving.hash_blocks import HashBlockTokens
 
     blocks = HashBlockTokens(8, 32000, 0, lambda ids: ids.tolist())
     rng, draw = random.Random(1), np.random.Generator(np.random.PCG64(1))
@@ -392,7 +392,7 @@ def test_a_closed_loop_equals_step_by_step(seed, blocks):
     """multi_turn on the simulated clock: the same turns arrive at the same times, finish at the same
     times and hit the same cached blocks as in the step-by-step loop; no turn arrives before its
     predecessor finished plus its think time."""
-    from harness.serving.closed_loop import ClosedLoopSource
+    from kvbench.harness.serving.closed_loop import ClosedLoopSource
 
     wl = _reuse_workload("multi_turn", seed)
     firsts = [0.01 * u for u in range(len(wl.conversations))]
@@ -422,7 +422,7 @@ def test_a_closed_loop_equals_step_by_step(seed, blocks):
 
 
 def test_a_source_excludes_a_request_list():
-    from harness.serving.request_source import OpenLoopSource
+    from kvbench.harness.serving.request_source import OpenLoopSource
 
     with pytest.raises(ValueError, match="not both"):
         simulate(LaneAllocator(1, 8), [Request(0, (1,), 1)], 1, 8, 10, 1, source=OpenLoopSource([]))

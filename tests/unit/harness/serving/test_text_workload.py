@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.serving.text_workload import text_windows
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.serving.text_workload import text_windows
 from tests.helpers.models import write_hf_checkpoint, write_text
 
 

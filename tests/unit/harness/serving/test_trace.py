@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.config import TraceColumns, WorkloadConfig
-from harness.scenarios.context import JobContext
-from harness.errors import ConfigError
-from harness.front.resolve import resolve
-from harness.front.job import run_job
-from harness.serving.workload import draw_workload, workload_digest
+from kvbench.harness.config import TraceColumns, WorkloadConfig
+from kvbench.harness.scenarios.context import JobContext
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.front.job import run_job
+from kvbench.harness.serving.workload import draw_workload, workload_digest
 from tests.conftest import REPO_ROOT
 
 # Rows out of arrival order on purpose (ties at 3.0 keep file order); renamed columns.

@@ -6,9 +6,9 @@ import statistics
 
 import pytest
 
-from harness.config import WorkloadConfig
-from harness.errors import ConfigError
-from harness.serving.workload import generate_requests, workload_digest
+from kvbench.harness.config import WorkloadConfig
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.serving.workload import generate_requests, workload_digest
 
 
 def test_same_seed_same_requests_byte_for_byte():
@@ -53,8 +53,8 @@ def test_fixed_request_longer_than_max_seq_len_is_an_error():
 def test_a_huge_vocabulary_is_drawn_without_materialising_it():
     import tracemalloc
 
-    from harness.config import WorkloadConfig
-    from harness.serving.workload import draw_workload
+    from kvbench.harness.config import WorkloadConfig
+    from kvbench.harness.serving.workload import draw_workload
 
     tracemalloc.start()
     wl = draw_workload(WorkloadConfig(name="chat", prompt_len=64, output_len=8), 50, 10**9, 256, seed=1)
@@ -66,9 +66,9 @@ def test_a_huge_vocabulary_is_drawn_without_materialising_it():
 
 def test_interned_and_tabled_ids_are_the_same_tokens(monkeypatch):
     """Beyond TOKEN_TABLE_MAX ids are interned as drawn: the same requests, byte for byte, and shared objects."""
-    from harness.config import WorkloadConfig
-    from harness.serving import request
-    from harness.serving.workload import draw_workload, workload_digest
+    from kvbench.harness.config import WorkloadConfig
+    from kvbench.harness.serving import request
+    from kvbench.harness.serving.workload import draw_workload, workload_digest
 
     cfg = WorkloadConfig(name="chat", prompt_len=40, output_len=8, shared_prefix_len=4)
     tabled = draw_workload(cfg, 30, 5000, 128, seed=7)
@@ -95,7 +95,7 @@ def _json_digest(requests) -> str:
 
 
 def _awkward_requests():
-    from harness.serving.workload import Request
+    from kvbench.harness.serving.workload import Request
 
     ids = (0, 9, 10, 99, 100, 999, 1000, 65535, 128255, 2**20 - 1, 2**20, 10**9, 2**31, 10**12, 2**63 - 1)
     return [
@@ -116,7 +116,7 @@ def _awkward_requests():
 @pytest.mark.parametrize("chunk", [None, 1, 5, 40])
 def test_digest_is_the_json_records_hash(monkeypatch, chunk):
     """The numpy-made records hash exactly as json.dumps's text, at every chunking of the requests."""
-    from harness.serving import workload
+    from kvbench.harness.serving import workload
 
     if chunk is not None:
         monkeypatch.setattr(workload, "DRAW_CHUNK_TOKENS", chunk)
@@ -130,7 +130,7 @@ def test_digest_falls_back_to_json_where_numpy_would_differ():
     """Ids json writes otherwise (negative, bool) or not at all (numpy ints): json.dumps decides, as before."""
     import numpy as np
 
-    from harness.serving.workload import Request, workload_digest
+    from kvbench.harness.serving.workload import Request, workload_digest
 
     odd = [Request(0, (-1, 5, -300), 2), Request(1, (True, 3), 1), Request(True, (1,), False, 1, 0.5)]
     assert workload_digest(odd) == _json_digest(odd)
@@ -150,7 +150,7 @@ def test_digest_of_drawn_workloads_is_the_json_records_hash():
 def test_digest_made_while_drawing_is_the_json_records_hash(monkeypatch, chunk, dist, prefix, n, vocab):
     """The digest draw_workload makes from the drawn ids (before they become ints) is the JSON records' hash,
     with and without a shared prefix, at any chunking of the draws, small and large vocabularies."""
-    from harness.serving import workload
+    from kvbench.harness.serving import workload
 
     if chunk is not None:
         monkeypatch.setattr(workload, "DRAW_CHUNK_TOKENS", chunk)
@@ -164,7 +164,7 @@ def _drawn_one_call_each(cfg: WorkloadConfig, num_requests: int, vocab: int, max
     """draw_workload's plain path as first written: one numpy call per request's token ids."""
     import numpy as np
 
-    from harness.serving.workload import Request, _clip, draw_lengths, shared_ints
+    from kvbench.harness.serving.workload import Request, _clip, draw_lengths, shared_ints
 
     rng = np.random.Generator(np.random.PCG64(seed))
     prompt_lens = draw_lengths(cfg, cfg.prompt_len, num_requests, rng)
@@ -184,7 +184,7 @@ def test_chunked_draw_is_the_one_call_per_request_draw(monkeypatch, vocab, chunk
     """Several requests' ids per numpy call are the ids of one call each (32- and 64-bit draws, odd sizes)."""
     import numpy as np
 
-    from harness.serving import workload
+    from kvbench.harness.serving import workload
 
     if chunk is not None:
         monkeypatch.setattr(workload, "DRAW_CHUNK_TOKENS", chunk)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import time
 
-from harness.measure.fingerprint import code_version
+from kvbench.harness.measure.fingerprint import code_version
 
 
 def _repo(tmp_path):

@@ -1,0 +1,318 @@
+"""Paged KV bookkeeping for a model whose layers attend differently: a block table per group of layers.
+
+Each group (harness/kv/groups.py) is layers of one attention kind (impls/attention_kinds.py); every sequence
+has a block table in each group. Pools hand out blocks: hybrid has one pool whose pages every group shares,
+split_pools one per kind. Before each write of positions ``[start, ...)`` a group's blocks before its kind's
+``first_needed_block(start)`` are dropped from the table (a null entry, as vLLM's null block) and freed when
+no other sequence holds them: a sliding group holds about its window. ``fork`` shares every held block;
+appending into a shared, partly filled block copies it first (copy-on-write), in each group.
+
+Memory is counted in *layer slots*: one token's K and V in one layer (``usage_unit_layers = 1``). A page of a
+group is ``block_size`` tokens of its ``page_layers`` layers; ``used`` counts the slots of real layers written,
+so a padded group's padding shows as fragmentation. Prefix caching is not offered: a hit must be held by
+every group (sliding groups keep only the window), which this pool does not track yet; the factory refuses
+the combination.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Sequence
+
+from kvbench.impls.allocator import AdmitPlan, CacheUsage, SlotCopy, frozen_instance
+from kvbench.impls.attention_kinds import AttentionKind
+from kvbench.impls.fast_path import FastPath
+from kvbench.impls.sizing import blocks_for_tokens
+
+NULL = -1  # a table entry whose block was freed (or never allocated): no query reads it any more
+
+
+@dataclass(frozen=True)
+class PoolGroup:
+    """A group as the pool needs it: its kind, its real layers, its page's layers and its pool."""
+
+    kind: AttentionKind
+    layers: int
+    page_layers: int
+    pool: int
+
+
+class _Pool:
+    __slots__ = ("num_blocks", "page_layers", "free", "ref", "filled", "watermark")
+
+    def __init__(self, num_blocks: int, page_layers: int, watermark: int) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.num_blocks, self.page_layers, self.watermark = num_blocks, page_layers, watermark
+        self.free: deque[int] = deque(range(num_blocks))
+        self.ref = [0] * num_blocks
+        self.filled = [0] * num_blocks
+
+
+class GroupedBlockPool(FastPath):
+    """Block tables per group over one or more pools; the narrow ``KVAllocator`` plus the fast path."""
+
+    usage_unit_layers = 1
+
+    def __init__(self, pool_blocks: Sequence[int], block_size: int, groups: Sequence[PoolGroup],
+                 watermark: float = 0.0) -> None:
+        if block_size < 1 or block_size & (block_size - 1):
+            raise ValueError(f"block_size must be a power of two, got {block_size}")
+        page = {}
+        for g in groups:
+            if page.setdefault(g.pool, g.page_layers) != g.page_layers or g.layers > g.page_layers:
+                raise ValueError(f"pool {g.pool}: its groups' pages must span one number of layers >= theirs")
+        if sorted(page) != list(range(len(pool_blocks))):
+            raise ValueError(f"{len(pool_blocks)} pools, but the groups name pools {sorted(page)}")
+        self.block_size = block_size
+        self.groups = list(groups)
+        self.pools = [_Pool(n, page[p], int(watermark * n)) for p, n in enumerate(pool_blocks)]
+        self._group_pool = [self.pools[g.pool] for g in self.groups]
+        self._all_layers = sum(g.layers for g in self.groups)
+        self.tables: dict[int, list[list[int]]] = {}  # seq -> per group, its block table (NULL: dropped)
+        self.dropped: dict[int, list[int]] = {}  # seq -> per group, its leading NULL entries
+        self.lengths: dict[int, int] = {}
+        self._seq_logical: dict[int, int] = {}  # seq -> layer slots its held blocks fill (shared counted per seq)
+        self._used = 0  # layer slots written in blocks held by anyone (shared counted once)
+        # Sequences whose last write freed a block: due at their next step, which is not part of a simulated jump,
+        # so the scheduler tries the waiting requests again as a step-by-step run would (impls/fast_path.py).
+        self._freed_by: set[int] = set()
+        self._logical = 0
+
+    # ---- admission -----------------------------------------------------------
+    def _pages(self, length: int) -> list[int]:
+        """Blocks a new sequence's prompt of ``length`` tokens takes, per pool (its one chunk writes them all)."""
+        need = [0] * len(self.pools)
+        for g in self.groups:
+            need[g.pool] += blocks_for_tokens(length, self.block_size)
+        return need
+
+    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, total_len: int | None = None) -> AdmitPlan:
+        need = self._pages(len(token_ids))
+        fits = all(n + p.watermark <= len(p.free) for n, p in zip(need, self.pools))
+        return frozen_instance(AdmitPlan, {"token_ids": token_ids, "num_samples": num_samples,
+                                           "total_len": total_len, "cached_tokens": 0, "fits": fits,
+                                           "generation": self.generation})
+
+    def admit(self, seq_id: int, plan: AdmitPlan) -> int:
+        self._check_plan(plan)
+        assert seq_id not in self.tables, f"sequence {seq_id} admitted twice"
+        self.tables[seq_id] = [[] for _ in self.groups]
+        self.dropped[seq_id] = [0] * len(self.groups)
+        self.lengths[seq_id] = 0
+        self._seq_logical[seq_id] = 0
+        self._write(seq_id, len(plan.token_ids))
+        self.generation += 1
+        return 0
+
+    # ---- growth ------------------------------------------------------------
+    def _net_blocks(self, seq_id: int, num_tokens: int) -> list[int]:
+        """Per pool, blocks a write of ``num_tokens`` more takes, less those its drops free."""
+        bs, n = self.block_size, self.lengths[seq_id]
+        tables, dropped = self.tables[seq_id], self.dropped[seq_id]
+        new = blocks_for_tokens(n + num_tokens, bs) - blocks_for_tokens(n, bs)
+        net = [0] * len(self.pools)
+        for g, table, d in zip(self.groups, tables, dropped):
+            pool = self.pools[g.pool]
+            first = max(d, g.kind.first_needed_block(n, bs))
+            freed = sum(1 for b in table[d:first] if pool.ref[b] == 1)
+            cow = 1 if n % bs and pool.ref[table[-1]] > 1 else 0
+            net[g.pool] += new + cow - freed
+        return net
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        return all(k <= len(p.free) for k, p in zip(self._net_blocks(seq_id, num_tokens), self.pools))
+
+    def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
+        copies = self.try_append(seq_id, token_ids)
+        if copies is None:
+            raise RuntimeError(f"sequence {seq_id}: {len(token_ids)} more tokens need more blocks than are free "
+                               "(check can_append first)")
+        return copies
+
+    def try_append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy] | None:
+        if not self.can_append(seq_id, len(token_ids)):
+            return None
+        self.generation += 1
+        return self._write(seq_id, len(token_ids))
+
+    def _write(self, seq_id: int, count: int) -> list[SlotCopy]:
+        """Drop each group's blocks its next query no longer reads, then write ``count`` tokens (room checked)."""
+        bs, n = self.block_size, self.lengths[seq_id]
+        tables, dropped = self.tables[seq_id], self.dropped[seq_id]
+        copies: list[SlotCopy] = []
+        logical = 0
+        freed = False
+        for i, g in enumerate(self.groups):  # every group's drops first: the groups of a pool share its free blocks
+            pool, table = self.pools[g.pool], tables[i]
+            first = g.kind.first_needed_block(n, bs)
+            for j in range(dropped[i], first):
+                logical -= pool.filled[table[j]] * g.layers
+                freed |= self._unref(pool, g, table[j])
+                table[j] = NULL
+            dropped[i] = max(dropped[i], first)
+        if freed:
+            self._freed_by.add(seq_id)
+        else:
+            self._freed_by.discard(seq_id)
+        for i, g in enumerate(self.groups):
+            pool, table = self.pools[g.pool], tables[i]
+            off = n % bs
+            if off and pool.ref[table[-1]] > 1:  # copy-on-write of a shared, partly filled block
+                src, dst = table[-1], self._take(pool)
+                pool.ref[src] -= 1
+                pool.filled[dst] = off
+                self._used += off * g.layers
+                table[-1] = dst
+                copies.append(SlotCopy(src * bs, dst * bs, off))
+            pos, end = n, n + count
+            while pos < end:
+                off = pos % bs
+                if not off:
+                    table.append(self._take(pool))
+                b = table[-1]
+                take = min(bs - off, end - pos)
+                pool.filled[b] = off + take
+                pos += take
+            self._used += count * g.layers
+            logical += count * g.layers
+        self.lengths[seq_id] = n + count
+        self._seq_logical[seq_id] += logical
+        self._logical += logical
+        return copies
+
+    def _take(self, pool: _Pool) -> int:
+        b = pool.free.popleft()
+        assert pool.ref[b] == 0
+        pool.ref[b] = 1
+        pool.filled[b] = 0
+        return b
+
+    def _unref(self, pool: _Pool, g: PoolGroup, b: int) -> bool:
+        """One holder less; True when that frees the block."""
+        pool.ref[b] -= 1
+        assert pool.ref[b] >= 0, f"block {b} freed twice"
+        if pool.ref[b]:
+            return False
+        self._used -= pool.filled[b] * g.layers
+        pool.free.append(b)
+        return True
+
+    # ---- fork and release ----------------------------------------------------------
+    def fork(self, parent_id: int, child_id: int) -> list[SlotCopy]:
+        assert child_id not in self.tables, f"sequence {child_id} exists"
+        tables = [list(t) for t in self.tables[parent_id]]
+        for g, table in zip(self.groups, tables):
+            ref = self.pools[g.pool].ref
+            for b in table:
+                if b != NULL:
+                    ref[b] += 1
+        self.tables[child_id] = tables
+        self.dropped[child_id] = list(self.dropped[parent_id])
+        self.lengths[child_id] = self.lengths[parent_id]
+        self._seq_logical[child_id] = self._seq_logical[parent_id]
+        self._logical += self._seq_logical[child_id]
+        self.generation += 1
+        return []
+
+    def release(self, seq_id: int) -> None:
+        tables = self.tables.pop(seq_id)
+        self.dropped.pop(seq_id)
+        self.lengths.pop(seq_id)
+        self._logical -= self._seq_logical.pop(seq_id)
+        self._freed_by.discard(seq_id)
+        self.generation += 1
+        for g, table in zip(self.groups, tables):
+            pool = self.pools[g.pool]
+            for b in reversed(table):
+                if b != NULL:
+                    self._unref(pool, g, b)
+
+    # ---- addressing and accounting ------------------------------------------------
+    def group_slots(self, seq_id: int, group: int, start: int, end: int) -> list[int]:
+        """Flat slot of each position in ``[start, end)`` in ``group``'s pages; a dropped position is an error."""
+        bs, table = self.block_size, self.tables[seq_id][group]
+        if start < end and table[start // bs] == NULL:
+            raise ValueError(f"sequence {seq_id}: position {start} left group {group}'s window; its block is freed")
+        return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def slots(self, seq_id: int, start: int, end: int) -> list[int]:
+        """The first group's slots (a full group's where the model has one: it keeps every position)."""
+        return self.group_slots(seq_id, 0, start, end)
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self.lengths[seq_id]
+
+    def max_sequence_tokens(self) -> int:
+        """A prompt is written in one chunk, into every group at once: the pool with the most groups bounds it."""
+        groups = [0] * len(self.pools)
+        for g in self.groups:
+            groups[g.pool] += 1
+        return min(p.num_blocks // k for p, k in zip(self.pools, groups)) * self.block_size
+
+    def usage(self) -> CacheUsage:
+        return self.usage_plus_written(0)
+
+    def usage_plus_written(self, num_tokens: int) -> CacheUsage:
+        """Tokens of riding sequences fill a slot of each group's last block (every group holds it)."""
+        bs = self.block_size
+        pool = sum(p.num_blocks * p.page_layers for p in self.pools) * bs
+        free = sum(len(p.free) * p.page_layers for p in self.pools) * bs
+        used = self._used + num_tokens * self._all_layers
+        reserved = pool - free
+        return frozen_instance(CacheUsage, {
+            "pool_tokens": pool, "reserved_tokens": reserved, "used_tokens": used,
+            "logical_tokens": self._logical + num_tokens * self._all_layers,
+            "fragmentation_tokens": reserved - used, "reservation_waste_tokens": 0,
+            "num_sequences": len(self.tables), "free_tokens": free, "external_fragmentation_tokens": 0})
+
+    # ---- the fast path ---------------------------------------------------------------
+    def appendable_without_alloc(self, seq_id: int) -> int:
+        """Tokens written with no new block, no copy and no drop: the simulator's due append then writes
+        them with its own token, dropping as the first of them would (``_write``), which is the same. None
+        right after a write that freed blocks: a waiting request may fit now, which a jump would not see."""
+        bs, n = self.block_size, self.lengths[seq_id]
+        off = n % bs
+        if not off or seq_id in self._freed_by:
+            return 0
+        run = bs - off
+        for g, table, d in zip(self.groups, self.tables[seq_id], self.dropped[seq_id]):
+            if self.pools[g.pool].ref[table[-1]] > 1:
+                return 0
+            if g.kind.window is not None:  # positions n.. whose query reads no block before d
+                run = min(run, (d + 1) * bs + g.kind.window - 1 - n)
+        return max(0, run)
+
+    def check_invariants(self) -> None:
+        """Assert the pool's invariants (tests call this after every operation)."""
+        bs = self.block_size
+        holders = [[0] * p.num_blocks for p in self.pools]
+        used = logical = 0
+        for sid, tables in self.tables.items():
+            n, seq_logical = self.lengths[sid], 0
+            for g, table, d in zip(self.groups, tables, self.dropped[sid]):
+                assert len(table) == blocks_for_tokens(n, bs), "a table's length differs from its tokens"
+                assert all(b == NULL for b in table[:d]) and NULL not in table[d:], "nulls are not the leading ones"
+                assert d <= max(g.kind.first_needed_block(max(n - 1, 0), bs), 0) or not n
+                filled = self.pools[g.pool].filled
+                for b in table[d:]:
+                    holders[g.pool][b] += 1
+                    seq_logical += filled[b] * g.layers
+                if table and table[-1] != NULL:
+                    assert filled[table[-1]] == n - (len(table) - 1) * bs or self.pools[g.pool].ref[table[-1]] > 1
+            assert seq_logical == self._seq_logical[sid], "a sequence's logical slots differ from its blocks'"
+            logical += seq_logical
+        layers_of = [[0] * p.num_blocks for p in self.pools]
+        for tables in self.tables.values():
+            for g, table in zip(self.groups, tables):
+                for b in table:
+                    if b != NULL:
+                        layers_of[g.pool][b] = g.layers
+        for k, p in enumerate(self.pools):
+            assert holders[k] == p.ref, "refcounts differ from the tables holding each block"
+            assert len(set(p.free)) == len(p.free) and all(p.ref[b] == 0 for b in p.free), "a bad free list"
+            assert len(p.free) + sum(1 for r in p.ref if r) == p.num_blocks, "free + in use != total"
+            used += sum(p.filled[b] * layers_of[k][b] for b in range(p.num_blocks) if p.ref[b])
+        assert used == self._used, "used slots differ from the held blocks' fill"
+        assert logical == self._logical

@@ -1,0 +1,48 @@
+"""kv_manager and swa_full_tokens_ratio are validated at the entry point with the allowed values; the default
+(hybrid) keeps every existing job's identity; a manager another run cannot honour is refused naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.front.resolve import resolve
+from kvbench.harness.job.identity import job_id
+
+SLIDING = ["model.layer_types=[sliding_attention,full_attention,sliding_attention,full_attention]",
+           "model.sliding_window=128"]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("kv_manager=paged", "kv_manager='paged' is not allowed; allowed: uniform, hybrid, split_pools"),
+    ("swa_full_tokens_ratio=0", "swa_full_tokens_ratio=0.0 must be a finite number > 0"),
+    ("swa_full_tokens_ratio=-1.5", "swa_full_tokens_ratio=-1.5 must be a finite number > 0"),
+])
+def test_bad_value_names_the_allowed_ones(compose, override, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve(compose(["model=tiny-llama", override]))
+
+
+def test_an_unknown_layer_type_names_the_layer(compose):
+    with pytest.raises(ConfigError, match="layer 1: attention kind 'mamba' is not supported; supported: "
+                                          "full_attention, sliding_attention"):
+        resolve(compose(["model=tiny-llama", "model.layer_types=[full_attention,mamba,full_attention,"
+                                             "full_attention]"]))
+
+
+def test_the_default_keeps_identity_and_another_manager_is_another_job(compose):
+    base = resolve(compose(["model=tiny-llama", "+impl=paged_torch"]))
+    explicit = resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_manager=hybrid"]))
+    uniform = resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_manager=uniform"]))
+    assert job_id(base, "cpu") == job_id(explicit, "cpu") != job_id(uniform, "cpu")
+
+
+def test_a_grouped_cache_runs_only_as_bookkeeping(compose):
+    # a window as long as max_seq_len: the model's kernels run it (full attention is the same), the cache groups it
+    window = [SLIDING[0], "model.sliding_window=1024", "max_seq_len=1024"]
+    with pytest.raises(ConfigError, match="kv_manager=hybrid on model=tiny-llama .* runs in scenario=capacity "
+                                          "only"):
+        resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", *window]))
+    resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_manager=uniform", *window]))  # the baseline runs
+    resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", "scenario=capacity",
+                     *SLIDING]))
