@@ -21,6 +21,14 @@ from kvbench.impls.staging import StagingBuffer
 from kvbench.kernels.kv_formats import is_quantized
 from kvbench.kernels.quant import KVScales, calibrate, dequantize, storage_dtype, write_quantized_ref
 
+def layer_windows(layer_types: Sequence[str] | None, sliding_window: int | None) -> list[int] | None:
+    """A model's ``KVCache.set_layer_windows`` from its config (``ModelConfig.layer_types``, ``sliding_window``):
+    ``sliding_window`` for a sliding_attention layer, 0 for a full_attention one; None when every layer is full."""
+    if layer_types is None or "sliding_attention" not in layer_types:
+        return None
+    return [sliding_window if kind == "sliding_attention" else 0 for kind in layer_types]
+
+
 @dataclass(frozen=True)
 class PrefillSpan:
     """Positions ``[start, end)`` of sequence ``seq_id`` to compute; ``[0, start)`` is cached."""
@@ -121,8 +129,18 @@ class KVCache(ABC):
         # first write (``layer_scales``), a host flag per layer, so no step reads the device.
         self.scales: list[KVScales] | None = None
         self._calibrated = [False] * num_layers
+        # Each layer's sliding window in tokens, 0 for a full-attention layer (``set_layer_windows``): its
+        # kernels mask keys older than the window; every block stays kept (the window masks, frees nothing).
+        self.windows = [0] * num_layers
         if is_quantized(kv_dtype):
             self.scales = [KVScales.allocate(kv_scale, shape, device) for _ in range(num_layers)]
+
+    def set_layer_windows(self, windows: Sequence[int]) -> None:
+        """Each layer's sliding window (``layer_windows``; 0: full attention), before the first step."""
+        if len(windows) != len(self.windows) or any(not isinstance(w, int) or w < 0 for w in windows):
+            raise ValueError(f"windows must be {len(self.windows)} ints >= 0 (0: full attention), one a layer; "
+                             f"got {list(windows)!r}")
+        self.windows = list(windows)
 
     def layer_scales(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> KVScales | None:
         """This layer's scales for a write of ``k``/``v`` (None: a float store); a static scale

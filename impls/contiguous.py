@@ -6,7 +6,7 @@ Each sequence owns one lane of ``max_seq_len`` tokens from admission to release
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -15,7 +15,7 @@ from kvbench.impls.base import KVCache, PrefillSpan
 from kvbench.impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
 from kvbench.impls.lane_allocator import LaneAllocator
 from kvbench.impls.staging import StagingBuffer
-from kvbench.kernels.sdpa import decode_sdpa, step_bias
+from kvbench.kernels.sdpa import additive_mask, decode_sdpa, step_bias
 
 
 @dataclass
@@ -33,6 +33,10 @@ class _Decode:
     # ``mask`` as SDPA's additive float mask (0 / -inf in the queries' dtype), made at the step's first
     # layer: given a boolean mask, SDPA would convert it again at every layer.
     bias: torch.Tensor | None = None
+    lens: torch.Tensor | None = None  # [B] context lengths in the attended order (a sliding layer's mask)
+    min_len: int = 0
+    # A sliding layer's (first key read, additive mask) per window, made at the first layer of that window.
+    windowed: dict[int, tuple[int, torch.Tensor]] = field(default_factory=dict)
 
 
 class ContiguousCache(FlatSlotPrefill, KVCache):
@@ -76,19 +80,34 @@ class ContiguousCache(FlatSlotPrefill, KVCache):
         return _Decode(
             staging[slot_mapping], mask[:, None, None, :], max_len, lo if dense else None,
             None if order is None else staging[order], None if inverse is None else staging[inverse],
-            None if gather is None else staging[gather],
+            None if gather is None else staging[gather], lens=staging[lens_field], min_len=min(lens),
         )
+
+    def _window_bias(self, meta: _Decode, window: int, dtype: torch.dtype) -> tuple[int, torch.Tensor]:
+        """A sliding layer's first key read and mask: no sequence reads a key before ``min_len - window``
+        (those are not read at all); the rest of each sequence's keys before ``len - window`` are masked."""
+        made = meta.windowed.get(window)
+        if made is None or made[1].dtype != dtype:
+            first = max(0, meta.min_len - window)
+            pos = torch.arange(first, meta.max_len, device=self.device)[None, :]
+            lens = meta.lens[:, None]
+            made = first, additive_mask(((pos < lens) & (pos >= lens - window))[:, None, None, :], dtype)
+            meta.windowed[window] = made
+        return made
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:
         self.write_flat(layer, k, v, meta.slot_mapping)
+        window = self.windows[layer]
+        first, bias = self._window_bias(meta, window, q.dtype) if window else (None, None)
+        keys_read = slice(first, meta.max_len)  # first None: from position 0
         # ``read`` gives views of a float slab; a quantized one's prefixes dequantized (timed with the step).
         if meta.dense_start is not None:
             span = slice(meta.dense_start, meta.dense_start + q.shape[0])
-            keys, values = self.read(layer, (span, slice(None, meta.max_len)))
+            keys, values = self.read(layer, (span, keys_read))
             if meta.order is not None:
                 q = q[meta.order]
         else:
-            keys, values = self.read(layer, (meta.lanes, slice(None, meta.max_len)))
-        out = decode_sdpa(q, keys, values, self.scale, step_bias(meta, q.dtype))
+            keys, values = self.read(layer, (meta.lanes, keys_read))
+        out = decode_sdpa(q, keys, values, self.scale, step_bias(meta, q.dtype) if bias is None else bias)
         return out[meta.inverse] if meta.inverse is not None else out

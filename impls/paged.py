@@ -106,7 +106,9 @@ class PagedCache(KVCache):
             tables = torch.zeros(1, width, dtype=torch.int32, device=self.device)
             lens = torch.full((1,), context, dtype=torch.int32, device=self.device)
             q = torch.zeros(1, heads, head_dim, dtype=self.dtype, device=self.device)
-            self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale, max_context=context, **self._scales(0))
+            for window in sorted(set(self.windows)):  # 0: full attention; a sliding layer's window is a variant
+                self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale, max_context=context,
+                                   **self._scales(0), **({"window": window} if window else {}))
         for tokens in (1, 64):
             kv = torch.zeros(tokens, kv_heads, head_dim, dtype=self.dtype, device=self.device)
             skip = torch.full((tokens,), -1, dtype=torch.long, device=self.device)
@@ -159,16 +161,21 @@ class PagedCache(KVCache):
         self._write(layer, k, v, meta)
         k_pool, v_pool = self.k[layer], self.v[layer]
         k_scale, v_scale = (None, None) if self.scales is None else (self.scales[layer].k, self.scales[layer].v)
-        outs = []
+        outs, window, bs = [], self.windows[layer], self.allocator.block_size
         for s in meta.seqs:
-            k_ctx = gather_kv(k_pool, s.table, s.end, k_scale, self.dtype)
-            v_ctx = gather_kv(v_pool, s.table, s.end, v_scale, self.dtype)
-            outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale))
+            # A window's chunk reads from the block of its first query's oldest key: the blocks before are not
+            # gathered (the attention is the same over any suffix of keys that holds every query's window).
+            skip = max(0, s.end - (s.queries.stop - s.queries.start) - window + 1) // bs if window else 0
+            table, end = s.table[skip:], s.end - skip * bs
+            k_ctx = gather_kv(k_pool, table, end, k_scale, self.dtype)
+            v_ctx = gather_kv(v_pool, table, end, v_scale, self.dtype)
+            outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale, window))
         return torch.cat(outs)
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:
         check = self._write(layer, k, v, meta)
+        window = self.windows[layer]  # a full-attention layer calls the kernel as before: no window argument
         return self.kernel.decode(q.contiguous(), self.k[layer], self.v[layer], meta.block_tables,
                                   meta.context_lens, self.scale, max_context=meta.max_context, validate=check,
-                                  **self._scales(layer))
+                                  **self._scales(layer), **({"window": window} if window else {}))

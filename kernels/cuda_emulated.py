@@ -44,17 +44,20 @@ def load() -> Path:
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
            context_lens: torch.Tensor, scale: float, out: torch.Tensor | None = None, *,
-           scales: KVScales | None = None) -> torch.Tensor:
+           scales: KVScales | None = None, window: int = 0) -> torch.Tensor:
     """Decode attention by the CUDA kernels, emulated; fills ``out`` if given (kernels/reference.py).
-    A quantized cache comes with its ``scales`` (kernels/quant.py), as for the real op."""
-    check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out, scales=scales, quantized=QUANTIZED_DTYPES)
+    A quantized cache comes with its ``scales`` (kernels/quant.py), as for the real op; ``window`` > 0 is a
+    sliding window in tokens (the kernel argument; the registry passes a plugin none, so runs use it only
+    through the tests)."""
+    check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out, scales=scales, quantized=QUANTIZED_DTYPES,
+                      window=window)
     load()
     extra = () if scales is None else (scales.k, scales.v)
     if out is None:
         return torch.ops.kvbench_emu.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
-                                                            float(scale), *extra)
+                                                            float(scale), *extra, window=window)
     torch.ops.kvbench_emu.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale),
-                                                     out, *extra)
+                                                     out, *extra, window=window)
     return out
 
 

@@ -136,11 +136,12 @@ def _register_fakes() -> None:
     """Shape-only implementations so torch.compile and FakeTensor can trace the ops."""
 
     @torch.library.register_fake("kvbench::paged_decode_attention")
-    def _decode_fake(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale=None, v_scale=None):
+    def _decode_fake(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale=None, v_scale=None, window=0):
         return q.new_empty(q.shape)
 
     @torch.library.register_fake("kvbench::paged_decode_attention_out")
-    def _decode_out_fake(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale=None, v_scale=None):
+    def _decode_out_fake(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale=None, v_scale=None,
+                         window=0):
         return None
 
     @torch.library.register_fake("kvbench::write_kv")
@@ -170,8 +171,12 @@ def paged_decode_attention_cuda(
     *,
     validate: bool = True,
     scales: KVScales | None = None,
+    window: int = 0,
 ) -> torch.Tensor:
     """Decode attention over the paged cache (kernels/reference.py); fills ``out`` if given.
+
+    ``window`` > 0 (a sliding-window layer's, in tokens) masks keys before ``context_len - window``; the
+    kernels skip the blocks before the window's first key. 0: the full-attention call, unchanged.
 
     A quantized cache (fp8 / int8 stores, kernels/quant.py) comes with its ``scales``; the
     kernels read its bytes as they are and dequantize them in registers.
@@ -180,8 +185,16 @@ def paged_decode_attention_cuda(
     """
     if validate:
         check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out,
-                          scales=scales, quantized=QUANTIZED_DTYPES)
+                          scales=scales, quantized=QUANTIZED_DTYPES, window=window)
     _ensure_loaded()
+    if window > 0:
+        extra = () if scales is None else (scales.k, scales.v)
+        if out is None:
+            return torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
+                                                            float(scale), *extra, window=window)
+        torch.ops.kvbench.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale),
+                                                     out, *extra, window=window)
+        return out
     if scales is None:  # the float cache's call, as before the quantized one existed
         if out is None:
             return torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,

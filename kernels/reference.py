@@ -8,6 +8,9 @@ Layout shared by every paged impl and kernel:
   slot_mapping     : int64 [tokens]; slot = block * block_size + offset; < 0 skips
   scales           : a quantized cache's (fp8 / int8 stores) K and V scales (kernels/quant.py);
                      None for a float cache
+  window           : a sliding-window layer's window in tokens; <= 0 = none. The query at
+                     position p = context_len - 1 reads keys p - window + 1 .. p (transformers'
+                     ``sliding_window``: ``kv_idx > q_idx - window``); older keys are masked
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ def paged_decode_attention_ref(
     scale: float,
     max_context: int | None = None,
     scales: KVScales | None = None,
+    window: int = 0,
 ) -> torch.Tensor:
     """One query token per sequence: ``q [batch, heads, head_dim]`` -> same shape.
 
@@ -96,6 +100,7 @@ def paged_decode_attention_ref(
     ``max_context`` is ``context_lens.max()`` when the caller knows it on the host
     (a KV cache does); without it, reading it is a device-to-host sync.
     A quantized cache (``scales``) is dequantized to fp32 as it is gathered.
+    ``window`` > 0 masks keys older than the window (the oracle still gathers them).
     """
     batch, num_heads, head_dim = q.shape
     num_blocks, block_size, kv_heads, _ = k_cache.shape
@@ -126,7 +131,10 @@ def paged_decode_attention_ref(
     # whole attention on CPU).
     scores = (k @ qg.transpose(-1, -2)).transpose(-1, -2) * scale  # [B, KVH, G, L]
     pos = torch.arange(k.shape[2], device=q.device)
-    pad = pos[None, :] >= context_lens.to(q.device)[:, None].long()  # [B, L]
+    lens = context_lens.to(q.device)[:, None].long()
+    pad = pos[None, :] >= lens  # [B, L]
+    if window > 0:
+        pad = pad | (pos[None, :] < lens - window)
     scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = probs @ v  # [B, KVH, G, D]

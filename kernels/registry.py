@@ -50,7 +50,8 @@ class PagedKernel:
 
     name: str
     # (q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
-    #  scales=None) -> out
+    #  scales=None, window=0) -> out; window > 0: a sliding-window layer's, keys older than it masked
+    #  (kernels/reference.py)
     decode: Callable[..., torch.Tensor]
     # (key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None) -> None, in place
     write: Callable[..., None]
@@ -116,8 +117,9 @@ def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[...,
     # The oracle checks nothing (it takes any shape, e.g. the HF tests' head_dim 32), so
     # ``validate`` has nothing to skip; it has no ``out`` either, so the result is copied.
     def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
-               scales=None):
-        return _into(out, decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale, max_context, scales))
+               scales=None, window=0):
+        return _into(out, decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale, max_context, scales,
+                                     window))
 
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
         write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
@@ -140,8 +142,9 @@ def _sdpa() -> PagedKernel:
 def _cuda_decode(decode_op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     # The op reads the context lengths on the device: it takes no host bound.
     def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
-               scales=None):
-        return decode_op(q, k_cache, v_cache, block_tables, context_lens, scale, out, validate=validate, scales=scales)
+               scales=None, window=0):
+        return decode_op(q, k_cache, v_cache, block_tables, context_lens, scale, out, validate=validate, scales=scales,
+                         window=window)
 
     return decode
 
@@ -171,7 +174,14 @@ def _plugin(name: str) -> PagedKernel:
         raise ValueError(f"paged kernel module {name!r} defines no {' or '.join(missing)}(...): "
                          "see kernels/reference.py for the signatures")
 
-    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True):
+    def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
+               window=0):
+        if window > 0:  # the reference's signature has no window: the module would attend to every key
+            from kvbench.kernels.validate import KernelArgumentError
+
+            raise KernelArgumentError(f"paged kernel module {name!r} takes no sliding window (window={window}); a "
+                                      f"model with sliding_attention layers runs the built-in kernels "
+                                      f"{', '.join(KERNELS)}")
         return _into(out, module.decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=out))
 
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):

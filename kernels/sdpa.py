@@ -95,7 +95,7 @@ def decode_sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale
 
 def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, block_tables: torch.Tensor | None,
                 context_lens: torch.Tensor | None, scale: float, out: torch.Tensor | None = None, *,
-                max_context: int | None = None, validate: bool = True, scales=None) -> torch.Tensor:
+                max_context: int | None = None, validate: bool = True, scales=None, window: int = 0) -> torch.Tensor:
     """Decode attention over a contiguous slab with the paged kernels' signature (kernels/registry.py).
 
     A slab ``[lanes, L, kv_heads, head_dim]`` is a block pool whose blocks are one sequence's
@@ -106,12 +106,15 @@ def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, blo
     ``out`` receives a copy of the result (SDPA writes no caller's buffer); ``validate`` has
     nothing to check that SDPA does not. A quantized slab (``scales``, kernels/quant.py: per-token
     ones ``[lanes, L, kv_heads]``) is dequantized to q's dtype before SDPA: a copy, timed with the call.
+    ``window`` > 0 (a sliding-window layer's, in tokens) masks keys before ``context_lens[b] - window``;
+    without ``context_lens`` the slab is cut to its last ``window`` keys instead (a view).
     """
     length = k_slab.shape[1] if max_context is None else max_context
-    keys, values = k_slab[:, :length], v_slab[:, :length]  # views: sliced before any gather
+    first = max(0, length - window) if window > 0 and context_lens is None else 0
+    keys, values = k_slab[:, first:length], v_slab[:, first:length]  # views: sliced before any gather
     k_scale = v_scale = None
     if scales is not None:
-        k_scale, v_scale = ((s[:, :length] if s.dim() else s) for s in (scales.k, scales.v))
+        k_scale, v_scale = ((s[:, first:length] if s.dim() else s) for s in (scales.k, scales.v))
     if block_tables is not None:  # the gather copies only the `length` tokens read, not whole lanes
         lanes = block_tables[:, 0].long()
         keys, values = keys.index_select(0, lanes), values.index_select(0, lanes)
@@ -123,7 +126,10 @@ def slab_decode(q: torch.Tensor, k_slab: torch.Tensor, v_slab: torch.Tensor, blo
         keys, values = dequantize(keys, k_scale, q.dtype), dequantize(values, v_scale, q.dtype)
     mask = None
     if context_lens is not None:
-        visible = torch.arange(length, device=q.device)[None, :] < context_lens.to(q.device)[:, None]
+        pos, lens = torch.arange(length, device=q.device)[None, :], context_lens.to(q.device)[:, None]
+        visible = pos < lens
+        if window > 0:
+            visible = visible & (pos >= lens - window)
         mask = visible[:, None, None, :]
     # Fixed shapes per call site (the kernel scenario): SDPA picks among all its backends.
     res = grouped_sdpa(q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), scale, mask=mask).squeeze(2)

@@ -50,7 +50,7 @@ def _interpreting() -> bool:
 # not specialised on: Triton would otherwise compile a new variant for a value of 1 or a
 # multiple of 16 in the middle of a measured run. Only SPLIT (one split or several)
 # selects code, so a model has two decode variants, both compiled by the warm-up.
-_RUNTIME_INTS = ["stride_qb", "stride_qh", "stride_ob", "stride_oh", "stride_bt", "num_splits"]
+_RUNTIME_INTS = ["stride_qb", "stride_qh", "stride_ob", "stride_oh", "stride_bt", "num_splits", "window"]
 
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
@@ -60,11 +60,13 @@ def _decode_kernel(
     k_scale_ptr, v_scale_ptr,  # a quantized cache's fp32 scales; unused when not QUANT
     scale_log2,  # softmax scale * log2(e): scores live in base 2 so exp2 is used
     stride_qb, stride_qh, stride_ob, stride_oh, stride_bt, num_splits,
+    window,  # a sliding-window layer's window in tokens; read only when SLIDE
     KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     QUANT: tl.constexpr, DYNAMIC: tl.constexpr,  # kernels/triton_quant.py codes; DYNAMIC: per token and head
+    SLIDE: tl.constexpr,  # a window: the key loop starts at its first key (a full layer's code is unchanged)
 ):
     # Index math in int64: no overflow on big caches, and the interpreter skips its
     # per-op int32 overflow checks (several numpy ops each).
@@ -88,9 +90,15 @@ def _decode_kernel(
 
     end = tl.load(context_lens_ptr + seq).to(tl.int64)
     start = end * 0
+    if SLIDE:  # keys before end - window are never loaded: a window reads at most `window` keys
+        start = tl.maximum(end - window, 0)
     if SPLIT:  # this split's whole tiles: [start, end)
-        span = ((end + BLOCK_N - 1) // BLOCK_N + num_splits - 1) // num_splits * BLOCK_N
-        start = split * span
+        if SLIDE:
+            span = ((end - start + BLOCK_N - 1) // BLOCK_N + num_splits - 1) // num_splits * BLOCK_N
+            start = start + split * span
+        else:
+            span = ((end + BLOCK_N - 1) // BLOCK_N + num_splits - 1) // num_splits * BLOCK_N
+            start = split * span
         end = tl.minimum(start + span, end)
 
     # tl.full, not tl.zeros: the latter is a nested @jit call (slow in the interpreter).
@@ -237,8 +245,12 @@ def paged_decode_attention_triton(
     max_context: int | None = None,
     validate: bool = True,
     scales: KVScales | None = None,
+    window: int = 0,
 ) -> torch.Tensor:
     """Decode attention, ``q [batch, heads, head_dim]`` -> ``out`` (same shape, q.dtype).
+
+    ``window`` > 0 (a sliding-window layer's, in tokens) reads only each sequence's last ``window``
+    keys (kernels/reference.py); <= 0: every key, the full-attention variant.
 
     A quantized cache (fp8 / int8 stores, kernels/quant.py) comes with its ``scales``; its
     bytes are read as they are and dequantized in registers.
@@ -254,7 +266,7 @@ def paged_decode_attention_triton(
     interpreting = _interpreting()
     if validate:
         check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out,
-                          scales=scales, quantized=QUANTIZED_DTYPES)
+                          scales=scales, quantized=QUANTIZED_DTYPES, window=window)
         if num_splits is not None and not (isinstance(num_splits, int) and num_splits >= 1):
             raise KernelArgumentError(f"num_splits must be a positive int or None, got {num_splits!r}")
         if not interpreting and q.device.type != "cuda":
@@ -275,6 +287,8 @@ def paged_decode_attention_triton(
     else:
         context_bound = max_context if max_context is not None else int(context_lens.max())
         num_sms = None
+    if window > 0:  # a window bounds what any sequence reads
+        context_bound = min(context_bound, window)
     if num_splits is None:
         num_splits = choose_num_splits(batch, kv_heads, context_bound, num_sms)
     block_n = _block_n(head_pad, context_bound, num_splits)
@@ -295,14 +309,14 @@ def paged_decode_attention_triton(
         q, storage_view(k_cache), storage_view(v_cache), block_tables, context_lens, out, m, l, acc,
         k_scale, v_scale,
         scale * _LOG2E,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0), num_splits,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0), num_splits, max(window, 0),
         KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, HEAD_PAD=head_pad, BLOCK_SIZE=block_size, BLOCK_N=block_n,
         SPLIT=num_splits > 1,
         # fp32 caches get exact fp32 products (tl.dot defaults to tf32 on GPU).
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32",
         UPCAST_DOT=upcast,
-        QUANT=quant, DYNAMIC=scales is not None and scales.dynamic,
+        QUANT=quant, DYNAMIC=scales is not None and scales.dynamic, SLIDE=window > 0,
         # sm_90 compile (triton 3.9, bf16, head_dim 128, BLOCK_N 64): K/V tiles stream
         # through cp.async 3 deep, 126 registers, 39 KB smem -> 4 programs per SM, so
         # batch 64 x 8 kv heads is one resident wave. Untuned: sweep BLOCK_N 32-128,

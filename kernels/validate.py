@@ -65,8 +65,11 @@ def check_decode_args(
     head_dims: tuple[int, ...] = SUPPORTED_HEAD_DIMS,
     scales=None,
     quantized: tuple[torch.dtype, ...] = (),
+    window: int = 0,
 ) -> None:
     """Validate a decode-attention call (layout in kernels/reference.py)."""
+    _require(isinstance(window, int) and not isinstance(window, bool),
+             lambda: f"window must be an int (tokens; 0 or less: no window), got {window!r}")
     check_cache(k_cache, v_cache, scales, quantized)
     _require(q.dim() == 3, lambda: f"q must be [batch, heads, head_dim], got shape {tuple(q.shape)}")
     batch, heads, head_dim = q.shape

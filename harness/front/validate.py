@@ -61,7 +61,7 @@ def validate(cfg: Config) -> None:
 
 def validate_kv_manager(cfg: Config) -> None:
     """``kv_manager``, ``swa_full_tokens_ratio`` and the model's layer kinds they group (harness/kv/groups.py)."""
-    from kvbench.harness.kv.groups import KV_MANAGERS, has_one_kind
+    from kvbench.harness.kv.groups import KV_MANAGERS, has_one_kind, prefix_caching_refusal
 
     one_of("kv_manager", cfg.kv_manager, KV_MANAGERS)
     r = cfg.swa_full_tokens_ratio
@@ -74,9 +74,7 @@ def validate_kv_manager(cfg: Config) -> None:
         raise ConfigError(str(e)) from None
     prefix = cfg.impl is not None and cfg.impl.cache == "paged" and cfg.impl.prefix_caching
     check(one or cfg.kv_manager == "uniform" or not prefix,
-         f"kv_manager={cfg.kv_manager} with impl.prefix_caching=true on model={cfg.model.name} (layers of several "
-         "attention kinds) is not supported yet: a hit must be held by every group; use kv_manager=uniform, or "
-         "an impl without prefix caching")
+         prefix_caching_refusal(cfg.kv_manager, cfg.model.name))
     # capacity reads a grouped pool's usage in its own unit (harness/kv/factory.py usage_unit_bytes); the searches'
     # probes do not yet
     check(one or cfg.kv_manager == "uniform" or cfg.scenario.name == "capacity",

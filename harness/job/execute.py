@@ -83,8 +83,8 @@ def _execute_in(cfg: Config, folder: RunFolder, impls: list[ImplConfig], extra: 
 
     def write() -> None:
         so_far = [r for rows in by_impl.values() for r in rows]
-        folder.write(so_far, ctx.tokens, ctx.tables)
-        write_vllm_results(run_dir, so_far, ctx.tables.get("requests"), cfg.arrival.burstiness)  # vllm-<impl>.json
+        folder.write(so_far, ctx.out.tokens, ctx.out.tables)
+        write_vllm_results(run_dir, so_far, ctx.out.tables.get("requests"), cfg.arrival.burstiness)  # vllm-<impl>.json
 
     running: ImplConfig | None = None
     try:

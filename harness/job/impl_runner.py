@@ -36,25 +36,26 @@ def run_impl(ctx: JobContext, impl: ImplConfig) -> ImplResult:
         return ImplResult([{**ctx.identifiers(impl, workload=False), "status": "error", "error": f"ConfigError: {e}"}], 2)
     except Exception as e:  # noqa: BLE001
         return ImplResult([{**ctx.identifiers(impl, workload=False), **failure_row(e)}], 1)
-    refusal = kv_dtype_refusal(impl.kernel, ctx.cfg.kv_dtype)
-    if refusal is not None and not ctx.cfg.scenario.bookkeeping:  # bookkeeping runs no kernel: any kv_dtype
+    cfg = ctx.job.cfg
+    refusal = kv_dtype_refusal(impl.kernel, cfg.kv_dtype)
+    if refusal is not None and not cfg.scenario.bookkeeping:  # bookkeeping runs no kernel: any kv_dtype
         return ImplResult([{**base, "status": "skipped", "error": refusal}], 0)
     # Process-wide: a sweep's later job must not inherit an earlier one's. A bookkeeping run
     # (scenario=capacity) computes nothing with tensors, so it leaves torch unimported (a second saved).
-    if ctx.cfg.device.name == "cpu" and not ctx.cfg.scenario.bookkeeping:
+    if cfg.device.name == "cpu" and not cfg.scenario.bookkeeping:
         import torch
 
-        torch.set_num_threads(ctx.cpu_threads)
+        torch.set_num_threads(ctx.job.cpu_threads)
     try:
-        scenario = scenario_module(ctx.cfg.scenario.name)
-        return ImplResult([{**base, **metrics} for metrics in scenario.run(ctx, impl)], 0)
+        scenario = scenario_module(cfg.scenario.name)  # its ``run`` gets the pieces its signature names
+        return ImplResult([{**base, **metrics} for metrics in ctx.call(scenario.run, impl)], 0)
     except ConfigError as e:
         return ImplResult([{**base, "status": "error", "error": f"ConfigError: {e}"}], 2)
     except Exception as e:  # noqa: BLE001 - any failure becomes a row, the sweep goes on
         log.debug("impl failed", exc_info=True)
         return ImplResult([{**base, **failure_row(e), "traceback": traceback.format_exc(limit=8)}], 1)
     finally:
-        if ctx.cfg.device.name == "cuda":
+        if cfg.device.name == "cuda":
             import torch
 
             torch.cuda.empty_cache()

@@ -38,7 +38,7 @@ def _child(cfg: Config, run_dir: Path, fingerprint: Fingerprint, impl: ImplConfi
     _exit_with(parent_pid)
     ctx = JobContext(cfg, run_dir, fingerprint, tables=tables, memo=memo)
     result = run_impl(ctx, impl)
-    conn.send((result, ctx.tokens, ctx.tables, ctx.memo))
+    conn.send((result, ctx.out.tokens, ctx.out.tables, ctx.job.memo))
     conn.close()
 
 
@@ -70,7 +70,8 @@ def run_in_process(ctx: JobContext, impl: ImplConfig) -> ImplResult:
     mp = multiprocessing.get_context("spawn")  # fork would copy a CUDA context, which CUDA forbids
     receive, send = mp.Pipe(duplex=False)
     proc = mp.Process(target=_child, name=f"kvbench-{impl.name}", daemon=True,
-                      args=(ctx.cfg, ctx.run_dir, ctx.fingerprint, impl, ctx.tables, ctx.memo, send, os.getpid()))
+                      args=(ctx.job.cfg, ctx.job.run_dir, ctx.job.fingerprint, impl, ctx.out.tables, ctx.job.memo, send,
+                            os.getpid()))
     _start_ignoring_ctrl_c(proc)
     send.close()  # the child holds the only write end: its exit ends recv() below
     try:
@@ -90,8 +91,8 @@ def run_in_process(ctx: JobContext, impl: ImplConfig) -> ImplResult:
         row = {**ctx.identifiers(impl), "status": status,
                "error": f"impl process (isolation=process) {_exit_text(proc.exitcode)} before it wrote a row"}
         return ImplResult([row], 1)
-    ctx.tokens.extend(tokens)
-    ctx.tables.clear()
-    ctx.tables.update(tables)
-    ctx.memo.update(memo)
+    ctx.out.tokens.extend(tokens)
+    ctx.out.tables.clear()
+    ctx.out.tables.update(tables)
+    ctx.job.memo.update(memo)
     return result

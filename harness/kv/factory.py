@@ -57,9 +57,9 @@ def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
     layout = grouped_layout(cfg, kv_bytes) if impl is None or impl.cache == "paged" else {}
     prefix_caching = impl.prefix_caching if impl is not None else False
     if layout and prefix_caching:
-        raise ConfigError(f"kv_manager={cfg.kv_manager} with impl.prefix_caching=true on model={cfg.model.name} "
-                          "(layers of several attention kinds) is not supported yet: a hit must be held by every "
-                          "group; use kv_manager=uniform, or impl.prefix_caching=false")
+        from kvbench.harness.kv.groups import prefix_caching_refusal
+
+        raise ConfigError(prefix_caching_refusal(cfg.kv_manager, cfg.model.name))
     return PoolSpec(
         kv_bytes=kv_bytes,
         bytes_per_token=kv_bytes_per_token(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale),

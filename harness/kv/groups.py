@@ -152,3 +152,10 @@ def layer_bytes_per_token(model: ModelConfig, dtype: str, kv_dtype: str = "auto"
     from kvbench.harness.kv.sizes import kv_bytes_per_token
 
     return kv_bytes_per_token(model, dtype, kv_dtype, kv_scale) // model.num_layers
+
+
+def prefix_caching_refusal(manager: str, model_name: str) -> str:
+    """Why ``manager``'s grouped pool cannot prefix-cache ``model_name`` yet, and the two ways to run it."""
+    return (f"kv_manager={manager} with impl.prefix_caching=true on model={model_name} (layers of several attention "
+            "kinds) is not supported yet: a hit must be held by every group; add impl.prefix_caching=false (paging "
+            "without prefix reuse), or kv_manager=uniform (every layer cached as full attention)")

@@ -3,7 +3,10 @@
 Every family loads for scenarios that compute nothing (scenario=capacity, a search with
 scenario.probe=capacity): their KV bytes, weights and simulated steps need only the shape. A scenario that
 runs the model needs harness/model/llama.py to compute what transformers computes, which it does for the
-architectures of ``COMPUTED_ARCHITECTURES`` whose layers all attend to the whole prefix.
+architectures of ``COMPUTED_ARCHITECTURES``. A sliding window shorter than the run's context is computed by every
+cache and kernel (``KVCache.set_layer_windows``, the kernels' ``window``: token for token equal to transformers,
+tests/unit/harness/serving/test_engine_parity_window.py), but a run's cache is built without its model's windows
+(harness/kv/factory.py ``build_cache`` does not set them yet), so runs still refuse such a model.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def compute_refusal(cfg: ModelConfig, max_seq_len: int | None = None) -> str | N
         for i, kind in enumerate(cfg.layer_types):
             if kind == "sliding_attention" and cfg.sliding_window < max_seq_len:
                 return (f"model layer {i} is sliding_attention with a {cfg.sliding_window}-token window, shorter "
-                        f"than max_seq_len={max_seq_len}: the attention kernels compute full_attention only (a "
-                        f"window of at least max_seq_len is the same); {SIZE_ONLY}")
+                        f"than max_seq_len={max_seq_len}: a run's KV cache is built without the model's windows yet "
+                        f"(the caches and kernels compute them; harness/kv/factory.py does not pass them), so every "
+                        f"layer would run as full_attention; set max_seq_len<={cfg.sliding_window}, or {SIZE_ONLY}")
     return None

@@ -1,9 +1,11 @@
 """scenarios/: what a job measures. Each scenario is one module here (its schema and its ``run``).
 
-context.py holds what every scenario of one job shares (``JobContext``); profile_grid.py, the grid
-scenario=profile measures and how; wall_check.py, the wall runs a validating profile job serves
-(scenario=profile's parts, beside it). A scenario
-module imports serving/, kv/, measure/, model/ and the schema at call time (its top
+A scenario's ``run`` receives the pieces of its job that its signature names (context.py ``PIECES``):
+``job`` (job_run.py: config, run folder, memo, identifiers), ``workload`` (job_workload.py), ``compute``
+(compute.py: the model), ``budget`` (job_budget.py: the measured KV budget), ``out`` (outputs.py: side
+tables and tokens); context.py assembles them. profile_grid.py holds the grid scenario=profile measures
+and how; wall_check.py, the wall runs a validating profile job serves (scenario=profile's parts, beside
+it). A scenario module imports serving/, kv/, measure/, model/ and the schema at call time (its top
 stays light: reading a config never loads torch); nothing from job/ or front/.
 """
 
@@ -14,11 +16,12 @@ import pkgutil
 from functools import cache
 from types import ModuleType
 
-NOT_SCENARIOS = ("context", "profile_grid", "wall_check")  # modules of this package that are not scenarios (shared parts)
+# modules of this package that are not scenarios: a job's pieces and their assembly, and scenario=profile's parts
+NOT_SCENARIOS = ("compute", "context", "job_budget", "job_run", "job_workload", "outputs", "profile_grid", "wall_check")
 
 
 def module(name: str) -> ModuleType:
-    """The scenario ``name``'s module: its ``SCHEMA`` (the option ``scenario=NAME``) and its ``run(ctx, impl)``."""
+    """The scenario ``name``'s module: its ``SCHEMA`` (the option ``scenario=NAME``) and its ``run(impl, <pieces>)``."""
     return importlib.import_module(f"{__name__}.{name}")
 
 

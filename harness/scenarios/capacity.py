@@ -16,12 +16,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, List
 
 from kvbench.harness.config import ImplConfig, ScenarioConfig
-from kvbench.harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads pandas and the impls
     import pandas as pd
 
-    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.job_run import JobRun
+    from kvbench.harness.scenarios.job_workload import JobWorkload
+    from kvbench.harness.scenarios.outputs import Outputs
     from kvbench.harness.serving.workload import Request
 
 
@@ -57,22 +58,22 @@ def _unshared(requests: list[Request]) -> list[Request]:
 _POINTS: dict[str, pd.DataFrame] = {}
 
 
-def concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
+def concurrency_points(job: JobRun, kv_bytes: int) -> pd.DataFrame:
     """Memory needed to serve N concurrent requests, per variant (the seeds' experiment)."""
     from kvbench.harness.kv.factory import pool_spec
 
-    cfg = ctx.cfg
-    key = repr((cfg.workload, cfg.model, cfg.dtype, cfg.seed, cfg.max_num_batched_tokens, ctx.bytes_per_token,
+    cfg = job.cfg
+    key = repr((cfg.workload, cfg.model, cfg.dtype, cfg.seed, cfg.max_num_batched_tokens, job.bytes_per_token,
                 cfg.kv_manager,
                 sorted(set(cfg.scenario.concurrency_points)), pool_spec(None, cfg, kv_bytes)))
     if key not in _POINTS:
         if len(_POINTS) >= 4:
             _POINTS.pop(next(iter(_POINTS)))
-        _POINTS[key] = _concurrency_points(ctx, kv_bytes)
-    return _POINTS[key].assign(device_slug=ctx.fingerprint.device_slug, run_id=run_id(ctx.run_dir))
+        _POINTS[key] = _concurrency_points(job, kv_bytes)
+    return _POINTS[key].assign(device_slug=job.fingerprint.device_slug, run_id=job.run_id)
 
 
-def _concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
+def _concurrency_points(job: JobRun, kv_bytes: int) -> pd.DataFrame:
     import pandas as pd
 
     from kvbench.harness.kv.factory import pool_spec, usage_unit_bytes
@@ -80,7 +81,7 @@ def _concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
     from kvbench.harness.serving.workload import generate_requests
     from kvbench.impls.kinds import cache_kind
 
-    cfg = ctx.cfg
+    cfg = job.cfg
     points = sorted(set(cfg.scenario.concurrency_points))
     pool = generate_requests(cfg.workload, max(points), cfg.model.vocab_size, cfg.max_seq_len, cfg.seed)
     rows = []
@@ -96,7 +97,7 @@ def _concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
             sim = simulate(alloc, run_reqs, sum(r.n for r in run_reqs), cfg.max_num_batched_tokens,
                            cfg.model.vocab_size, usage_unit_bytes(alloc, cfg))
             rows.append({"concurrency": n_req, "variant": variant, "model": cfg.model.name,
-                         "kv_manager": cfg.kv_manager, "kv_groups": ctx.kv_groups,
+                         "kv_manager": cfg.kv_manager, "kv_groups": job.kv_groups,
                          "dtype": cfg.dtype, "block_size": cfg.block_size, "max_seq_len": cfg.max_seq_len,
                          "workload": cfg.workload.name, "n": cfg.workload.n,
                          "shared_prefix_len": cfg.workload.shared_prefix_len,
@@ -105,11 +106,12 @@ def _concurrency_points(ctx: JobContext, kv_bytes: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
-    return [simulated_row(ctx, impl, points=True)]
+def run(job: JobRun, workload: JobWorkload, out: Outputs, impl: ImplConfig) -> list[dict]:
+    return [simulated_row(job, workload, out, impl, points=True)]
 
 
-def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock=None, source: str | None = None) -> dict:
+def simulated_row(job: JobRun, workload: JobWorkload, out: Outputs, impl: ImplConfig, points: bool = False,
+                  clock=None, source: str | None = None) -> dict:
     """One impl's capacity row; with a clock (``clock_profile=`` or ``gpu=NAME``, or ``clock`` given,
     named ``source``) also its service columns on the simulated clock (and its ``requests``/``steps``
     tables). ``points``: add the memory-vs-concurrency table."""
@@ -125,8 +127,8 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
     from kvbench.harness.serving.timeline import append_table, requests_table, steps_table
     from kvbench.kernels.read_pattern import reads_padded
 
-    cfg = ctx.cfg
-    requests = ctx.requests
+    cfg = job.cfg
+    requests = workload.requests
     # Weights from the shape, activations estimated; nothing is allocated.
     budget = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests])
     allocator = build_allocator(impl, cfg, budget.kv_bytes)
@@ -137,7 +139,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
         # window, as its wall steps record it (the roofline prices the PagedAttention kernel's read instead).
         allocator.padded_decode_read = True
     arrivals = [r.arrival_s for r in requests] if clock is not None else None
-    loop = ctx.request_source()  # a closed loop (workload.kind=multi_turn) decides arrivals as it runs
+    loop = workload.request_source()  # a closed loop (workload.kind=multi_turn) decides arrivals as it runs
     meter = ReuseMeter(allocator)
     unit_bytes = usage_unit_bytes(allocator, cfg)  # a grouped pool counts layer slots (impls/group_pool.py)
     t0 = time.perf_counter()
@@ -151,8 +153,8 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
                        chunked_prefill=cfg.chunked_prefill)
     wall = time.perf_counter() - t0
     served = loop.released if loop is not None else requests  # with the arrival times they had
-    if points and "points" not in ctx.tables:
-        ctx.tables["points"] = concurrency_points(ctx, budget.kv_bytes)
+    if points and "points" not in out.tables:
+        out.tables["points"] = concurrency_points(job, budget.kv_bytes)
     output_tokens = sum(r.output_len * r.n for r in requests) if not sim.rejected else None
     prompt_tokens = sum(len(r.prompt_ids) for r in requests)
     service = {}
@@ -164,14 +166,14 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
             service["tokens_per_s"] = per_second(prompt_tokens + output_tokens, sim.elapsed_s)
             service["output_tokens_per_s"] = per_second(output_tokens, sim.elapsed_s)
         if cfg.timeline_tables:
-            rid = run_id(ctx.run_dir)
-            append_table(ctx.tables, "requests", requests_table(sim.sequences, impl.name, rid))
-            append_table(ctx.tables, "steps", meter.add_step_columns(steps_table(sim.records, impl.name, rid)))
+            rid = job.run_id
+            append_table(out.tables, "requests", requests_table(sim.sequences, impl.name, rid))
+            append_table(out.tables, "steps", meter.add_step_columns(steps_table(sim.records, impl.name, rid)))
     mean_len = round(statistics.mean(r.total_len for r in requests))
     rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
     outside = outside_note(clock)
     unsent = unsent_note(len(requests), len(served))  # a closed loop's turns after a rejected one
-    notes = " | ".join(ctx.workload_notes + [n for n in (rejected, unsent, outside) if n]) or None
+    notes = " | ".join(workload.notes + [n for n in (rejected, unsent, outside) if n]) or None
     return {
         "status": "ok",
         "notes": notes,
@@ -183,7 +185,7 @@ def simulated_row(ctx: JobContext, impl: ImplConfig, points: bool = False, clock
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         "cache_hit_tokens": allocator.cache_hit_tokens,
-        **meter.columns(ctx.ideal_hit_rate(), prompt_tokens),
+        **meter.columns(workload.ideal_hit_rate(), prompt_tokens),
         **getattr(allocator, "host_counters", dict)(),  # a paged pool's host tier: its hits and copies
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
         "weight_bytes": budget.weight_bytes,

@@ -28,7 +28,7 @@ from kvbench.harness.config import ImplConfig, ScenarioConfig
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     import torch
 
-    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.job_run import JobRun
     from kvbench.impls.kinds import KernelPool
 
 
@@ -104,7 +104,7 @@ def _inputs(batch: int, context: int, block_size: int, shape: tuple[int, int, in
     return q, KernelPool(k_cache, v_cache, {"paged": shuffled, "contiguous": identity}, lens, context)
 
 
-def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+def run(job: JobRun, impl: ImplConfig) -> list[dict]:
     import torch
 
     from kvbench.harness.measure.bandwidth import peak_bandwidth_gbps
@@ -119,21 +119,21 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     kind = cache_kind(impl.cache, impl.reservation)
     if kind.kernel_skip_reason is not None:
         return [_skip(kind.kernel_skip_reason)]
-    cfg, sc, device, model = ctx.cfg, ctx.cfg.scenario, ctx.device, ctx.cfg.model
+    cfg, sc, device, model = job.cfg, job.cfg.scenario, job.device, job.cfg.model
     batch, context = cfg.batch, sc.context_len
     shape = (model.num_heads, model.num_kv_heads, model.head_dim)
     scale = model.head_dim**-0.5
-    elem = torch.finfo(ctx.dtype).bits // 8
-    if "copy_bw_gbps" not in ctx.memo:  # once per job, for all its impls
-        ctx.memo["copy_bw_gbps"] = copy_bandwidth_gbps(device, 1 << 30 if device.type == "cuda" else 1 << 27)
-    copy_bw, peak_bw = ctx.memo["copy_bw_gbps"], peak_bandwidth_gbps(device)
+    elem = torch.finfo(job.dtype).bits // 8
+    if "copy_bw_gbps" not in job.memo:  # once per job, for all its impls
+        job.memo["copy_bw_gbps"] = copy_bandwidth_gbps(device, 1 << 30 if device.type == "cuda" else 1 << 27)
+    copy_bw, peak_bw = job.memo["copy_bw_gbps"], peak_bandwidth_gbps(device)
     kernel = get_paged_kernel(impl.kernel)
     # A kernel that cannot read cfg.kv_dtype was refused before (harness/job/impl_runner.py).
     quantized = is_quantized(cfg.kv_dtype)
     kv_elem = VALUE_BYTES if quantized else elem
     too_slow = kernel.interpreted and batch * shape[1] * context > INTERPRETER_MAX_WORK
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    q, pool = _inputs(batch, context, cfg.block_size, shape, ctx.dtype, device, gen)
+    q, pool = _inputs(batch, context, cfg.block_size, shape, job.dtype, device, gen)
     float_pool = pool
     if quantized:
         pool = _quantized(pool, cfg.kv_dtype, cfg.kv_scale)

@@ -19,7 +19,11 @@ from kvbench.harness.config import ImplConfig, SearchScenario
 from kvbench.harness.errors import ConfigError
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
+    from kvbench.harness.scenarios.compute import Compute
     from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.job_budget import JobBudget
+    from kvbench.harness.scenarios.job_run import JobRun
+    from kvbench.harness.scenarios.job_workload import JobWorkload
 
 
 @dataclass
@@ -33,47 +37,50 @@ class MaxConcurrencyScenario(SearchScenario):
 SCHEMA = MaxConcurrencyScenario
 
 
-def _probe_ctx(ctx: JobContext, b: int) -> JobContext:
-    cfg = copy.deepcopy(ctx.cfg)
+def _probe(job: JobRun, compute: Compute, b: int) -> JobContext:
+    from kvbench.harness.scenarios.context import probe
+
+    cfg = copy.deepcopy(job.cfg)
     cfg.batch = b
     cfg.workload.num_requests = b
     cfg.repeat = 1
-    return ctx.derive(cfg)
+    return probe(job, compute, cfg)
 
 
-def _passes(ctx: JobContext, impl: ImplConfig, b: int) -> bool:
+def _passes(job: JobRun, compute: Compute, impl: ImplConfig, b: int) -> bool:
     import torch
 
     from kvbench.harness.kv.budget import kv_budget
     from kvbench.harness.kv.factory import build_allocator
 
-    probe = _probe_ctx(ctx, b)
-    want = b * probe.cfg.workload.n
-    if ctx.cfg.scenario.probe == "capacity":
+    probe = _probe(job, compute, b)
+    cfg = probe.job.cfg
+    want = b * cfg.workload.n
+    if job.cfg.scenario.probe == "capacity":
         from kvbench.harness.serving.simulator import simulate
 
-        alloc = build_allocator(impl, probe.cfg, kv_budget(probe.cfg).kv_bytes)
-        sim = simulate(alloc, probe.requests, want, probe.cfg.max_num_batched_tokens, probe.cfg.model.vocab_size,
-                       probe.bytes_per_token)
+        alloc = build_allocator(impl, cfg, kv_budget(cfg).kv_bytes)
+        sim = simulate(alloc, probe.workload.requests, want, cfg.max_num_batched_tokens, cfg.model.vocab_size,
+                       probe.job.bytes_per_token)
         return not sim.preemptions and not sim.rejected and sim.peak_running == want
     from kvbench.harness.scenarios import decode
 
     try:
-        (row,) = decode.measure(probe, impl, warmup=0)
+        (row,) = probe.call(decode.measure, impl, warmup=0)
     except (torch.OutOfMemoryError, ConfigError):
         return False
     finally:
-        probe.tokens.clear()
+        probe.out.tokens.clear()
     return not row["preemptions"] and not row["rejected"] and row["peak_concurrency"] == want
 
 
-def search(ctx: JobContext, impl: ImplConfig, limit: int) -> tuple[int, int]:
+def search(job: JobRun, compute: Compute, impl: ImplConfig, limit: int) -> tuple[int, int]:
     """(largest passing batch, number of probes): grow by doubling, then bisect."""
     probes, good, bad = 0, 0, None
     b = 1
     while b <= limit:
         probes += 1
-        if not _passes(ctx, impl, b):
+        if not _passes(job, compute, impl, b):
             bad = b
             break
         good, b = b, b * 2
@@ -82,34 +89,31 @@ def search(ctx: JobContext, impl: ImplConfig, limit: int) -> tuple[int, int]:
     while bad - good > 1:
         mid = (good + bad) // 2
         probes += 1
-        if _passes(ctx, impl, mid):
+        if _passes(job, compute, impl, mid):
             good = mid
         else:
             bad = mid
     return good, probes
 
 
-def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget, impl: ImplConfig) -> list[dict]:
     from kvbench.harness.kv.budget import kv_budget
     from kvbench.harness.kv.factory import analytic_max_concurrency
 
-    cfg = ctx.cfg
+    cfg = job.cfg
     limit = int(cfg.scenario.search_limit)
     # cpu_compile: decided and compiled once, for this run's workload, before the first probe (which keeps it).
-    mode = ctx.decode_mode_columns() if cfg.scenario.probe == "decode" else {}
-    found, probes = search(ctx, impl, limit)
-    budget = kv_budget(cfg) if cfg.scenario.probe == "capacity" or ctx.device.type == "cpu" else ctx.kv_budget()
-    tokens = round(statistics.mean(r.total_len for r in ctx.requests))
+    mode = compute.decode_mode_columns() if cfg.scenario.probe == "decode" else {}
+    found, probes = search(job, compute, impl, limit)
+    kv = kv_budget(cfg) if cfg.scenario.probe == "capacity" or job.device.type == "cpu" else budget.measured()
+    tokens = round(statistics.mean(r.total_len for r in workload.requests))
     return [{
         "status": "ok",
         "notes": f"probe={cfg.scenario.probe}" + (
             f"; reached scenario.search_limit={limit}" if found >= limit else ""),
         "max_concurrency": found,
-        "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, tokens),
+        "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, kv.kv_bytes, tokens),
         "probes": probes,
-        "budget_kv_bytes": budget.kv_bytes,
+        "budget_kv_bytes": kv.kv_bytes,
         **mode,
     }]
-
-
-

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from kvbench.harness.config import ImplConfig, SearchScenario
-from kvbench.harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
-    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.compute import Compute
+    from kvbench.harness.scenarios.job_run import JobRun
+    from kvbench.harness.scenarios.outputs import Outputs
 
 
 @dataclass
@@ -75,44 +76,46 @@ def search_rate(passes: Callable[[float], bool], start: float, limit: float, tol
     return good, probes
 
 
-def _probe(ctx: JobContext, impl: ImplConfig, rate: float, first: bool) -> dict:
-    cfg = copy.deepcopy(ctx.cfg)
+def _probe(job: JobRun, compute: Compute, impl: ImplConfig, rate: float, first: bool) -> dict:
+    from kvbench.harness.scenarios.context import probe
+
+    cfg = copy.deepcopy(job.cfg)
     cfg.arrival.rate = rate
     cfg.repeat = 1
-    probe = ctx.derive(cfg)
+    at_rate = probe(job, compute, cfg)
     if cfg.scenario.probe == "capacity":  # the simulated clock (gpu=NAME): bookkeeping at full scale
         from kvbench.harness.scenarios.capacity import simulated_row
 
-        return simulated_row(probe, impl)
+        return at_rate.call(simulated_row, impl)
     from kvbench.harness.scenarios import decode
 
     # kernels and caches are warm after the first probe
-    (row,) = decode.measure(probe, impl, warmup=cfg.scenario.warmup if first else 0)
+    (row,) = at_rate.call(decode.measure, impl, warmup=cfg.scenario.warmup if first else 0)
     return row
 
 
-def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+def run(job: JobRun, compute: Compute, out: Outputs, impl: ImplConfig) -> list[dict]:
     import pandas as pd
 
     from kvbench.harness.serving.service_metrics import slo_label
     from kvbench.harness.serving.timeline import append_table
 
-    sc = ctx.cfg.scenario
+    sc = job.cfg.scenario
     listed: list[dict] = []
     mode: dict = {}
     if sc.probe == "decode":
         # cuda_graph=true: built (captured on a GPU) by reading them, once, here; every probe keeps the
-        # batch, so JobContext.derive hands them on instead of each probe capturing its own.
-        ctx.decode_pieces
-        mode = ctx.decode_mode_columns()  # cpu_compile: compiled once here, likewise kept by every probe
+        # batch, so each probe's compute shares them (Compute.shared_with) instead of capturing its own.
+        compute.decode_pieces
+        mode = compute.decode_mode_columns()  # cpu_compile: compiled once here, likewise kept by every probe
 
     def passes(rate: float) -> bool:
-        row = _probe(ctx, impl, rate, first=not listed)
-        listed.append(probe_record(impl.name, run_id(ctx.run_dir), rate, row))
+        row = _probe(job, compute, impl, rate, first=not listed)
+        listed.append(probe_record(impl.name, job.run_id, rate, row))
         return bool(row.get("slo_pass"))
 
     found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
-    append_table(ctx.tables, "rate_probes", pd.DataFrame(listed))
+    append_table(out.tables, "rate_probes", pd.DataFrame(listed))
     best = next((p for p in listed if p["rate_rps"] == found and p["slo_pass"]), {})
     notes = [f"probe={sc.probe}; {probes} probes"]
     if found >= sc.search_limit:
@@ -122,8 +125,8 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     return [{
         "status": "ok",
         "notes": "; ".join(notes),
-        "arrival": ctx.cfg.arrival.name,
-        "slo": slo_label(ctx.cfg.slo),
+        "arrival": job.cfg.arrival.name,
+        "slo": slo_label(job.cfg.slo),
         "clock": "simulated" if sc.probe == "capacity" else "wall",
         "gpu": best.get("gpu"),
         "max_rate_rps": found,

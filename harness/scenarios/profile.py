@@ -34,11 +34,13 @@ from typing import TYPE_CHECKING, Callable, List
 
 from kvbench.harness.config import ImplConfig, ScenarioConfig
 from kvbench.harness.errors import ConfigError
-from kvbench.harness.results import run_id
 from kvbench.harness.scenarios.profile_grid import GridSampler, grid_batches, grid_contexts, grid_prefill, profile_grid
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
-    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.compute import Compute
+    from kvbench.harness.scenarios.job_run import JobRun
+    from kvbench.harness.scenarios.job_workload import JobWorkload
+    from kvbench.harness.scenarios.outputs import Outputs
     from kvbench.harness.serving.profile_table import Provenance
     from kvbench.harness.serving.profiled_clock import ProfilePoints
 
@@ -80,8 +82,8 @@ class ProfileScenario(ScenarioConfig):
 SCHEMA = ProfileScenario
 
 
-def check(ctx: JobContext) -> None:
-    cfg, sc = ctx.cfg, ctx.cfg.scenario
+def check(job: JobRun) -> None:
+    cfg, sc = job.cfg, job.cfg.scenario
     if sc.prefill_samples < 1:
         raise ConfigError(f"scenario.prefill_samples={sc.prefill_samples} must be >= 1")
     if sc.passes < 1:
@@ -148,16 +150,16 @@ def points_of(rows: list[dict]) -> ProfilePoints:
                          tuple((r["tokens"], r["seconds"]) for r in rows if r["kind"] == "prefill"))
 
 
-def made_by(ctx: JobContext, impl: ImplConfig) -> Provenance:
+def made_by(job: JobRun, impl: ImplConfig) -> Provenance:
     """What measures this job's profile of ``impl``, as its table records it: a run of other settings that
     reads the table is refused, naming them (harness/serving/clocks.py)."""
     from kvbench.harness.serving.profile_table import provenance_of
 
-    fp = ctx.fingerprint
-    return provenance_of(ctx.cfg, impl.kernel, fp.device_slug, fp.gpu_name or fp.cpu_name, fp.git_sha)
+    fp = job.fingerprint
+    return provenance_of(job.cfg, impl.kernel, fp.device_slug, fp.gpu_name or fp.cpu_name, fp.git_sha)
 
 
-def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: float,
+def _simulated(job: JobRun, compute: Compute, impl: ImplConfig, points: ProfilePoints, rate: float,
                chunked_budget: int | None = None) -> dict:
     """The job's workload at ``rate`` on the profiled clock, as a capacity run prices it; with
     ``chunked_budget``, scheduled with chunked prefill under that many tokens a step."""
@@ -165,27 +167,28 @@ def _simulated(ctx: JobContext, impl: ImplConfig, points: ProfilePoints, rate: f
     from kvbench.harness.scenarios.wall_check import at_rate, probe_identifiers
     from kvbench.harness.serving.profiled_clock import ProfiledClock
 
-    probe = at_rate(ctx, rate, chunked_budget)
+    probe = at_rate(job, compute, rate, chunked_budget)
     clock = ProfiledClock(points)
-    return {**simulated_row(probe, impl, clock=clock, source=clock.id), **probe_identifiers(probe, impl)}
+    return {**probe.call(simulated_row, impl, clock=clock, source=clock.id), **probe_identifiers(probe, impl)}
 
 
-def recheck(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+def recheck(job: JobRun, workload: JobWorkload, compute: Compute, impl: ImplConfig) -> list[dict]:
     """Part of a one-pass profile timed again at a validating job's end, for its drift: every context at the
     middle batch of the grid, and the second smallest prefill point (a few seconds at tiny scale); the
     prompts are the first pass's."""
-    batches, contexts, prefill = profile_grid(ctx.cfg, ctx.model.gemm_row_breaks())
-    sampler = GridSampler(ctx, impl, ([batches[len(batches) // 2]], contexts, prefill[1:2] or prefill))
+    batches, contexts, prefill = profile_grid(job.cfg, compute.model.gemm_row_breaks())
+    grid = ([batches[len(batches) // 2]], contexts, prefill[1:2] or prefill)
+    sampler = GridSampler(job, workload, compute, impl, grid)
     sampler.measure_pass()
     return sampler.rows()
 
 
-def _probed(ctx: JobContext, measure: Callable[[], None], seen: list) -> Callable[[], None]:
+def _probed(job: JobRun, measure: Callable[[], None], seen: list) -> Callable[[], None]:
     """``measure`` with the CPU it got recorded in ``seen`` (harness/measure/contention.py), on a CPU."""
     from kvbench.harness.measure.contention import probe_for
 
     def run() -> None:
-        probe = probe_for(ctx.device.type)
+        probe = probe_for(job.device.type)
         if probe is None:
             return measure()
         with probe:
@@ -195,7 +198,7 @@ def _probed(ctx: JobContext, measure: Callable[[], None], seen: list) -> Callabl
     return run
 
 
-def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
+def run(job: JobRun, workload: JobWorkload, compute: Compute, out: Outputs, impl: ImplConfig) -> list[dict]:
     from kvbench.harness.measure.contention import with_contention
     import pandas as pd
 
@@ -206,54 +209,54 @@ def run(ctx: JobContext, impl: ImplConfig) -> list[dict]:
     from kvbench.harness.serving.service_metrics import slo_label
     from kvbench.harness.serving.timeline import append_table
 
-    check(ctx)
-    sc = ctx.cfg.scenario
-    sampler = GridSampler(ctx, impl, profile_grid(ctx.cfg, ctx.model.gemm_row_breaks()))
+    check(job)
+    sc = job.cfg.scenario
+    sampler = GridSampler(job, workload, compute, impl, profile_grid(job.cfg, compute.model.gemm_row_breaks()))
     sampler.warm_up(sc.warmup)
     runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
-    walls = WallRuns(ctx, impl, runs, sc.max_rate)
+    walls = WallRuns(job, compute, out, impl, runs, sc.max_rate)
     # With wall=true the profile's later passes are spread over the wall runs, so that the profile samples the
     # machine over the minutes they do (on the 2-core CPU machines its speed moved 5-15% within a job's few
     # minutes, with no other process in sight).
     tasks = walls.tasks() if sc.wall else []
     seen: list = []  # the CPU each pass got
-    measure_pass = _probed(ctx, sampler.measure_pass, seen)
+    measure_pass = _probed(job, sampler.measure_pass, seen)
     measure_pass()
     interleaved(tasks, sc.passes - 1, measure_pass)
     rows = sampler.rows()
-    append_table(ctx.tables, "profile", profile_frame(rows, made_by(ctx, impl)))
+    append_table(out.tables, "profile", profile_frame(rows, made_by(job, impl)))
     points = points_of(rows)
     pid = profile_id(points)
     spread = f"; measured in {sc.passes} passes spread over the wall runs" if tasks and sc.passes > 1 else ""
     summary = {"status": "ok", "clock_source": pid, "probes": len(rows), **attention_shares(rows),
                "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points{spread}; "
-                        f"clock_profile={run_id(ctx.run_dir)} prices a simulated run from them"}
+                        f"clock_profile={job.run_id} prices a simulated run from them"}
     if seen:  # the pass whose CPU was the most contended speaks for the profile
         summary = with_contention(summary, max(seen, key=lambda c: (c.contended, c.others_cpu or 0.0)))
-    out = [summary]
+    result = [summary]
     for frame in walls.steps:  # each wall step beside its price on the whole profile
-        append_table(ctx.tables, "steps", priced(frame, ProfiledClock(points)))
+        append_table(out.tables, "steps", priced(frame, ProfiledClock(points)))
     for i, (rate, budget) in enumerate(runs):  # each rate on both clocks, the wall row first
         if i in walls.rows:
-            out.append(walls.rows[i])
-        out.append(_simulated(ctx, impl, points, rate, budget))
+            result.append(walls.rows[i])
+        result.append(_simulated(job, compute, impl, points, rate, budget))
     if sc.max_rate:
         # Both searches' probes in the job's rate_probes table, told apart by ``clock``: where the two
         # clocks' verdicts part, and by how much normalized latency.
         if walls.searched is not None:
-            out.append(walls.searched)
+            result.append(walls.searched)
 
         def passes(rate: float) -> bool:
-            row = _simulated(ctx, impl, points, rate)
-            walls.listed.append(probe_record(impl.name, run_id(ctx.run_dir), rate, row, "simulated"))
+            row = _simulated(job, compute, impl, points, rate)
+            walls.listed.append(probe_record(impl.name, job.run_id, rate, row, "simulated"))
             return bool(row.get("slo_pass"))
 
         found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
-        append_table(ctx.tables, "rate_probes", pd.DataFrame(walls.listed))
-        out.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": ctx.cfg.arrival.name,
-                    "slo": slo_label(ctx.cfg.slo), "max_rate_rps": found, "probes": probes,
-                    "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})
+        append_table(out.tables, "rate_probes", pd.DataFrame(walls.listed))
+        result.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": job.cfg.arrival.name,
+                       "slo": slo_label(job.cfg.slo), "max_rate_rps": found, "probes": probes,
+                       "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})
     if sc.wall:  # how far the machine moved while the wall runs ran: the last pass against the first
-        last = sampler.rows(slice(-1, None)) if len(sampler.passes) > 1 else recheck(ctx, impl)
+        last = sampler.rows(slice(-1, None)) if len(sampler.passes) > 1 else recheck(job, workload, compute, impl)
         summary["profile_drift"] = drift(sampler.rows(slice(0, 1)), last)
-    return out
+    return result

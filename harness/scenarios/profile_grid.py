@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 from kvbench.harness.config import ImplConfig
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
-    from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.compute import Compute
+    from kvbench.harness.scenarios.job_run import JobRun
+    from kvbench.harness.scenarios.job_workload import JobWorkload
 
 MIN_CONTEXT = 16
 
@@ -64,14 +66,15 @@ def grid_prefill(sc: GridKeys, max_num_batched_tokens: int) -> list[int]:
     return out + [top]
 
 
-def _prompts(ctx: JobContext, count: int, length: int, salt: int) -> list[tuple[int, ...]]:
+def _prompts(job: JobRun, count: int, length: int, salt: int) -> list[tuple[int, ...]]:
     import numpy as np
 
-    rng = np.random.default_rng([ctx.cfg.seed, length, count, salt])
-    return [tuple(int(t) for t in rng.integers(0, ctx.cfg.model.vocab_size, length)) for _ in range(count)]
+    rng = np.random.default_rng([job.cfg.seed, length, count, salt])
+    return [tuple(int(t) for t in rng.integers(0, job.cfg.model.vocab_size, length)) for _ in range(count)]
 
 
-def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], output_len: int, batch: int):
+def _serve(job: JobRun, compute: Compute, impl: ImplConfig, prompts: list[tuple[int, ...]], output_len: int,
+           batch: int):
     """The engine's records of serving ``prompts`` at once, each for ``output_len`` tokens: (kind, tokens,
     seconds, attention seconds) per step, timed from the end of the step before (the first from the run's
     start); the last is the part of the step the cache spent attending (harness/measure/attention_timer.py)."""
@@ -82,13 +85,13 @@ def _serve(ctx: JobContext, impl: ImplConfig, prompts: list[tuple[int, ...]], ou
     from kvbench.harness.serving.engine import Engine
     from kvbench.harness.serving.workload import Request
 
-    cfg = copy.deepcopy(ctx.cfg)
+    cfg = copy.deepcopy(job.cfg)
     cfg.batch = batch
     longest = max(len(p) for p in prompts) + output_len
     slots = len(prompts) * (math.ceil(max(cfg.max_seq_len, longest) / cfg.block_size) + 1) * cfg.block_size
-    cache = build_cache(impl, cfg, int(slots * ctx.bytes_per_token * 1.1), ctx.device)  # nothing is preempted
-    engine = Engine(ctx.model, cache, batch, cfg.max_num_batched_tokens, sync=ctx.sync)
-    timer = AttentionTimer(ctx.device)
+    cache = build_cache(impl, cfg, int(slots * job.bytes_per_token * 1.1), job.device)  # nothing is preempted
+    engine = Engine(compute.model, cache, batch, cfg.max_num_batched_tokens, sync=compute.sync)
+    timer = AttentionTimer(job.device)
     timer.wrap(cache)  # after the engine's warm-up of the cache: only the steps' own calls are timed
     result = engine.run([Request(i, p, output_len, 1) for i, p in enumerate(prompts)])
     if result.preemptions or result.rejected:
@@ -117,35 +120,37 @@ class GridSampler:
     freshly allocated memory was first touched, 10-30% slow. A validating job spreads its passes over its
     wall runs (``run``), so that the profile samples the machine over the minutes they do."""
 
-    def __init__(self, ctx: JobContext, impl: ImplConfig, grid: tuple[list[int], list[int], list[int]]) -> None:
+    def __init__(self, job: JobRun, workload: JobWorkload, compute: Compute, impl: ImplConfig,
+                 grid: tuple[list[int], list[int], list[int]]) -> None:
         batches, contexts, prefill = grid
-        self.ctx, self.impl = ctx, impl
+        self.job, self.compute, self.impl = job, compute, impl
         self.keys: list[Key] = [("decode", b, c) for b in batches for c in contexts] + [("prefill", t, 0) for t in prefill]
         self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []
-        self._prompt_len = prefill_prompt_len(ctx)
+        self._prompt_len = prefill_prompt_len(job, workload)
 
     def warm_up(self, times: int) -> None:
         """Untimed serving of the smallest decode point (kernels compiled, caches warm)."""
         _, batch, context = self.keys[0]
         for _ in range(times):
-            _serve(self.ctx, self.impl, _prompts(self.ctx, batch, context, 999_999), 3, batch)
+            _serve(self.job, self.compute, self.impl, _prompts(self.job, batch, context, 999_999), 3, batch)
 
     def measure_pass(self) -> None:
-        ctx, impl, sc, n = self.ctx, self.impl, self.ctx.cfg.scenario, len(self.passes)
-        repeats = max(1, ctx.cfg.repeat)
+        job, compute, impl, n = self.job, self.compute, self.impl, len(self.passes)
+        sc = job.cfg.scenario
+        repeats = max(1, job.cfg.repeat)
         got: dict[Key, tuple[list[float], list[float]]] = {}
         for key in self.keys if n % 2 == 0 else reversed(self.keys):
             seconds, attention = got[key] = ([], [])
             if key[0] == "decode":
                 for rep in range(repeats):
-                    steps = _serve(ctx, impl, _prompts(ctx, key[1], key[2], n * repeats + rep), sc.decode_steps + 1,
-                                   key[1])
+                    steps = _serve(job, compute, impl, _prompts(job, key[1], key[2], n * repeats + rep),
+                                   sc.decode_steps + 1, key[1])
                     seconds += [s for kind, _, s, _ in steps if kind == "decode"]
                     attention += [a for kind, _, _, a in steps if kind == "decode"]
             else:
                 for rep in range(repeats * sc.prefill_samples):
                     salt = 1000 * (n * repeats * sc.prefill_samples + rep)
-                    for s, a in _prefill_forward(ctx, impl, key[1], self._prompt_len, salt):
+                    for s, a in _prefill_forward(job, compute, impl, key[1], self._prompt_len, salt):
                         seconds.append(s)
                         attention.append(a)
         self.passes.append(got)
@@ -154,7 +159,7 @@ class GridSampler:
         """The profile table's rows from the samples of ``passes`` (all of them by default)."""
         from kvbench.harness.serving.profile_table import point
 
-        decode_steps = self.ctx.cfg.scenario.decode_steps
+        decode_steps = self.job.cfg.scenario.decode_steps
         rows = []
         for key in self.keys:
             seconds = [s for got in self.passes[passes] for s in got[key][0]]
@@ -171,12 +176,13 @@ class GridSampler:
         return rows
 
 
-def _prefill_forward(ctx: JobContext, impl: ImplConfig, tokens: int, prompt_len: int, salt: int) -> list[tuple]:
+def _prefill_forward(job: JobRun, compute: Compute, impl: ImplConfig, tokens: int, prompt_len: int,
+                     salt: int) -> list[tuple]:
     """(seconds, attention seconds) of one prefill forward of ``tokens`` prompt tokens, in prompts of
     ``prompt_len`` (the last one shorter); empty if the engine split them over several forwards."""
     sizes = [prompt_len] * (tokens // prompt_len) + ([tokens % prompt_len] if tokens % prompt_len else [])
-    prompts = [p for i, size in enumerate(sizes) for p in _prompts(ctx, 1, size, salt + i)]
-    return [(s, a) for kind, computed, s, a in _serve(ctx, impl, prompts, 1, len(prompts))
+    prompts = [p for i, size in enumerate(sizes) for p in _prompts(job, 1, size, salt + i)]
+    return [(s, a) for kind, computed, s, a in _serve(job, compute, impl, prompts, 1, len(prompts))
             if kind == "prefill" and computed == tokens]
 
 
@@ -195,13 +201,13 @@ def profile_grid(cfg, breaks: Sequence[int] = ()) -> tuple[list[int], list[int],
     return batches, grid_contexts(sc, cfg.max_seq_len), prefill
 
 
-def prefill_prompt_len(ctx: JobContext) -> int:
+def prefill_prompt_len(job: JobRun, workload: JobWorkload) -> int:
     """The prompt length prefill points are made of: the workload's mean, within the context (room
     for the one token a prefill generates)."""
     import statistics
 
-    top = ctx.cfg.max_seq_len - 2
-    requests = ctx.requests
+    top = job.cfg.max_seq_len - 2
+    requests = workload.requests
     if not requests:
         return top
     return max(1, min(top, round(statistics.mean(len(r.prompt_ids) for r in requests))))

@@ -24,25 +24,30 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from kvbench.harness.config import ImplConfig
-from kvbench.harness.results import run_id
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     import pandas as pd
 
+    from kvbench.harness.scenarios.compute import Compute
     from kvbench.harness.scenarios.context import JobContext
+    from kvbench.harness.scenarios.job_run import JobRun
+    from kvbench.harness.scenarios.outputs import Outputs
 
 WALL_NOTE = "served on the wall clock by scenario=profile's validation, in the profile's process"
 
 
-def at_rate(ctx: JobContext, rate: float, chunked_budget: int | None = None, tables: bool = True) -> JobContext:
-    """A probe context serving the job's workload at ``rate`` (its arrival times); with ``chunked_budget``,
+def at_rate(job: JobRun, compute: Compute, rate: float, chunked_budget: int | None = None,
+            tables: bool = True) -> JobContext:
+    """A probe's pieces serving the job's workload at ``rate`` (its arrival times); with ``chunked_budget``,
     scheduled with chunked prefill under that many tokens a step. The built model is shared."""
-    cfg = copy.deepcopy(ctx.cfg)
+    from kvbench.harness.scenarios.context import probe
+
+    cfg = copy.deepcopy(job.cfg)
     cfg.arrival.rate = rate
     if chunked_budget is not None:
         cfg.chunked_prefill, cfg.max_num_batched_tokens = True, chunked_budget
     cfg.timeline_tables = cfg.timeline_tables and tables
-    return ctx.derive(cfg)
+    return probe(job, compute, cfg)
 
 
 def probe_identifiers(probe: JobContext, impl: ImplConfig) -> dict:
@@ -65,8 +70,8 @@ def priced(steps: pd.DataFrame, clock) -> pd.DataFrame:
                                  zip(steps["kind"], steps["batch"], steps["tokens"], steps["kv_tokens_read"])])
 
 
-def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int | None = None,
-             warmup: int = 0) -> tuple[dict, pd.DataFrame | None]:
+def wall_row(job: JobRun, compute: Compute, out: Outputs, impl: ImplConfig, rate: float,
+             chunked_budget: int | None = None, warmup: int = 0) -> tuple[dict, pd.DataFrame | None]:
     """The job's workload served at ``rate`` on the wall clock: scenario=decode's row, and its steps table
     with the rate and scheduling that tell it apart (for ``priced`` once the job's profile is whole; None when
     the run keeps no timeline tables, ``timeline_tables=false``). Its requests table goes into the job's, told
@@ -74,18 +79,18 @@ def wall_row(ctx: JobContext, impl: ImplConfig, rate: float, chunked_budget: int
     from kvbench.harness.scenarios import decode
     from kvbench.harness.serving.timeline import append_table
 
-    probe = at_rate(ctx, rate, chunked_budget)
-    (row,) = decode.measure(probe, impl, warmup)
-    told = {"request_rate": rate, "chunked_prefill": probe.cfg.chunked_prefill}
-    for name, frame in probe.tables.items():
+    probe = at_rate(job, compute, rate, chunked_budget)
+    (row,) = probe.call(decode.measure, impl, warmup=warmup)
+    told = {"request_rate": rate, "chunked_prefill": probe.job.cfg.chunked_prefill}
+    for name, frame in probe.out.tables.items():
         if name != "steps":
-            append_table(ctx.tables, name, frame.assign(**told))
-    steps = probe.tables.get("steps")
+            append_table(out.tables, name, frame.assign(**told))
+    steps = probe.out.tables.get("steps")
     notes = " | ".join(n for n in (WALL_NOTE, row.get("notes")) if n)
     return {**row, **probe_identifiers(probe, impl), "notes": notes}, (None if steps is None else steps.assign(**told))
 
 
-def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, dict] | None = None,
+def wall_max_rate(job: JobRun, compute: Compute, impl: ImplConfig, served: dict[float, dict] | None = None,
                   listed: list[dict] | None = None) -> dict:
     """The largest rate within the SLO on the wall clock, searched as scenario=max_rate does (no steps
     or requests tables; each probe goes into ``listed``, the job's ``rate_probes``, with ``clock=wall``).
@@ -98,7 +103,7 @@ def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, dict] |
     from kvbench.harness.scenarios.max_rate import probe_record, search_rate
     from kvbench.harness.serving.service_metrics import slo_label
 
-    sc = ctx.cfg.scenario
+    sc = job.cfg.scenario
     known = dict(served or {})
     reused = 0
 
@@ -108,14 +113,14 @@ def wall_max_rate(ctx: JobContext, impl: ImplConfig, served: dict[float, dict] |
             reused += 1
             row = known[rate]
         else:
-            (row,) = decode.measure(at_rate(ctx, rate, tables=False), impl, warmup=0)
+            (row,) = at_rate(job, compute, rate, tables=False).call(decode.measure, impl, warmup=0)
         if listed is not None:
-            listed.append(probe_record(impl.name, run_id(ctx.run_dir), rate, row, "wall"))
+            listed.append(probe_record(impl.name, job.run_id, rate, row, "wall"))
         return bool(row.get("slo_pass"))
 
     found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
     taken = f" ({reused} of them the rows served above at those rates)" if reused else ""
-    return {"status": "ok", "clock": "wall", "arrival": ctx.cfg.arrival.name, "slo": slo_label(ctx.cfg.slo),
+    return {"status": "ok", "clock": "wall", "arrival": job.cfg.arrival.name, "slo": slo_label(job.cfg.slo),
             "max_rate_rps": found, "probes": probes, "request_rate": found or None,
             "notes": f"max rate within the SLO on the wall clock; {probes} probes{taken} | {WALL_NOTE}"}
 
@@ -127,7 +132,9 @@ class WallRuns:
     each rate's row, their steps tables (to be ``priced`` once the profile is whole), the search's row, and its
     probes in ``listed`` (the job's rate_probes table, which the simulated search adds to)."""
 
-    ctx: JobContext
+    job: JobRun
+    compute: Compute
+    out: Outputs  # the job's: each rate's requests table goes into it
     impl: ImplConfig
     runs: list[tuple[float, int | None]]
     search: bool
@@ -144,7 +151,7 @@ class WallRuns:
 
     def _serve(self, i: int) -> None:
         rate, budget = self.runs[i]
-        row, frame = wall_row(self.ctx, self.impl, rate, budget, warmup=int(i == 0))
+        row, frame = wall_row(self.job, self.compute, self.out, self.impl, rate, budget, warmup=int(i == 0))
         self.rows[i] = row
         if frame is not None:
             self.steps.append(frame)
@@ -152,7 +159,7 @@ class WallRuns:
             self.served[float(rate)] = row
 
     def _search(self) -> None:
-        self.searched = wall_max_rate(self.ctx, self.impl, self.served, self.listed)
+        self.searched = wall_max_rate(self.job, self.compute, self.impl, self.served, self.listed)
 
 
 def drift(before: list[dict], after: list[dict]) -> float | None:

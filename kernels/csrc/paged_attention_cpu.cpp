@@ -189,6 +189,7 @@ KVBENCH_INLINE void prefetch_row(const T* row, int64_t n) {
 
 struct Geometry {
   int64_t batch, heads, kv_heads, group, head_dim, block_size, width, kv_per_task, tasks_per_seq;
+  int64_t window;  // a sliding window in tokens (keys before ctx - window are not read); <= 0: none
   int64_t q_sb, q_sh, out_sb, out_sh, c_sb, c_st, c_sh;
 };
 
@@ -205,7 +206,9 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const C* 
   std::vector<float> scores, qf(max_rows * D), acc(max_rows * D), row(D), inv_sum(max_rows);
   for (int64_t task = begin; task < end; ++task) {
     const int64_t b = task / g.tasks_per_seq, h0 = (task % g.tasks_per_seq) * g.kv_per_task;
-    const int64_t nh = std::min(g.kv_per_task, g.kv_heads - h0), rows = nh * G, ctx = lens[b];
+    const int64_t nh = std::min(g.kv_per_task, g.kv_heads - h0), rows = nh * G, end = lens[b];
+    // Keys [first, end): a sliding window starts the loops at its first key, so it reads at most `window` rows.
+    const int64_t first = g.window > 0 ? std::max<int64_t>(end - g.window, 0) : 0, ctx = end - first;
     const int32_t* table = tables + b * g.width;
     // Query heads h0*G .. (h0+nh)*G - 1 read kv heads h0 .. h0+nh-1: one contiguous range.
     T* out_rows = out + b * g.out_sb + h0 * G * g.out_sh;
@@ -217,13 +220,15 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const C* 
     const T* q_rows = q + b * g.q_sb + h0 * G * g.q_sh;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < D; ++d) qf[r * D + d] = static_cast<float>(q_rows[r * g.q_sh + d]) * scale;
-    auto token_offset = [&](int64_t t) {
+    auto token_offset = [&](int64_t i) {  // the i-th key read, at position first + i
+      const int64_t t = first + i;
       return table[t / g.block_size] * g.c_sb + (t % g.block_size) * g.c_st + h0 * g.c_sh;
     };
     const int64_t span = (nh - 1) * g.c_sh + D;  // elements from the first kv head's row to the last's end
     // A row's scale: the layer's, or its (block, token, kv head)'s.
-    auto row_scale = [&](const float* s, int64_t t, int64_t hh) {
+    auto row_scale = [&](const float* s, int64_t i, int64_t hh) {
       if (!qs.dynamic) return s[0];
+      const int64_t t = first + i;
       return s[(static_cast<int64_t>(table[t / g.block_size]) * g.block_size + t % g.block_size) * g.kv_heads + h0 +
                hh];
     };
@@ -277,8 +282,9 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const C* 
 void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                     at::Tensor& out, const std::optional<at::Tensor>& k_scale,
-                                    const std::optional<at::Tensor>& v_scale) {
+                                    const std::optional<at::Tensor>& v_scale, int64_t window) {
   Geometry g{};
+  g.window = window;
   g.batch = q.size(0);
   g.heads = q.size(1);
   g.head_dim = q.size(2);
@@ -306,7 +312,8 @@ void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cac
   for (int64_t b = 0; b < g.batch; ++b) {
     TORCH_CHECK(lens[b] >= 0 && lens[b] <= g.width * g.block_size, "kvbench.paged_decode_attention: context_lens[",
                 b, "] = ", lens[b], " is outside [0, ", g.width * g.block_size, "] (block table width x block_size)");
-    for (int64_t i = 0; i < (lens[b] + g.block_size - 1) / g.block_size; ++i) {
+    const int64_t first = window > 0 ? std::max<int64_t>(lens[b] - window, 0) : 0;  // the blocks read
+    for (int64_t i = first / g.block_size; i < (lens[b] + g.block_size - 1) / g.block_size; ++i) {
       const int32_t block = tables[b * g.width + i];
       TORCH_CHECK(block >= 0 && block < num_blocks, "kvbench.paged_decode_attention: block_tables[", b, ", ", i,
                   "] = ", block, " is outside [0, ", num_blocks, ")");

@@ -21,11 +21,17 @@ struct DecodeParams {
   const float* k_scale;  // a quantized cache's (kv_quant.h scale_mode); null for a float cache
   const float* v_scale;
   int scale_mode, kv_heads;
+  int window;  // a sliding window in tokens: keys before ctx - window masked, whole blocks before it skipped; 0: none
   int num_heads, group, head_tiles, log2_block_size, max_context, partition, max_partitions;
   int64_t q_stride_b, q_stride_h, out_stride_b, out_stride_h;
   int64_t cache_stride_block, cache_stride_token, cache_stride_head, bt_stride;
   float scale;
 };
+
+// A sliding window's first key of a context of ctx tokens (transformers' kv_idx > q_idx - window); 0 without one.
+__device__ __forceinline__ int window_first(const DecodeParams& p, int ctx) {
+  return p.window > 0 ? max(ctx - p.window, 0) : 0;
+}
 
 // How a block streams K and V through shared memory: tiles of kRows token rows, kStages
 // of them in a ring filled by cp.async, so each block has (kStages - 1) tiles (up to
@@ -80,7 +86,9 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
   const bool split = p.part_out != nullptr;
   // Clamped so a bad length cannot read past the block table (the CPU op raises instead).
   const int ctx = min(p.context_lens[seq], p.max_context);
-  const int start = part * p.partition;
+  // A window's first key lo; the partitions tile [lo's block start, ctx): the blocks before it are never read.
+  const int lo = window_first(p, ctx);
+  const int start = ((lo >> p.log2_block_size) << p.log2_block_size) + part * p.partition;
   T* out = static_cast<T*>(p.out) + seq * p.out_stride_b + head0 * p.out_stride_h;
   if (ctx <= 0) {  // nothing to attend to: zeros, not 0/0
     if (!split && part == 0)
@@ -187,6 +195,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
         if (r < TL::kRows && row0 + r < n && lane_in_row == 0) {
           float score = s[u];
           if constexpr (kQuant) score *= row_scale(p.k_scale, row0 + r);
+          if (start + row0 + r < lo) score = -INFINITY;  // in the window's first block, before the window
           prob_s[g * p.partition + row0 + r] = score;
         }
       }
@@ -332,7 +341,8 @@ __global__ void __launch_bounds__(kNumThreads) merge_partitions_kernel(const Dec
     for (int d = tid; d < HEAD_DIM; d += kNumThreads) out[d] = from_float<T>(0.f);
     return;
   }
-  const int parts = (ctx + p.partition - 1) / p.partition;
+  const int first = (window_first(p, ctx) >> p.log2_block_size) << p.log2_block_size;  // as the decode's
+  const int parts = (ctx - first + p.partition - 1) / p.partition;
   KVB_DYNAMIC_SMEM(float, smem);
   float* weight_s = smem;  // [max_partitions]
   float* scratch = smem + p.max_partitions;

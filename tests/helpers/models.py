@@ -57,6 +57,16 @@ SIZE_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2-window": ("qwen2", dict(num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True,
                                    sliding_window=8, max_window_layers=1)),
 }
+# Sliding windows computed token for token (kernels/reference.py's window): a 24-token window under prompts and
+# generations longer than it; Qwen2/3 slide from max_window_layers on, so their layer 0 attends to everything.
+WINDOW_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    # head_dim 64: the smallest the Triton and CUDA kernels take (kernels/validate.py).
+    "mistral-sliding": ("mistral", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=24)),
+    "qwen2-sliding": ("qwen2", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=64, use_sliding_window=True,
+                                    sliding_window=24, max_window_layers=1)),
+    "qwen3-sliding": ("qwen3", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_hidden_layers=3,
+                                    use_sliding_window=True, sliding_window=24, max_window_layers=1)),
+}
 HF_CLASSES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
@@ -73,7 +83,7 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
     every logit ~0 and the comparison vacuous); norms random too, to catch swaps."""
     import transformers
 
-    arch, extra = {**HF_CASES, **SIZE_CASES}[case]
+    arch, extra = {**HF_CASES, **SIZE_CASES, **WINDOW_CASES}[case]
     config_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
     shape = dict(
         vocab_size=160,

@@ -101,7 +101,7 @@ def test_allocation_failures_are_oom_with_a_message():
 def test_memory_error_in_a_run_becomes_status_oom(compose, tmp_path, monkeypatch):
     import kvbench.harness.scenarios.capacity as capacity
 
-    def exhausted(ctx, impl):
+    def exhausted(job, impl):  # a scenario names the pieces it takes (harness/scenarios/context.py call)
         raise MemoryError()
 
     monkeypatch.setattr(capacity, "run", exhausted)

@@ -137,28 +137,6 @@ def test_cuda_graph_where_the_model_decodes_passes_the_scope_check(compose, over
         resolve(compose(["+impl=paged_torch", *TINY[:-1], *overrides, "device=cpu", "cuda_graph=true"]))
 
 
-def test_decode_scenario_runs_pieces_and_charges_their_memory(compose, tmp_path, monkeypatch):
-    """The scenario's path with cuda_graph on: pieces from the run context, their bytes out of the KV budget.
-    On CPU the pieces run eagerly (nothing is captured), so their memory is charged as a fixed test figure."""
-    def pieces(self):
-        if "pieces" not in self.memo:
-            self.memo["pieces"] = PiecewiseDecode(self.model, self.cfg.batch, capture=False)
-            self.memo["pieces"].pool_bytes = 1_000_000
-        return self.memo["pieces"]
-
-    common = ["+impl=paged_torch", *TINY, "device=cpu", "batch=4", "workload.num_requests=5",
-              "workload.prompt_len=20", "workload.output_len=6"]
-    (plain,), code = run_job(compose(common), tmp_path / "plain")
-    assert code == 0, plain.get("error")
-    monkeypatch.setattr(JobContext, "decode_pieces", property(pieces))
-    (row,), code = run_job(compose(common), tmp_path / "pieces")
-    assert code == 0, row.get("error")
-    assert row["output_digest"] == plain["output_digest"]
-    assert row["piecewise_steps"] == row["decode_steps"] > 0 and plain["piecewise_steps"] == 0
-    assert row["budget_graph_bytes"] == 1_000_000 and plain["budget_graph_bytes"] == 0
-    assert row["budget_kv_bytes"] == plain["budget_kv_bytes"] - 1_000_000
-
-
 def _graph_ctx(compose, tmp_path, *overrides: str) -> JobContext:
     """A resolved CPU run with cuda_graph switched on after resolve (on CPU the pieces run eagerly)."""
     cfg = resolve(compose(["+impl=paged_torch", *TINY[:-1], "device=cpu", *overrides]))
@@ -180,31 +158,6 @@ def test_a_probe_of_the_same_batch_shares_the_pieces_and_one_of_another_batch_ha
     own = ctx.derive(grown).decode_pieces
     assert own is not parent and (own.max_batch, parent.max_batch) == (8, 4)
     assert ctx.derive(grown).model is ctx.model  # the model is shared whatever the batch
-
-
-def test_max_rate_probes_replay_one_set_of_pieces(compose, tmp_path, monkeypatch):
-    from kvbench.harness.scenarios import max_rate
-
-    built, calls = [], []
-
-    class Counted(PiecewiseDecode):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            built.append(self)
-
-        def __call__(self, *args, **kwargs):
-            calls.append(self)
-            return super().__call__(*args, **kwargs)
-
-    monkeypatch.setattr("kvbench.harness.model.piecewise.PiecewiseDecode", Counted)
-    ctx = _graph_ctx(compose, tmp_path, "scenario=max_rate", "arrival=poisson", "slo.e2el_ms=100000", "batch=3",
-                     "workload.num_requests=3", "workload.prompt_len=8", "workload.output_len=3",
-                     "workload=fixed", "scenario.start_rps=64", "scenario.search_limit=256",
-                     "scenario.tolerance_rps=64", "scenario.warmup=0")
-    (row,) = max_rate.run(ctx, ctx.cfg.impl)
-    assert row["status"] == "ok" and row["probes"] >= 2
-    assert len(built) == 1 and built[0].max_batch == 3
-    assert calls and set(calls) == set(built)  # every probe's decode steps ran the one set
 
 
 # --- on a GPU: real captures ------------------------------------------------------------------
