@@ -57,11 +57,12 @@ def _variant(impl: str) -> str | None:
     return "contiguous" if impl == "contiguous" else ("paged" if is_paged(impl) else None)
 
 
-SETTING = ["scenario", "model", "workload", "max_seq_len", "budget_kv_bytes", "device_slug"]
+SETTING = ["scenario", "model", "workload", "max_seq_len", "budget_kv_bytes", "kv_manager", "device_slug"]
 
 
 def _settings(table: pd.DataFrame) -> list[pd.DataFrame]:
-    """Each concurrency setting's rows, best answer first: the budget bound every impl (no ``capped``), a
+    """Each concurrency setting's rows, best answer first: one that runs contiguous beside a paged cache (a setting
+    of paged caches alone says nothing of what paging buys), the budget bound every impl (no ``capped``), a
     search (``scenario=max_concurrency``) before the capacity simulation, the paper's model and workload first;
     the capacity simulation's rows, the same on every machine, once."""
     keys = [c for c in SETTING if c in table]
@@ -71,7 +72,7 @@ def _settings(table: pd.DataFrame) -> list[pd.DataFrame]:
 
     def rank(sub: pd.DataFrame) -> tuple:
         first = sub.iloc[0]
-        return (bool(sub["capped"].any()), first["scenario"] != "max_concurrency",
+        return (not (sub["impl"] == "contiguous").any(), bool(sub["capped"].any()), first["scenario"] != "max_concurrency",
                 (first["model"], first["workload"]) != (PAPER_MODEL, SEEDS_WORKLOAD))
     return sorted(groups, key=rank)
 
