@@ -29,22 +29,19 @@ def test_concat_keeps_every_row_in_order_across_column_sets():
 
 
 def test_published_text_metrics_survive_numeric():
-    """Every metric a published row writes as text (results/*/.../rows.parquet) is declared text, so that
-    collecting it into all_runs keeps its values instead of coercing them to NaN as numbers."""
+    """Every metric a published row writes as text (results/*/.../rows.csv: git keeps the CSV) is declared text, so
+    that collecting it into all_runs keeps its values instead of coercing them to NaN as numbers."""
     from pathlib import Path
-
-    import pyarrow.parquet as pq
 
     from kvbench.harness.report.collect import numeric
     from kvbench.harness.results import METRICS, TEXT_METRICS
 
     root = Path(__file__).resolve().parents[4] / "results"
     seen: dict[str, str] = {}
-    for f in sorted(root.glob("*/*/*/rows.parquet")):
-        schema = pq.read_schema(f)
+    for f in sorted(root.glob("*/*/*/rows.csv")):
+        rows = pd.read_csv(f)
         for name in METRICS:
-            i = schema.get_field_index(name)
-            if i >= 0 and str(schema.field(i).type) in ("string", "large_string"):
+            if name in rows and pd.to_numeric(rows[name].dropna(), errors="coerce").isna().any():
                 seen.setdefault(name, str(f))
     assert seen, "no published rows with text metrics found"
     undeclared = {k: v for k, v in seen.items() if k not in TEXT_METRICS}
