@@ -11,7 +11,9 @@ from kvbench.harness.front.job import run_job
 from tests.helpers.models import make_hf_model
 
 
-@pytest.mark.parametrize("case", ["llama-gqa", "qwen2-tied"])
+# Qwen3 (its q/k norms) and Qwen3-MoE (its router, normalized top-k or not) through the same engine
+@pytest.mark.parametrize("case", ["llama-gqa", "qwen2-tied", "qwen3", "qwen3-bias-tied", "qwen3-moe",
+                                  "qwen3-moe-unnormed"])
 @pytest.mark.parametrize("impl", ["contiguous", "paged_torch"])
 def test_engine_greedy_matches_hf_generate(compose, tmp_path, case, impl):
     hf = make_hf_model(case, seed=1)
@@ -23,6 +25,7 @@ def test_engine_greedy_matches_hf_generate(compose, tmp_path, case, impl):
         "workload.prompt_len=20", "workload.spread=0.8", "workload.output_len=12", "workload.distribution=uniform",
         "scenario.warmup=0"]), out)
     assert code == 0, rows[0].get("error")
+    assert rows[0]["model"] == "hf"  # the folder's name
     records = [json.loads(line) for line in (out / "tokens.jsonl").read_text().splitlines()]
     assert len({len(r["prompt_ids"]) for r in records}) > 2  # mixed lengths, batched together
     hf.generation_config.eos_token_id = None
