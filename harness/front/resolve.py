@@ -91,7 +91,7 @@ def resolve(raw: DictConfig | Config) -> Config:
         cfg.model = load_group("model", GPU_MODEL if cfg.device.name == "cuda" else CPU_MODEL, ModelConfig)
     cfg.model = resolve_model_config(cfg.model)
     if not cfg.scenario.bookkeeping and not isinstance(cfg.scenario, KernelScenario):  # runs the model
-        refusal = compute_refusal(cfg.model, cfg.max_seq_len)
+        refusal = compute_refusal(cfg.model)
         check(refusal is None, str(refusal))
     if cfg.gpu is not None:
         _resolve_gpu(cfg)

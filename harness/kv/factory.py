@@ -97,6 +97,8 @@ def build_allocator(impl: ImplConfig, cfg: Config, kv_bytes: int) -> KVAllocator
 def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.device) -> KVCache:
     import torch
 
+    from kvbench.impls.base import layer_windows
+
     free = psutil.virtual_memory().available
     in_ram = torch.device(device).type == "cpu"
     if in_ram:  # the pool is allocated in RAM: never most of it
@@ -107,7 +109,11 @@ def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.devi
     tensors = TensorSpec(num_layers=m.num_layers, num_heads=m.num_heads, kv_heads=m.num_kv_heads,
                          head_dim=m.head_dim, dtype=torch_dtype(cfg.dtype), device=torch.device(device),
                          kv_dtype=cfg.kv_dtype, kv_scale=cfg.kv_scale)
-    return _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.cache(spec, tensors, impl.kernel))
+    cache = _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.cache(spec, tensors, impl.kernel))
+    windows = layer_windows(m.layer_types, m.sliding_window)
+    if windows is not None:  # a sliding layer's kernels read only its window (every block kept under uniform)
+        cache.set_layer_windows(windows)
+    return cache
 
 
 # ---- host memory: the host tier, and the blocks' bookkeeping ---------------------------------------------

@@ -16,6 +16,7 @@ import torch
 from kvbench.harness.errors import ConfigError
 from kvbench.harness.model.config import ModelConfig
 from kvbench.harness.model.hf_config import resolve_model_config
+from kvbench.harness.model.families import model_class
 from kvbench.harness.model.llama import LlamaModel, fuse_supported, prepack_supported
 from kvbench.harness.model.support import compute_refusal
 
@@ -219,7 +220,7 @@ def build_model(
     refusal = compute_refusal(cfg)
     if refusal is not None:
         raise ConfigError(refusal)
-    model = LlamaModel(cfg, dtype, device)
+    model = model_class(cfg.architecture)(cfg, dtype, device)
     with torch.no_grad():
         if cfg.weights == "path":
             assert cfg.path is not None  # validated

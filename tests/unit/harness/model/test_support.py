@@ -1,5 +1,6 @@
-"""What kvbench computes, and the one-line refusal of the rest: families it only sizes, and sliding windows shorter
-than the run's context; a config.json alone is enough for a capacity run of any family."""
+"""What kvbench computes, and the one-line refusal of the rest (families it only sizes); a sliding window shorter
+than the run's context runs, its cache built with the model's windows; a config.json alone is enough for a capacity
+run of any family."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ pytest.importorskip("transformers")
 
 @pytest.mark.parametrize("name, arch", [("gpt-oss-20b", "gpt_oss"), ("gemma-3-27b", "gemma3_text")])
 def test_families_not_computed_are_refused_by_name(name: str, arch: str) -> None:
-    refusal = compute_refusal(resolve_model_config(load_named(name)), 1024)
+    refusal = compute_refusal(resolve_model_config(load_named(name)))
     assert refusal is not None and f"model.architecture={arch}" in refusal
     assert "llama, mistral, qwen2, qwen3, qwen3_moe" in refusal and "scenario=capacity" in refusal
 
@@ -28,18 +29,32 @@ def test_families_not_computed_are_refused_by_name(name: str, arch: str) -> None
 def test_a_computed_architecture_with_a_detail_the_decoder_lacks_is_refused(key: str, value) -> None:
     cfg = load_named("tiny-qwen3")
     setattr(cfg, key, value)
-    refusal = compute_refusal(resolve_model_config(cfg), 64)
+    refusal = compute_refusal(resolve_model_config(cfg))
     assert refusal is not None and refusal.startswith(f"model.{key}={value}: the decoder computes {key}=")
 
 
-def test_a_window_shorter_than_the_context_is_refused_naming_the_layer() -> None:
-    mistral = resolve_model_config(load_named("mistral-7b"))
-    assert compute_refusal(mistral, 4096) is None  # a 4096-token window hides nothing in 4096-token sequences
-    refusal = compute_refusal(mistral, 4097)
-    assert refusal is not None and "layer 0 is sliding_attention with a 4096-token window" in refusal
-    assert "full_attention" in refusal
-    for name in ("qwen3-32b", "qwen3-30b-a3b", "tiny-qwen3", "llama-3.1-8b"):
-        assert compute_refusal(resolve_model_config(load_named(name)), 10**6) is None
+def test_a_window_shorter_than_the_context_runs_with_the_cache_built_from_the_models_windows(compose, tmp_path) -> None:
+    folder = tmp_path / "mistral-window"
+    make_hf_model("mistral-window").save_pretrained(folder)  # an 8-token window on every layer
+    common = [f"model.path={folder}", "model.weights=path", "dtype=float32", "device=cpu", "batch=2",
+              "max_seq_len=64", "block_size=8", "workload=fixed", "workload.prompt_len=20", "workload.output_len=6",
+              "kv_manager=uniform"]
+    rows, code = run_job(compose(["+impl=paged_torch", *common]), tmp_path / "run")
+    assert code == 0, rows[0].get("error")
+    assert rows[0]["status"] == "ok" and rows[0]["kv_manager"] == "uniform"
+    for name in ("qwen3-32b", "qwen3-30b-a3b", "tiny-qwen3", "llama-3.1-8b", "mistral-7b"):
+        assert compute_refusal(resolve_model_config(load_named(name))) is None
+
+
+def test_build_cache_sets_the_models_windows(compose) -> None:
+    from kvbench.harness.kv.factory import build_cache
+
+    cfg = compose(["+impl=paged_torch", "model=tiny-qwen3", "dtype=float32", "device=cpu", "batch=2",
+                   "max_seq_len=64", "block_size=8", "kv_manager=uniform"])
+    cfg.model.layer_types = ["full_attention"] + ["sliding_attention"] * (cfg.model.num_layers - 1)
+    cfg.model.sliding_window = 16
+    cache = build_cache(cfg.impl, cfg, 1 << 22, torch.device("cpu"))
+    assert cache.windows == [0] + [16] * (cfg.model.num_layers - 1)
 
 
 def test_build_model_refuses_a_family_it_does_not_compute() -> None:
