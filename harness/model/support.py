@@ -18,6 +18,10 @@ SIZE_ONLY = "it loads for scenario=capacity and scenario.probe=capacity (no mode
 NOT_COMPUTED = {"attention_sinks": False, "swiglu_limit": None, "query_pre_attn_scalar": None,
                 "rope_local_theta": None, "attn_logit_softcapping": None, "final_logit_softcapping": None,
                 "hidden_act": "silu", "expert_dtype": "dtype"}
+# The keys of NOT_COMPUTED that a family's own decoder module computes (harness/model/families.py), and the RoPE
+# scalings it computes beside llama3's: one line per family.
+FAMILY_COMPUTES: dict[str, tuple[str, ...]] = {}
+FAMILY_ROPE_TYPES: dict[str, tuple[str, ...]] = {}
 
 
 def compute_refusal(cfg: ModelConfig) -> str | None:
@@ -26,9 +30,10 @@ def compute_refusal(cfg: ModelConfig) -> str | None:
         return (f"model.architecture={cfg.architecture}: kvbench computes {', '.join(COMPUTED_ARCHITECTURES)} "
                 f"token for token; {SIZE_ONLY}")
     for key, off in NOT_COMPUTED.items():
-        if getattr(cfg, key) != off:
+        if key not in FAMILY_COMPUTES.get(cfg.architecture, ()) and getattr(cfg, key) != off:
             return f"model.{key}={getattr(cfg, key)}: the decoder computes {key}={off} only; {SIZE_ONLY}"
-    if cfg.rope_scaling is not None and cfg.rope_scaling.rope_type != "llama3":
-        return (f"model.rope_scaling.rope_type={cfg.rope_scaling.rope_type}: the decoder computes llama3 RoPE "
-                f"scaling (or none); {SIZE_ONLY}")
+    rope_types = ("llama3", *FAMILY_ROPE_TYPES.get(cfg.architecture, ()))
+    if cfg.rope_scaling is not None and cfg.rope_scaling.rope_type not in rope_types:
+        return (f"model.rope_scaling.rope_type={cfg.rope_scaling.rope_type}: the {cfg.architecture} decoder computes "
+                f"{', '.join(rope_types)} RoPE scaling (or none); {SIZE_ONLY}")
     return None
