@@ -184,9 +184,7 @@ def simulated_row(job: JobRun, workload: JobWorkload, out: Outputs, impl: ImplCo
         "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, mean_len),
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
-        "cache_hit_tokens": allocator.cache_hit_tokens,
         **meter.columns(workload.ideal_hit_rate(), prompt_tokens),
-        **getattr(allocator, "host_counters", dict)(),  # a paged pool's host tier: its hits and copies
         **{k: v for k, v in budget.as_row().items() if k in ("budget_kv_bytes", "budget_device_bytes", "budget_source")},
         "weight_bytes": budget.weight_bytes,
         "gpu": f"{cfg.gpu.count}x {cfg.gpu.name}" if cfg.gpu is not None else None,

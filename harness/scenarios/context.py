@@ -63,32 +63,6 @@ class JobContext:
         """A probe run of ``cfg`` (``probe``)."""
         return probe(self.job, self.compute, cfg)
 
-    # Read by tests outside scenarios/ and job/ (serving's and model's) that draw a job's requests or build its
-    # model through a context; scenarios and job/ use the pieces themselves.
-    @property
-    def cfg(self) -> Config:
-        return self.job.cfg
-
-    @property
-    def requests(self):
-        return self.workload.requests
-
-    @property
-    def model(self):
-        return self.compute.model
-
-    @property
-    def decode_pieces(self):
-        return self.compute.decode_pieces
-
-    @property
-    def device(self):
-        return self.job.device
-
-    @property
-    def bytes_per_token(self) -> int:
-        return self.job.bytes_per_token
-
 
 def probe(job: JobRun, compute: Compute, cfg: Config) -> JobContext:
     """The pieces of a probe run of ``cfg``: the job's folder and fingerprint; its own workload (drawn for

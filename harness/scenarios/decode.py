@@ -98,7 +98,7 @@ def _row(job: JobRun, workload: JobWorkload, compute: Compute, results: list[Eng
     requests = workload.requests
     output_tokens = sum(len(s.output_ids) for s in res.sequences)
     prompt_tokens = sum(len(r.prompt_ids) for r in requests)
-    walls = [r.wall_s for r in results]
+    walls = [r.elapsed_s for r in results]
     tps, spread = median_and_spread([per_second(prompt_tokens + output_tokens, w) for w in walls])
     wall = statistics.median(walls)
     digests = {output_digest((s.request_id, s.sample, s.output_ids) for s in r.sequences) for r in results}
@@ -126,21 +126,18 @@ def _row(job: JobRun, workload: JobWorkload, compute: Compute, results: list[Eng
         # move them in opposite directions.
         "prefill_step_ms_p50": ms(percentile(res.prefill_step_s, 50)),
         "prefill_step_ms_p90": ms(percentile(res.prefill_step_s, 90)),
-        "prefill_steps": len(res.prefill_step_s),
         "host_ms_p50": ms(percentile(res.host_s, 50)),
         "host_ms_p90": ms(percentile(res.host_s, 90)),
         "piecewise_steps": res.piecewise_steps,  # decode steps run as pieces (graph replays when cuda_graph)
         **compute.decode_mode_columns(),
-        **service_columns(job.cfg.arrival, job.cfg.slo, reuse.served, res.sequences, res.wall_s, res.idle_s, "wall"),
+        **service_columns(job.cfg.arrival, job.cfg.slo, reuse.served, res.sequences, res.elapsed_s, res.idle_s, "wall"),
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         "prefill_tokens": res.prefill_tokens,
-        "cache_hit_tokens": res.cache_hit_tokens,
         **reuse.meter.columns(workload.ideal_hit_rate(), prompt_tokens),
         # steps, concurrency, preemptions and KV peaks: as a capacity row makes them (harness/serving/served_run.py)
         **res.bookkeeping_columns(),
         "max_concurrency_analytic": max_conc,
-        **(res.counters or {}),
         "weight_bytes": kv.weight_bytes,
         "budget_kv_bytes": kv.kv_bytes,
         "budget_device_bytes": kv.device_bytes,
@@ -223,7 +220,7 @@ def measure(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBud
     if job.cfg.timeline_tables:
         rid = job.run_id
         append_table(out.tables, "requests", requests_table(final.sequences, impl.name, rid))
-        append_table(out.tables, "steps", final_reuse.meter.add_step_columns(steps_table(final.steps, impl.name, rid)))
+        append_table(out.tables, "steps", final_reuse.meter.add_step_columns(steps_table(final.records, impl.name, rid)))
     out.tokens += [
         {"impl": impl.name, "request_id": s.request_id, "sample": s.sample,
          "prompt_ids": s.prompt_ids, "output_ids": s.output_ids}

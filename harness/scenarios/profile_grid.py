@@ -98,10 +98,10 @@ def _serve(job: JobRun, compute: Compute, impl: ImplConfig, prompts: list[tuple[
         raise RuntimeError(f"profile point of {len(prompts)} prompts of {len(prompts[0])} tokens was preempted "
                            "or rejected: the profile's own cache was sized too small")
     attention = timer.per_forward()  # one forward per recorded step: nothing was preempted
-    if len(attention) != len(result.steps):
-        raise RuntimeError(f"profile point: {len(attention)} timed forwards for {len(result.steps)} steps")
+    if len(attention) != len(result.records):
+        raise RuntimeError(f"profile point: {len(attention)} timed forwards for {len(result.records)} steps")
     out, before = [], 0.0
-    for rec, attn in zip(result.steps, attention):
+    for rec, attn in zip(result.records, attention):
         out.append((rec.kind, rec.tokens, rec.t_s - before, attn))
         before = rec.t_s
     return out

@@ -48,14 +48,10 @@ Sampler = Callable[[list[Sequence], torch.Tensor], list[int]]
 class EngineResult(ServedRun):
     """A wall-clock run: the record the simulator's run shares (harness/serving/served_run.py), and its times."""
 
-    wall_s: float
     prefill_tokens: int  # tokens actually computed in prefills (cache hits excluded)
     step_s: list[float]  # wall time of every decode step
     host_s: list[float]  # host time of every decode step: from its start until the forward is enqueued
-    steps: list[StepRecord]
     memory_bound_steps: int = 0  # decode steps with room in the batch while an arrived request waited for KV
-    cache_hit_tokens: int = 0
-    counters: dict[str, int] | None = None  # KVCache.counters() at the end of the run
     piecewise_steps: int = 0  # decode steps run as pieces (CUDA graphs on a GPU)
     prefill_step_s: list[float] = field(default_factory=list)  # wall time of every prefill step
 
@@ -345,16 +341,17 @@ class Engine:
         return EngineResult(
             sequences=sorted(sched.finished, key=lambda s: (s.request_id, s.sample)),
             rejected=sched.rejected,
-            wall_s=wall,
+            elapsed_s=wall,
             prefill_tokens=run.prefill_tokens,
             decode_steps=len(run.step_s),
+            prefill_steps=len(run.prefill_step_s),
             step_s=run.step_s,
             host_s=run.host_s,
             peak_running=sched.peak_running,
             max_concurrency=sched.max_concurrency,
             preemptions=sched.num_preemptions,
             peaks=run.peaks,
-            steps=run.steps,
+            records=run.steps,
             idle_s=run.idle_s,
             memory_bound_steps=run.memory_bound_steps,
             cache_hit_tokens=cache.allocator.cache_hit_tokens,

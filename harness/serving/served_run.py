@@ -9,10 +9,12 @@ the row columns they share, in one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 from kvbench.harness.measure.kv_peaks import KVPeaks
 from kvbench.harness.serving.sequence import Sequence
+from kvbench.harness.serving.timeline import StepRecord
 
 
 @dataclass(kw_only=True)
@@ -25,12 +27,27 @@ class ServedRun:
     preemptions: int
     peaks: KVPeaks  # the cache's own accounting, its peaks over the run
     decode_steps: int  # model decode steps (a simulated jump of k counts k)
+    prefill_steps: int = 0  # steps that ran prefill work alone (chunked prefill's mixed steps are decode steps)
+    # Every step as the observers saw it (the simulator's: one record a jump of many decode steps).
+    records: list[StepRecord] = field(default_factory=list)
+    # The run's length on its clock: wall seconds, or simulated ones (None: a simulation without a clock).
+    elapsed_s: Optional[float] = None
     idle_s: float = 0.0  # time with nothing arrived and nothing running (the run's clock: wall or simulated)
+    cache_hit_tokens: int = 0  # prompt tokens served from the prefix cache, not computed
+    # The cache's own event counts as row columns (a host tier's hits and copies, a slab's gathers).
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_steps(self) -> int:
+        return self.prefill_steps + self.decode_steps
 
     def bookkeeping_columns(self) -> dict:
         """The row columns of the scheduler's and the cache's bookkeeping (harness/results/schema.py)."""
         return {
             "decode_steps": self.decode_steps,
+            "prefill_steps": self.prefill_steps,
+            "cache_hit_tokens": self.cache_hit_tokens,
+            **self.counters,
             "peak_concurrency": self.peak_running,
             "max_concurrency": self.max_concurrency,
             "preemptions": self.preemptions,

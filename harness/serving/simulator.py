@@ -48,16 +48,9 @@ class Simulation(ServedRun):
     """A simulated run: the record the decode engine's run shares (harness/serving/served_run.py; its
     ``sequences`` only with a clock, timed, and ``idle_s`` simulated time), and its own figures."""
 
-    prefill_steps: int
-    finished: int
-    records: list[StepRecord] = field(default_factory=list)
-    elapsed_s: Optional[float] = None  # simulated time, with a clock
+    finished: int = 0
     # With a clock: every inter-token gap, as (gap seconds, how many sequences had it); see sim_run.py Run.decode.
     itl: tuple[list[float], list[int]] = field(default_factory=lambda: ([], []))
-
-    @property
-    def steps(self) -> int:
-        return self.prefill_steps + self.decode_steps
 
 
 def simulate(
@@ -126,8 +119,10 @@ def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, by
     if run.ride is allocator:  # a fast path's: the run is over, nothing owes tokens any more
         allocator.on_expose = None
     timed = clock is not None
-    return Simulation(run.prefill_steps, len(sched.finished), run.records, run.now if timed else None,
-                      (run.itl_gaps, run.itl_counts), peaks=run.peaks, peak_running=sched.peak_running,
+    return Simulation(finished=len(sched.finished), itl=(run.itl_gaps, run.itl_counts), prefill_steps=run.prefill_steps,
+                      records=run.records, elapsed_s=run.now if timed else None,
+                      cache_hit_tokens=allocator.cache_hit_tokens,
+                      counters=getattr(allocator, "host_counters", dict)(), peaks=run.peaks, peak_running=sched.peak_running,
                       max_concurrency=sched.max_concurrency, preemptions=sched.num_preemptions,
                       rejected=sched.rejected, decode_steps=run.done, idle_s=run.idle_s,
                       sequences=list(sched.finished) if timed else [])

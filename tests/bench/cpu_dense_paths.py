@@ -118,7 +118,7 @@ class DenseBench:
         engine = Engine(self.model, cache, batch, cfg.max_num_batched_tokens, compiled=self.compiled.get(variant))
         res = engine.run(requests or self.requests)
         out = sum(len(s.output_ids) for s in res.sequences)
-        return out / res.wall_s, statistics.median(res.step_s), [s.output_ids for s in res.sequences]
+        return out / res.elapsed_s, statistics.median(res.step_s), [s.output_ids for s in res.sequences]
 
 
 def add_run_args(parser: argparse.ArgumentParser) -> None:

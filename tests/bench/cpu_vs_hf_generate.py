@@ -131,11 +131,11 @@ def main() -> None:
           f"prefill {prefill * 1e3:5.1f} ms  step {(wall - prefill) / (args.new_tokens - 1) * 1e3:.3f} ms")
     hf_tokens = hf_rounds[-1][2]
     for impl, results in our_rounds.items():
-        wall = statistics.median(r.wall_s for r in results)
-        prefill = statistics.median(r.wall_s - sum(r.step_s) for r in results)
+        wall = statistics.median(r.elapsed_s for r in results)
+        prefill = statistics.median(r.elapsed_s - sum(r.step_s) for r in results)
         step = statistics.median(statistics.median(r.step_s) for r in results)
         host = statistics.median(statistics.median(r.host_s) for r in results)
-        paired = statistics.median(h[0] / r.wall_s for h, r in zip(hf_rounds, results))
+        paired = statistics.median(h[0] / r.elapsed_s for h, r in zip(hf_rounds, results))
         same = all([s.output_ids for s in r.sequences] == hf_tokens for r in results)
         print(f"{impl:18s} {tokens / wall:7.1f} output tok/s  wall {wall * 1e3:6.1f} ms  prefill {prefill * 1e3:5.1f} ms"
               f"  step p50 {step * 1e3:.3f} ms  host p50 {host * 1e3:.3f} ms  x hf {paired:.3f}  "

@@ -307,7 +307,7 @@ def test_repeat_reports_median_and_spread(compose, tmp_path, monkeypatch):
 
     class FixedWallEngine(Engine):
         def run(self, requests, **kw):
-            return dataclasses.replace(super().run(requests, **kw), wall_s=next(walls))
+            return dataclasses.replace(super().run(requests, **kw), elapsed_s=next(walls))
 
     monkeypatch.setattr(engine_module, "Engine", FixedWallEngine)  # the decode scenario imports it per run
     rows, code = run_job(compose(["+impl=paged_torch", "repeat=3", "scenario.warmup=0", "model=tiny-llama",

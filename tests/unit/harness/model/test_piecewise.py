@@ -148,16 +148,16 @@ def test_a_probe_of_the_same_batch_shares_the_pieces_and_one_of_another_batch_ha
     import copy
 
     ctx = _graph_ctx(compose, tmp_path, "batch=4")
-    same = copy.deepcopy(ctx.cfg)
+    same = copy.deepcopy(ctx.job.cfg)
     same.arrival.rate = 3.0
     assert "decode_pieces" not in ctx.derive(same).__dict__  # nothing built yet: nothing handed on
-    parent = ctx.decode_pieces
-    assert ctx.derive(same).decode_pieces is parent
-    grown = copy.deepcopy(ctx.cfg)
+    parent = ctx.compute.decode_pieces
+    assert ctx.derive(same).compute.decode_pieces is parent
+    grown = copy.deepcopy(ctx.job.cfg)
     grown.batch = 8
-    own = ctx.derive(grown).decode_pieces
+    own = ctx.derive(grown).compute.decode_pieces
     assert own is not parent and (own.max_batch, parent.max_batch) == (8, 4)
-    assert ctx.derive(grown).model is ctx.model  # the model is shared whatever the batch
+    assert ctx.derive(grown).compute.model is ctx.compute.model  # the model is shared whatever the batch
 
 
 # --- on a GPU: real captures ------------------------------------------------------------------

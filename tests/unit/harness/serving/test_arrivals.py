@@ -93,18 +93,18 @@ def context(compose, tmp_path: Path, *overrides: str) -> JobContext:
 
 def test_run_requests_carry_arrivals_and_nothing_else_changes(compose, tmp_path):
     burst = context(compose, tmp_path)
-    assert burst.cfg.arrival.name == "burst" and all(r.arrival_s == 0 for r in burst.requests)
-    direct = generate_requests(burst.cfg.workload, 12, 4096, burst.cfg.max_seq_len, burst.cfg.seed)
-    assert workload_digest(burst.requests) == workload_digest(direct)
+    assert burst.job.cfg.arrival.name == "burst" and all(r.arrival_s == 0 for r in burst.workload.requests)
+    direct = generate_requests(burst.job.cfg.workload, 12, 4096, burst.job.cfg.max_seq_len, burst.job.cfg.seed)
+    assert workload_digest(burst.workload.requests) == workload_digest(direct)
     slow = context(compose, tmp_path, "arrival=poisson", "arrival.rate=2")
     fast = context(compose, tmp_path, "arrival=poisson", "arrival.rate=20")
     gam = context(compose, tmp_path, "arrival=gamma", "arrival.rate=20")
     for ctx in (slow, fast, gam):
-        assert [(r.prompt_ids, r.output_len, r.n) for r in ctx.requests] == \
-            [(r.prompt_ids, r.output_len, r.n) for r in burst.requests]
-    assert slow.requests[0].arrival_s == 0 and slow.requests[-1].arrival_s > 0
-    assert [r.arrival_s / 10 for r in slow.requests] == pytest.approx([r.arrival_s for r in fast.requests])
-    digests = {workload_digest(c.requests) for c in (burst, slow, fast, gam)}
+        assert [(r.prompt_ids, r.output_len, r.n) for r in ctx.workload.requests] == \
+            [(r.prompt_ids, r.output_len, r.n) for r in burst.workload.requests]
+    assert slow.workload.requests[0].arrival_s == 0 and slow.workload.requests[-1].arrival_s > 0
+    assert [r.arrival_s / 10 for r in slow.workload.requests] == pytest.approx([r.arrival_s for r in fast.workload.requests])
+    digests = {workload_digest(c.workload.requests) for c in (burst, slow, fast, gam)}
     assert len(digests) == 4  # the digest covers arrival times
 
 

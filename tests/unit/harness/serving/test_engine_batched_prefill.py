@@ -85,7 +85,7 @@ def test_capacity_scenario_admits_under_the_same_budget():
     requests = [Request(i, tuple(range(10)), 3) for i in range(4)]
     unlimited = simulate(LaneAllocator(4, 64), requests, 4, 8192, 4096, 1)
     one_each = simulate(LaneAllocator(4, 64), requests, 4, 10, 4096, 1)
-    assert one_each.steps == unlimited.steps + 3  # four prefill steps instead of one
+    assert one_each.total_steps == unlimited.total_steps + 3  # four prefill steps instead of one
     assert one_each.finished == unlimited.finished == 4
 
 
@@ -96,7 +96,7 @@ def test_engine_records_the_kv_read_the_simulator_prices(compose, impl):
     a padded window, read batch x the longest context (as a profile of paged_torch prices its simulated
     steps); the C++ kernel of paged_cuda every sequence's own context."""
     result, _ = run_engine(compose, impl, 8192)
-    walls = [r.kv_tokens_read for r in result.steps if r.kind == "decode"]
+    walls = [r.kv_tokens_read for r in result.records if r.kind == "decode"]
     alloc = LaneAllocator(8, 64) if impl == "contiguous" else BlockManager(32, 16)
     padded = impl != "paged_cuda"
     alloc.padded_decode_read = padded

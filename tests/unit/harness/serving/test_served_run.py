@@ -39,11 +39,11 @@ def test_the_engine_and_the_simulator_give_the_same_bookkeeping(compose, tmp_pat
                            "max_seq_len=96", "workload.num_requests=8", "workload.prompt_len=30",
                            "workload.output_len=20"]))
     ctx = JobContext(cfg, tmp_path, collect("cpu"))
-    kv_bytes = 200 * ctx.bytes_per_token  # 200 tokens for 8 requests of 50: preemptions (paged)
-    engine = Engine(ctx.model, build_cache(cfg.impl, cfg, kv_bytes, ctx.device), cfg.batch,
-                    cfg.max_num_batched_tokens).run(ctx.requests)
-    sim = simulate(build_allocator(cfg.impl, cfg, kv_bytes), ctx.requests, cfg.batch, cfg.max_num_batched_tokens,
-                   cfg.model.vocab_size, ctx.bytes_per_token)
+    kv_bytes = 200 * ctx.job.bytes_per_token  # 200 tokens for 8 requests of 50: preemptions (paged)
+    engine = Engine(ctx.compute.model, build_cache(cfg.impl, cfg, kv_bytes, ctx.job.device), cfg.batch,
+                    cfg.max_num_batched_tokens).run(ctx.workload.requests)
+    sim = simulate(build_allocator(cfg.impl, cfg, kv_bytes), ctx.workload.requests, cfg.batch, cfg.max_num_batched_tokens,
+                   cfg.model.vocab_size, ctx.job.bytes_per_token)
     assert engine.bookkeeping_columns() == sim.bookkeeping_columns()
     assert engine.bookkeeping_columns()["kv_bytes_used"] > 0
     if impl == "paged_torch":

@@ -137,15 +137,15 @@ def test_engine_serves_requests_as_they_arrive(compose, tmp_path):
     ctx = JobContext(cfg, tmp_path, collect("cpu"))
     outputs = {}
     for gap in (0.0, 0.05):
-        reqs = [dataclasses.replace(r, arrival_s=gap * (i + 1)) for i, r in enumerate(ctx.requests)]
-        cache = build_cache(cfg.impl, cfg, 2_000_000, ctx.device)
-        res = Engine(ctx.model, cache, cfg.batch, cfg.max_num_batched_tokens).run(reqs)
+        reqs = [dataclasses.replace(r, arrival_s=gap * (i + 1)) for i, r in enumerate(ctx.workload.requests)]
+        cache = build_cache(cfg.impl, cfg, 2_000_000, ctx.job.device)
+        res = Engine(ctx.compute.model, cache, cfg.batch, cfg.max_num_batched_tokens).run(reqs)
         assert sorted(s.request_id for s in res.sequences) == list(range(6))
         for s in res.sequences:
             assert s.arrival_s <= s.admitted_s <= s.first_token_s <= s.finish_s
             assert len(s.token_s) == len(s.output_ids) and s.token_s == sorted(s.token_s)
         if gap:
-            assert res.idle_s > 0.0 and res.wall_s >= 6 * gap  # waited for the first arrival at least
-            assert all(st.t_s >= 0.05 for st in res.steps) and {st.kind for st in res.steps} == {"prefill", "decode"}
+            assert res.idle_s > 0.0 and res.elapsed_s >= 6 * gap  # waited for the first arrival at least
+            assert all(st.t_s >= 0.05 for st in res.records) and {st.kind for st in res.records} == {"prefill", "decode"}
         outputs[gap] = [s.output_ids for s in res.sequences]
     assert outputs[0.0] == outputs[0.05]

@@ -95,8 +95,8 @@ def test_resolve_records_the_selected_mean_lengths(compose, tmp_path):
     # The first three rows: ts 5, 1, 3 -> in arrival order 1, 3, 5.
     assert (cfg.workload.prompt_len, cfg.workload.output_len) == (round(49 / 3, 2), round(10 / 3, 2))
     ctx = JobContext(cfg, tmp_path, fingerprint=None)
-    assert [r.arrival_s for r in ctx.requests] == [0.0, 4.0, 8.0]  # (ts - 1) * 2
-    assert [len(r.prompt_ids) for r in ctx.requests] == [7, 30, 12]
+    assert [r.arrival_s for r in ctx.workload.requests] == [0.0, 4.0, 8.0]  # (ts - 1) * 2
+    assert [len(r.prompt_ids) for r in ctx.workload.requests] == [7, 30, 12]
 
 
 def lengths(prompt, output, **more) -> pd.DataFrame:
@@ -141,9 +141,9 @@ def test_num_requests_defaults_to_every_row_of_the_trace(compose, tmp_path, over
                    "workload.columns.output_len=gen_tokens", *overrides)
     assert cfg.workload.num_requests == count and cfg.batch == 3
     ctx = JobContext(cfg, tmp_path, fingerprint=None)
-    assert len(ctx.requests) == count
+    assert len(ctx.workload.requests) == count
     if not overrides:
-        assert sorted(len(r.prompt_ids) for r in ctx.requests) == sorted(TRACE.input_tokens)
+        assert sorted(len(r.prompt_ids) for r in ctx.workload.requests) == sorted(TRACE.input_tokens)
         assert cfg.workload.prompt_len == round(TRACE.input_tokens.mean(), 2)
 
 
@@ -301,5 +301,5 @@ def test_the_shipped_mooncake_trace_reads(compose, tmp_path):
                            "workload.num_requests=20", "max_seq_len=131072", "arrival=trace"]))
     lines = [json.loads(line) for line in shared.read_text().splitlines()[:20]]
     ctx = JobContext(cfg, tmp_path, fingerprint=None)
-    assert sorted(len(r.prompt_ids) for r in ctx.requests) == sorted(r["input_length"] for r in lines)
+    assert sorted(len(r.prompt_ids) for r in ctx.workload.requests) == sorted(r["input_length"] for r in lines)
     assert cfg.workload.format == "mooncake" and cfg.workload.hash_block_size == 512
