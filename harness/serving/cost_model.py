@@ -50,7 +50,11 @@ allocator's ``decode_read_tokens``): a slab cache (contiguous, Orca) attends ove
 every sequence up to the longest context, so its R is B x the longest; a paged cache's is the sum
 (the PagedAttention kernel's read, which the roofline prices for every paged impl; a profile instead prices
 its own impl's kernel, and paged_torch's reference gathers a padded window: kernels/read_pattern.py).
-The formulas are unchanged. ``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
+Version 4 (2026-12-06) prices layers that read less (harness/serving/layer_terms.py): a sliding-window
+layer's attention reads at most its window, ``R`` above becoming ``windowed_read(B, R)``; a mixture of
+experts reads the dense weights plus the experts its tokens route to (``W - unread(T)``, T the step's tokens)
+and computes with the active parameters (``P - inactive``: k experts a token). A model of full-attention
+layers and dense MLPs is priced as by version 3. ``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 
 A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
@@ -83,11 +87,16 @@ from functools import cached_property
 
 from kvbench.harness.config import Config, GpuConfig
 from kvbench.harness.errors import ConfigError
-from kvbench.harness.kv.sizes import DTYPE_BYTES, kv_bytes_per_token, parameter_count, weight_bytes
+from kvbench.harness.kv.sizes import (
+    DTYPE_BYTES, expert_matrix_parameters, kv_bytes_per_token, parameter_count, weight_bytes,
+)
 from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.serving.layer_terms import (
+    Experts, WindowShare, window_shares, windowed_read, windowed_read_over_steps,
+)
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 3
+ROOFLINE_VERSION = 4
 
 # Figures that divide or scale the cost: 0 or below has no meaning.
 _POSITIVE = ("memory_gb", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
@@ -165,6 +174,13 @@ class ModelCost:
     num_layers: int
     hidden_size: int
     elem_bytes: int  # activations' dtype
+    windows: tuple[WindowShare, ...] = ()  # sliding layers' share of the KV, per window (none: all full)
+    experts: Experts = Experts()  # routed experts (none: a dense model)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters each token multiplies by: all of a dense model's; a mixture's dense part and k experts."""
+        return self.params - self.experts.inactive_params
 
 
 @dataclass(frozen=True)
@@ -208,8 +224,9 @@ class CostModel:
     def _decode_base_s(self, batch: int) -> float:
         base = self._decode_fixed.get(batch)
         if base is None:
-            compute = 2 * self.model.params * batch / self.flops_per_s
-            base = self._decode_fixed[batch] = self.overhead_s + self.comm_s(batch) + max(self.weights_s(), compute)
+            compute = 2 * self.model.active_params * batch / self.flops_per_s
+            base = self._decode_fixed[batch] = (self.overhead_s + self.comm_s(batch)
+                                                + max(self.weights_s(batch), compute))
         return base
 
     def comm_s(self, tokens: int) -> float:
@@ -221,17 +238,20 @@ class CostModel:
         ring = 2 * (g.count - 1) / g.count * message / (g.interconnect_gbps * 1e9)
         return 2 * m.num_layers * (g.interconnect_latency_us * 1e-6 + ring)
 
-    def weights_s(self) -> float:
-        """One read of the weights at the streaming rate."""
-        return self.model.weight_bytes / self.bytes_per_s
+    def weights_s(self, tokens: int | None = None) -> float:
+        """One read of the weights at the streaming rate: of a mixture, the experts ``tokens`` tokens route to
+        (None: every expert)."""
+        unread = 0.0 if tokens is None else self.model.experts.unread_bytes(tokens)
+        return (self.model.weight_bytes - unread) / self.bytes_per_s
 
-    def attention_s(self, kv_tokens_read: int) -> float:
-        """Decode attention's read of ``kv_tokens_read`` tokens of KV (all layers, K and V)."""
-        return kv_tokens_read * self._attn_s_per_token
+    def attention_s(self, kv_tokens_read: int, batch: int = 0) -> float:
+        """Decode attention of ``batch`` sequences whose contexts sum to ``kv_tokens_read`` tokens (all layers, K
+        and V), a sliding layer reading at most its window (``batch`` 0: unknown, every token read)."""
+        return windowed_read(self.model.windows, batch, kv_tokens_read) * self._attn_s_per_token
 
     def prefill_s(self, tokens: int) -> float:
-        compute = 2 * self.model.params * tokens / self.flops_per_s
-        floor = self.gpu.prefill_weight_multiple * self.weights_s()
+        compute = 2 * self.model.active_params * tokens / self.flops_per_s
+        floor = self.gpu.prefill_weight_multiple * self.weights_s(tokens)
         return self.overhead_s + max(compute, floor) + self.comm_s(tokens)
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
@@ -254,9 +274,9 @@ class CostModel:
         if not tokens:
             return self.decode_s(batch, kv_tokens_read) if batch else 0.0
         rows = tokens + batch
-        compute = 2 * self.model.params * rows / self.flops_per_s
-        floor = self.gpu.prefill_weight_multiple * self.weights_s()
-        return self.overhead_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read)
+        compute = 2 * self.model.active_params * rows / self.flops_per_s
+        floor = self.gpu.prefill_weight_multiple * self.weights_s(rows)
+        return self.overhead_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """``steps`` decode steps of ``batch`` sequences; the first reads ``kv_tokens_read`` KV tokens,
@@ -264,6 +284,9 @@ class CostModel:
         if steps < 1:
             raise ValueError(f"steps={steps} must be >= 1")
         per_token = self._attn_s_per_token
+        if self.model.windows:  # a sliding layer's read stops growing at its window
+            return (steps * self._decode_base_s(batch)
+                    + windowed_read_over_steps(self.model.windows, batch, kv_tokens_read, steps) * per_token)
         one = self._decode_base_s(batch) + kv_tokens_read * per_token
         # Step j reads j*batch more tokens than step 0: sum of j over 0..steps-1 = steps*(steps-1)/2.
         return steps * one + batch * per_token * steps * (steps - 1) / 2
@@ -276,7 +299,10 @@ class CostModel:
         """Each of ``steps`` decode steps' own price: ``decode_s(batch, kv_tokens_read + j*batch)`` for
         j < steps, the inter-token gaps of a jump."""
         per_token = self._attn_s_per_token
-        one = self._decode_base_s(batch) + kv_tokens_read * per_token
+        base = self._decode_base_s(batch)
+        if self.model.windows:
+            return [base + self.attention_s(kv_tokens_read + j * batch, batch) for j in range(steps)]
+        one = base + kv_tokens_read * per_token
         grow = batch * per_token
         return [one + j * grow for j in range(steps)]
 
@@ -285,7 +311,19 @@ def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale:
     return ModelCost(params=parameter_count(model), weight_bytes=weight_bytes(model, dtype),
                      kv_bytes_per_token=kv_bytes_per_token(model, dtype, kv_dtype, kv_scale),
                      num_layers=model.num_layers,
-                     hidden_size=model.hidden_size, elem_bytes=DTYPE_BYTES[dtype])
+                     hidden_size=model.hidden_size, elem_bytes=DTYPE_BYTES[dtype],
+                     windows=window_shares(model.layer_types, model.sliding_window), experts=_experts(model, dtype))
+
+
+def _experts(model: ModelConfig, dtype: str) -> Experts:
+    """A mixture's routed experts as stored (MXFP4 experts at their packed size); none for a dense model."""
+    if not model.is_moe:
+        return Experts()
+    matrix = expert_matrix_parameters(model)  # one layer's, every expert
+    stored = (weight_bytes(model, dtype) - (parameter_count(model) - model.num_layers * matrix) * DTYPE_BYTES[dtype])
+    return Experts(layers=model.num_layers, count=model.num_experts, per_token=model.num_experts_per_tok,
+                   expert_bytes=round(stored / (model.num_layers * model.num_experts)),
+                   expert_params=matrix // model.num_experts)
 
 
 def gpu_spec(gpu: GpuConfig) -> GpuSpec:

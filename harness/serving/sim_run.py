@@ -269,7 +269,9 @@ class Run(ChunkedSteps, ClockedSteps):
         """KV tokens step ``step``'s decode attention reads: every riding sequence's context, which
         the allocator's logical tokens hold (plus what they owe), less the sequences not decoding:
         those whose prefill is under way or just done (chunked prefill) and those just swapped in."""
-        if self.alloc.padded_decode_read:  # a slab cache: batch x the longest (allocator.py)
+        # A slab cache reads batch x the longest (allocator.py); a grouped pool (several attention kinds) counts its
+        # usage in layer slots, not tokens: both read each sequence's context, one by one.
+        if self.alloc.padded_decode_read or getattr(self.alloc, "usage_unit_layers", None) is not None:
             count = self.alloc.num_tokens
             return self.alloc.decode_read_tokens([count(s.seq_id) + step - tr.synced for s, tr in self.tracks.items()])
         read = self.alloc.usage().logical_tokens + self._owed(step)
