@@ -121,7 +121,8 @@ class SloConfig:
 @dataclass
 class DeviceConfig:
     name: str = "auto"  # auto | cpu | cuda
-    # A memory budget in GB (1e9 bytes): the simulated device on CPU, an optional cap on GPU.
+    # A memory budget in GB (1e9 bytes): the simulated device on CPU, an optional cap on GPU; with gpu=NAME in a
+    # bookkeeping scenario it defaults to the GPUs' memory (conf/gpu/NAME.yaml memory_mib x count, in bytes / 1e9).
     memory_gb: Optional[float] = None
     utilization: float = 0.9
     # Fix the KV cache size in GB instead of deriving it (like vLLM's kv_cache_memory_bytes).
@@ -146,9 +147,14 @@ class GpuConfig:
     # report finds a measured row's peak bandwidth here (harness/report/hardware.py). A label, not a figure.
     match: List[str] = field(default_factory=list)
     count: int = 1  # GPUs working on one model (tensor parallel)
-    memory_gb: Optional[float] = None  # per GPU; the capacity scenario's device.memory_gb defaults to it x count
+    # Per GPU, MiB (2**20 bytes): the total the driver reports (nvidia-smi's "Memory-Usage" total). The capacity
+    # scenario's device.memory_gb (decimal GB) defaults to its bytes x count / 1e9.
+    memory_mib: Optional[float] = None
     bandwidth_gbps: Optional[float] = None  # memory bandwidth per GPU, GB/s
     tflops: Optional[float] = None  # dense bf16/fp16 tensor peak per GPU, TFLOP/s
+    # Dense fp8 tensor peak per GPU, TFLOP/s: what weight_dtype=fp8 computes at (W8A8); null: no fp8 tensor cores
+    # (A100), fp8 weights are read as 1 byte and computed at ``tflops`` (weight-only, as vLLM's Marlin kernel runs them).
+    fp8_tflops: Optional[float] = None
     bw_efficiency: Optional[float] = None
     flops_efficiency: Optional[float] = None
     step_overhead_us: Optional[float] = None
@@ -234,6 +240,10 @@ class Config:
     # and a quantized cache's scales: tensor (static, one per layer) | token_head (dynamic, per token and head).
     kv_dtype: str = "auto"
     kv_scale: str = "tensor"
+    # The dtype the weights are stored at, for the simulated clock (harness/serving/cost_model.py): auto (``dtype``) |
+    # float32 | float16 | bfloat16 | fp8 (one byte a value, the decoder layers' matrices; the embedding and LM head stay
+    # at ``dtype``, as an fp8 checkpoint keeps them). Only the roofline reads it: a run that computes keeps ``auto``.
+    weight_dtype: str = "auto"
     # How the KV cache lays out a model whose layers attend differently (harness/kv/groups.py): hybrid (one pool,
     # a block table per group of layers of one kind, sliding blocks freed as they leave the window; vLLM's) |
     # uniform (every layer cached as full attention) | split_pools (a static pool per kind; TensorRT-LLM, SGLang).

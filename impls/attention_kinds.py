@@ -4,8 +4,10 @@ A layer's kind decides how many of its sequence's blocks the cache must hold: fu
 earlier token, a sliding window of W only the W - 1 tokens before the query (and the query's own). A group
 of layers of one kind (harness/kv/groups.py) keeps a block table per sequence; blocks before the kind's
 ``first_needed_block`` are not needed by any later query and are freed (or never allocated), as vLLM's
-hybrid manager does. Adding a kind is one class here and its entry in ``ATTENTION_KINDS`` (plus its kernel
-support): the allocator (impls/group_pool.py) and the sizing (harness/kv/groups.py) only call these methods.
+hybrid manager does; a prefix-cache hit of a group needs only its blocks from ``first_needed_block`` of the
+hit point on (impls/group_prefix.py). Adding a kind is one class here and its entry in ``ATTENTION_KINDS`` (plus
+its kernel support): the allocator (impls/group_pool.py, its admissions and prefix cache) and the sizing
+(harness/kv/groups.py) only call these methods.
 
 Plain numbers only: config validation reads this module.
 """

@@ -111,11 +111,13 @@ class KVCache(ABC):
         bytes_per_token: int,
         kv_dtype: str = "auto",
         kv_scale: str = "tensor",
+        scale: float | None = None,
     ) -> None:
         self.allocator = allocator
         self.bytes_per_token = bytes_per_token
         self.device = device
-        self.scale = head_dim**-0.5
+        # The softmax scale of every layer's attention: the model's (ModelConfig.softmax_scale), else head_dim ** -0.5.
+        self.scale = head_dim**-0.5 if scale is None else scale
         self.num_heads = num_heads  # query heads (kernels are warmed up with real q shapes)
         shape = (num_blocks, block_len, kv_heads, head_dim)
         # Zeroed, not empty: attention reads slots past a sequence's length (masked out),
@@ -132,6 +134,9 @@ class KVCache(ABC):
         # Each layer's sliding window in tokens, 0 for a full-attention layer (``set_layer_windows``): its
         # kernels mask keys older than the window; every block stays kept (the window masks, frees nothing).
         self.windows = [0] * num_layers
+        # Each layer's attention sinks (``set_layer_sinks``, kernels/sinks.py): float32 [num_heads] on the device,
+        # None for a layer without (its kernels are called as before, with no ``sinks`` argument).
+        self.sinks: list[torch.Tensor | None] = [None] * num_layers
         if is_quantized(kv_dtype):
             self.scales = [KVScales.allocate(kv_scale, shape, device) for _ in range(num_layers)]
 
@@ -141,6 +146,28 @@ class KVCache(ABC):
             raise ValueError(f"windows must be {len(self.windows)} ints >= 0 (0: full attention), one a layer; "
                              f"got {list(windows)!r}")
         self.windows = list(windows)
+
+    def set_layer_sinks(self, sinks: Sequence[torch.Tensor | None]) -> None:
+        """Each layer's attention sinks (gpt-oss: a learned logit per query head in every softmax's denominator),
+        None for a layer without, before the first step; kept as float32 on the cache's device."""
+        if len(sinks) != len(self.sinks):
+            raise ValueError(f"sinks must be {len(self.sinks)} entries, one a layer (a float tensor [num_heads="
+                             f"{self.num_heads}] or None), got {len(sinks)}")
+        kept: list[torch.Tensor | None] = []
+        for layer, s in enumerate(sinks):
+            if s is not None and not (isinstance(s, torch.Tensor) and s.is_floating_point()
+                                      and tuple(s.shape) == (self.num_heads,)):
+                got = f"{s.dtype} {tuple(s.shape)}" if isinstance(s, torch.Tensor) else repr(s)
+                raise ValueError(f"sinks[{layer}] must be a float tensor [num_heads={self.num_heads}] or None, "
+                                 f"got {got}")
+            kept.append(None if s is None else s.detach().to(self.device, torch.float32).contiguous())
+        self.sinks = kept
+
+    def attention_options(self, layer: int) -> dict:
+        """A layer's ``window`` and ``sinks`` kernel arguments, each only where the layer has one: a full-attention
+        layer without sinks calls its kernels as before either existed."""
+        window, sinks = self.windows[layer], self.sinks[layer]
+        return {**({"window": window} if window else {}), **({"sinks": sinks} if sinks is not None else {})}
 
     def layer_scales(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> KVScales | None:
         """This layer's scales for a write of ``k``/``v`` (None: a float store); a static scale

@@ -109,5 +109,6 @@ class ContiguousCache(FlatSlotPrefill, KVCache):
                 q = q[meta.order]
         else:
             keys, values = self.read(layer, (meta.lanes, keys_read))
-        out = decode_sdpa(q, keys, values, self.scale, step_bias(meta, q.dtype) if bias is None else bias)
+        out = decode_sdpa(q, keys, values, self.scale, step_bias(meta, q.dtype) if bias is None else bias,
+                          self.sinks[layer])
         return out[meta.inverse] if meta.inverse is not None else out

@@ -48,6 +48,6 @@ class FlatSlotPrefill:
         # Each prompt's run of slots through ``read``: a view of a float store, dequantized otherwise.
         return torch.cat([
             prefill_attention(q[s.queries], *self.read(layer, slice(s.first_slot, s.first_slot + s.end), flat=True),
-                              self.scale, self.windows[layer])
+                              self.scale, self.windows[layer], self.sinks[layer])
             for s in meta.seqs
         ])

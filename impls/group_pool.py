@@ -2,30 +2,36 @@
 
 Each group (harness/kv/groups.py) is layers of one attention kind (impls/attention_kinds.py); every sequence
 has a block table in each group. Pools hand out blocks: hybrid has one pool whose pages every group shares,
-split_pools one per kind. Before each write of positions ``[start, ...)`` a group's blocks before its kind's
-``first_needed_block(start)`` are dropped from the table (a null entry, as vLLM's null block) and freed when
-no other sequence holds them: a sliding group holds about its window. ``fork`` shares every held block;
-appending into a shared, partly filled block copies it first (copy-on-write), in each group.
+split_pools one per kind. A write of positions ``[start, end)`` (a prompt's chunk, or decode tokens) first
+drops each group's blocks before its kind's ``first_needed_block(start)`` (a null entry, as vLLM's null
+block; freed when no other sequence holds them), then allocates the blocks up to ``end``: a sliding group
+holds about its window plus the chunk, and never allocates the blocks before the window of the chunk's first
+query (vLLM's ``get_num_blocks_to_allocate``). An admission may reserve its prompt's first chunk only
+(``plan_admit(chunk_tokens=)``) and grow by ``append`` chunk by chunk (``allocates_by_chunk``: the chunked
+scheduler does, harness/serving/scheduler.py). ``fork`` shares every held block; appending into a shared,
+partly filled block copies it first (copy-on-write), in each group.
 
 Memory is counted in *layer slots*: one token's K and V in one layer (``usage_unit_layers = 1``). A page of a
 group is ``block_size`` tokens of its ``page_layers`` layers; ``used`` counts the slots of real layers written,
-so a padded group's padding shows as fragmentation. Prefix caching is not offered: a hit must be held by
-every group (sliding groups keep only the window), which this pool does not track yet; the factory refuses
-the combination.
+so a padded group's padding shows as fragmentation. Prefix caching (impls/group_prefix.py) hits the longest
+prefix every group can serve; freed blocks with a hash stay cached (LRU) until their pages are needed.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from kvbench.impls.allocator import AdmitPlan, CacheUsage, SlotCopy, frozen_instance
+from kvbench.impls.allocator import CacheUsage, SlotCopy, frozen_instance
 from kvbench.impls.attention_kinds import AttentionKind
 from kvbench.impls.fast_path import FastPath
+from kvbench.impls.group_admission import GroupAdmission, GroupAdmitPlan
+from kvbench.impls.group_checks import check_group_pool
+from kvbench.impls.group_prefix import NULL, GroupPrefix
 from kvbench.impls.sizing import blocks_for_tokens
 
-NULL = -1  # a table entry whose block was freed (or never allocated): no query reads it any more
+__all__ = ["NULL", "GroupAdmitPlan", "GroupedBlockPool", "PoolGroup"]
 
 
 @dataclass(frozen=True)
@@ -39,24 +45,36 @@ class PoolGroup:
 
 
 class _Pool:
-    __slots__ = ("num_blocks", "page_layers", "free", "ref", "filled", "watermark")
+    __slots__ = ("num_blocks", "page_layers", "free", "ref", "filled", "watermark", "cached", "key", "by_key")
 
     def __init__(self, num_blocks: int, page_layers: int, watermark: int) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.num_blocks, self.page_layers, self.watermark = num_blocks, page_layers, watermark
-        self.free: deque[int] = deque(range(num_blocks))
+        self.free: deque[int] = deque(range(num_blocks))  # free blocks without a hash
         self.ref = [0] * num_blocks
         self.filled = [0] * num_blocks
+        # Prefix caching: free blocks with a hash, least recently freed first; each block's (group, hash,
+        # tokens) and the cached block of each (group, hash).
+        self.cached: OrderedDict[int, None] = OrderedDict()
+        self.key: list[tuple[int, int, tuple[int, ...]] | None] = [None] * num_blocks
+        self.by_key: dict[tuple[int, int], int] = {}
+
+    @property
+    def available(self) -> int:
+        """Blocks a sequence can take: the free ones and the cached ones (evicted when taken)."""
+        return len(self.free) + len(self.cached)
 
 
-class GroupedBlockPool(FastPath):
+class GroupedBlockPool(GroupAdmission, GroupPrefix, FastPath):
     """Block tables per group over one or more pools; the narrow ``KVAllocator`` plus the fast path."""
 
     usage_unit_layers = 1
+    # The chunked scheduler may admit a prompt's first chunk and grow it by ``append`` (vLLM's V1 does).
+    allocates_by_chunk = True
 
     def __init__(self, pool_blocks: Sequence[int], block_size: int, groups: Sequence[PoolGroup],
-                 watermark: float = 0.0) -> None:
+                 watermark: float = 0.0, prefix_caching: bool = False) -> None:
         if block_size < 1 or block_size & (block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {block_size}")
         page = {}
@@ -79,32 +97,11 @@ class GroupedBlockPool(FastPath):
         # so the scheduler tries the waiting requests again as a step-by-step run would (impls/fast_path.py).
         self._freed_by: set[int] = set()
         self._logical = 0
-
-    # ---- admission -----------------------------------------------------------
-    def _pages(self, length: int) -> list[int]:
-        """Blocks a new sequence's prompt of ``length`` tokens takes, per pool (its one chunk writes them all)."""
-        need = [0] * len(self.pools)
-        for g in self.groups:
-            need[g.pool] += blocks_for_tokens(length, self.block_size)
-        return need
-
-    def plan_admit(self, token_ids: Sequence[int], num_samples: int = 1, total_len: int | None = None) -> AdmitPlan:
-        need = self._pages(len(token_ids))
-        fits = all(n + p.watermark <= len(p.free) for n, p in zip(need, self.pools))
-        return frozen_instance(AdmitPlan, {"token_ids": token_ids, "num_samples": num_samples,
-                                           "total_len": total_len, "cached_tokens": 0, "fits": fits,
-                                           "generation": self.generation})
-
-    def admit(self, seq_id: int, plan: AdmitPlan) -> int:
-        self._check_plan(plan)
-        assert seq_id not in self.tables, f"sequence {seq_id} admitted twice"
-        self.tables[seq_id] = [[] for _ in self.groups]
-        self.dropped[seq_id] = [0] * len(self.groups)
-        self.lengths[seq_id] = 0
-        self._seq_logical[seq_id] = 0
-        self._write(seq_id, len(plan.token_ids))
-        self.generation += 1
-        return 0
+        self.prefix_caching = prefix_caching
+        self.tokens: dict[int, list[int]] = {}  # prefix caching: each sequence's tokens written
+        self.hashes: dict[int, list[int]] = {}  # and its full blocks' chain hashes
+        self.cache_hit_tokens = 0
+        self.evicted_blocks = 0
 
     # ---- growth ------------------------------------------------------------
     def _net_blocks(self, seq_id: int, num_tokens: int) -> list[int]:
@@ -122,7 +119,7 @@ class GroupedBlockPool(FastPath):
         return net
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
-        return all(k <= len(p.free) for k, p in zip(self._net_blocks(seq_id, num_tokens), self.pools))
+        return all(k <= p.available for k, p in zip(self._net_blocks(seq_id, num_tokens), self.pools))
 
     def append(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
         copies = self.try_append(seq_id, token_ids)
@@ -135,11 +132,11 @@ class GroupedBlockPool(FastPath):
         if not self.can_append(seq_id, len(token_ids)):
             return None
         self.generation += 1
-        return self._write(seq_id, len(token_ids))
+        return self._write(seq_id, token_ids)
 
-    def _write(self, seq_id: int, count: int) -> list[SlotCopy]:
-        """Drop each group's blocks its next query no longer reads, then write ``count`` tokens (room checked)."""
-        bs, n = self.block_size, self.lengths[seq_id]
+    def _write(self, seq_id: int, token_ids: Sequence[int]) -> list[SlotCopy]:
+        """Drop each group's blocks its next query no longer reads, then write ``token_ids`` (room checked)."""
+        bs, n, count = self.block_size, self.lengths[seq_id], len(token_ids)
         tables, dropped = self.tables[seq_id], self.dropped[seq_id]
         copies: list[SlotCopy] = []
         logical = 0
@@ -180,10 +177,12 @@ class GroupedBlockPool(FastPath):
         self.lengths[seq_id] = n + count
         self._seq_logical[seq_id] += logical
         self._logical += logical
+        if self.prefix_caching:
+            self._register_written(seq_id, token_ids)
         return copies
 
     def _take(self, pool: _Pool) -> int:
-        b = pool.free.popleft()
+        b = pool.free.popleft() if pool.free else self._evict(pool)
         assert pool.ref[b] == 0
         pool.ref[b] = 1
         pool.filled[b] = 0
@@ -196,7 +195,10 @@ class GroupedBlockPool(FastPath):
         if pool.ref[b]:
             return False
         self._used -= pool.filled[b] * g.layers
-        pool.free.append(b)
+        if pool.key[b] is None:
+            pool.free.append(b)
+        else:  # kept for a later prefix hit until its page is needed
+            pool.cached[b] = None
         return True
 
     # ---- fork and release ----------------------------------------------------------
@@ -213,6 +215,9 @@ class GroupedBlockPool(FastPath):
         self.lengths[child_id] = self.lengths[parent_id]
         self._seq_logical[child_id] = self._seq_logical[parent_id]
         self._logical += self._seq_logical[child_id]
+        if self.prefix_caching:
+            self.tokens[child_id] = list(self.tokens[parent_id])
+            self.hashes[child_id] = list(self.hashes[parent_id])
         self.generation += 1
         return []
 
@@ -222,6 +227,8 @@ class GroupedBlockPool(FastPath):
         self.lengths.pop(seq_id)
         self._logical -= self._seq_logical.pop(seq_id)
         self._freed_by.discard(seq_id)
+        self.tokens.pop(seq_id, None)
+        self.hashes.pop(seq_id, None)
         self.generation += 1
         for g, table in zip(self.groups, tables):
             pool = self.pools[g.pool]
@@ -258,7 +265,7 @@ class GroupedBlockPool(FastPath):
         """Tokens of riding sequences fill a slot of each group's last block (every group holds it)."""
         bs = self.block_size
         pool = sum(p.num_blocks * p.page_layers for p in self.pools) * bs
-        free = sum(len(p.free) * p.page_layers for p in self.pools) * bs
+        free = sum(p.available * p.page_layers for p in self.pools) * bs
         used = self._used + num_tokens * self._all_layers
         reserved = pool - free
         return frozen_instance(CacheUsage, {
@@ -285,34 +292,5 @@ class GroupedBlockPool(FastPath):
         return max(0, run)
 
     def check_invariants(self) -> None:
-        """Assert the pool's invariants (tests call this after every operation)."""
-        bs = self.block_size
-        holders = [[0] * p.num_blocks for p in self.pools]
-        used = logical = 0
-        for sid, tables in self.tables.items():
-            n, seq_logical = self.lengths[sid], 0
-            for g, table, d in zip(self.groups, tables, self.dropped[sid]):
-                assert len(table) == blocks_for_tokens(n, bs), "a table's length differs from its tokens"
-                assert all(b == NULL for b in table[:d]) and NULL not in table[d:], "nulls are not the leading ones"
-                assert d <= max(g.kind.first_needed_block(max(n - 1, 0), bs), 0) or not n
-                filled = self.pools[g.pool].filled
-                for b in table[d:]:
-                    holders[g.pool][b] += 1
-                    seq_logical += filled[b] * g.layers
-                if table and table[-1] != NULL:
-                    assert filled[table[-1]] == n - (len(table) - 1) * bs or self.pools[g.pool].ref[table[-1]] > 1
-            assert seq_logical == self._seq_logical[sid], "a sequence's logical slots differ from its blocks'"
-            logical += seq_logical
-        layers_of = [[0] * p.num_blocks for p in self.pools]
-        for tables in self.tables.values():
-            for g, table in zip(self.groups, tables):
-                for b in table:
-                    if b != NULL:
-                        layers_of[g.pool][b] = g.layers
-        for k, p in enumerate(self.pools):
-            assert holders[k] == p.ref, "refcounts differ from the tables holding each block"
-            assert len(set(p.free)) == len(p.free) and all(p.ref[b] == 0 for b in p.free), "a bad free list"
-            assert len(p.free) + sum(1 for r in p.ref if r) == p.num_blocks, "free + in use != total"
-            used += sum(p.filled[b] * layers_of[k][b] for b in range(p.num_blocks) if p.ref[b])
-        assert used == self._used, "used slots differ from the held blocks' fill"
-        assert logical == self._logical
+        """Assert the pool's invariants (tests call this after every operation): impls/group_checks.py."""
+        check_group_pool(self)

@@ -49,6 +49,7 @@ class PoolSpec:
     groups: tuple[PoolGroup, ...] = ()
     pool_kv_bytes: tuple[int, ...] = ()
     layer_bytes: int = 0
+    group_layers: tuple[tuple[int, ...], ...] = ()  # each group's model layers: what its tensors serve
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class TensorSpec:
     device: torch.device
     kv_dtype: str = "auto"  # the store's format (kernels/kv_formats.py); auto: ``dtype``
     kv_scale: str = "tensor"
+    scale: float | None = None  # attention's softmax scale (ModelConfig.softmax_scale); None: head_dim ** -0.5
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,8 @@ class PagedKind(CacheKind):
     def allocator(self, spec: PoolSpec) -> BlockManager | GroupedBlockPool:
         if spec.groups:
             self.pool_size(spec)
-            return GroupedBlockPool(self.pool_blocks(spec), spec.block_size, spec.groups, spec.watermark)
+            return GroupedBlockPool(self.pool_blocks(spec), spec.block_size, spec.groups, spec.watermark,
+                                    prefix_caching=spec.prefix_caching)
         blocks = self.pool_size(spec)
         return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching,
                             watermark_blocks=int(spec.watermark * blocks), eviction=spec.eviction,
@@ -238,8 +241,12 @@ class PagedKind(CacheKind):
         from kvbench.impls.paged import PagedCache
         from kvbench.kernels.registry import get_paged_kernel
 
-        if spec.groups:  # the factory refuses it first, naming the keys (harness/kv/factory.py)
-            raise CacheSizeError("a grouped KV cache (kv_manager hybrid or split_pools) has no tensors yet")
+        if spec.groups:  # a block table per group (impls/grouped_paged.py); its usage counts layer slots
+            from kvbench.impls.grouped_paged import GroupedPagedCache
+
+            pool = self.allocator(spec)
+            return GroupedPagedCache(get_paged_kernel(kernel), pool, spec.group_layers,
+                                     bytes_per_token=pool.usage_unit_layers * spec.layer_bytes, **vars(tensors))
         return PagedCache(get_paged_kernel(kernel), self.allocator(spec), bytes_per_token=spec.bytes_per_token,
                           **vars(tensors))
 
@@ -255,7 +262,9 @@ class PagedKind(CacheKind):
         # One block more per sequence than its final length needs: a copy-on-write of its last block.
         blocks = sum(blocks_for_tokens(n, spec.block_size) + 1 for n in sequence_lens)
         if spec.groups:  # as much in every group of every pool: what a prompt written in one chunk may take
-            return GroupedBlockPool([blocks * k for k in self._groups_per_pool(spec)], spec.block_size, spec.groups)
+            # Prefixes shared as the run's own pool would: hybrid's one pool only (harness/kv/groups.py).
+            return GroupedBlockPool([blocks * k for k in self._groups_per_pool(spec)], spec.block_size, spec.groups,
+                                    prefix_caching=spec.prefix_caching and len(spec.pool_kv_bytes) == 1)
         return BlockManager(blocks, spec.block_size, prefix_caching=spec.prefix_caching)
 
     def kernel_layouts(self, pool: KernelPool) -> dict[str, DecodeInputs]:

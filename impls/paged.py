@@ -106,9 +106,11 @@ class PagedCache(KVCache):
             tables = torch.zeros(1, width, dtype=torch.int32, device=self.device)
             lens = torch.full((1,), context, dtype=torch.int32, device=self.device)
             q = torch.zeros(1, heads, head_dim, dtype=self.dtype, device=self.device)
-            for window in sorted(set(self.windows)):  # 0: full attention; a sliding layer's window is a variant
+            # A layer of each kind (its window, 0: full attention; sinks or none) stands for the variant it compiles.
+            kinds = {(w, s is not None): layer for layer, (w, s) in enumerate(zip(self.windows, self.sinks))}
+            for layer in kinds.values():
                 self.kernel.decode(q, k_pool, v_pool, tables, lens, self.scale, max_context=context,
-                                   **self._scales(0), **({"window": window} if window else {}))
+                                   **self._scales(0), **self.attention_options(layer))
         for tokens in (1, 64):
             kv = torch.zeros(tokens, kv_heads, head_dim, dtype=self.dtype, device=self.device)
             skip = torch.full((tokens,), -1, dtype=torch.long, device=self.device)
@@ -169,13 +171,13 @@ class PagedCache(KVCache):
             table, end = s.table[skip:], s.end - skip * bs
             k_ctx = gather_kv(k_pool, table, end, k_scale, self.dtype)
             v_ctx = gather_kv(v_pool, table, end, v_scale, self.dtype)
-            outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale, window))
+            outs.append(prefill_attention(q[s.queries], k_ctx, v_ctx, self.scale, window, self.sinks[layer]))
         return torch.cat(outs)
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:
         check = self._write(layer, k, v, meta)
-        window = self.windows[layer]  # a full-attention layer calls the kernel as before: no window argument
+        # A full-attention layer without sinks calls the kernel as before: no window or sinks argument.
         return self.kernel.decode(q.contiguous(), self.k[layer], self.v[layer], meta.block_tables,
                                   meta.context_lens, self.scale, max_context=meta.max_context, validate=check,
-                                  **self._scales(layer), **({"window": window} if window else {}))
+                                  **self._scales(layer), **self.attention_options(layer))

@@ -10,7 +10,7 @@ counts them). Prefill reads each region's prefix in place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -19,7 +19,7 @@ from kvbench.impls.base import KVCache, PrefillSpan
 from kvbench.impls.flat_prefill import FlatPrefill, FlatSlotPrefill, prepare_flat_prefill
 from kvbench.impls.region_allocator import RegionAllocator
 from kvbench.impls.staging import StagingBuffer
-from kvbench.kernels.sdpa import decode_sdpa, step_bias
+from kvbench.kernels.sdpa import additive_mask, decode_sdpa, step_bias
 
 
 @dataclass
@@ -27,7 +27,10 @@ class _Decode:
     slot_mapping: torch.Tensor  # [B] flat slot of each new token
     gather: torch.Tensor  # [B, max_len] flat slot of each key (past a sequence's length: its last slot, masked)
     mask: torch.Tensor  # [B, 1, 1, max_len] True where a key is visible
+    positions: torch.Tensor  # [1, max_len] each key's position
+    lens: torch.Tensor  # [B, 1] each sequence's length
     bias: torch.Tensor | None = None  # ``mask`` as SDPA's float mask, made once a step (kernels/sdpa.py step_bias)
+    windowed: dict[int, torch.Tensor] = field(default_factory=dict)  # a sliding layer's float mask, per window
 
 
 class RegionCache(FlatSlotPrefill, KVCache):
@@ -56,10 +59,20 @@ class RegionCache(FlatSlotPrefill, KVCache):
         seq_lens = staging[lens_field][:, None]
         # Slots past a sequence's length repeat its last slot: inside its region, and masked out.
         gather = staging[starts_field][:, None] + torch.minimum(positions, seq_lens - 1)
-        return _Decode(staging[slot_mapping], gather, (positions < seq_lens)[:, None, None, :])
+        return _Decode(staging[slot_mapping], gather, (positions < seq_lens)[:, None, None, :], positions, seq_lens)
 
     def forward_decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        meta: _Decode) -> torch.Tensor:
         self.write_flat(layer, k, v, meta.slot_mapping)
         keys, values = self.read(layer, meta.gather, flat=True)  # [B, max_len, KVH, D], dequantized if quantized
-        return decode_sdpa(q, keys, values, self.scale, step_bias(meta, q.dtype))
+        window = self.windows[layer]
+        bias = self._window_bias(meta, window, q.dtype) if window else step_bias(meta, q.dtype)
+        return decode_sdpa(q, keys, values, self.scale, bias, self.sinks[layer])
+
+    def _window_bias(self, meta: _Decode, window: int, dtype: torch.dtype) -> torch.Tensor:
+        """A sliding layer's mask: each sequence's last ``window`` keys (made once a step per window)."""
+        made = meta.windowed.get(window)
+        if made is None:
+            visible = (meta.positions < meta.lens) & (meta.positions >= meta.lens - window)
+            made = meta.windowed[window] = additive_mask(visible[:, None, None, :], dtype)
+        return made

@@ -22,6 +22,7 @@ import torch
 from kvbench.kernels.build_cache import BuildSpec
 from kvbench.kernels.cuda_op import CSRC, CUDA_SOURCE, EMULATED_SOURCE, build_and_load, find_cxx
 from kvbench.kernels.quant import KVScales
+from kvbench.kernels.sinks import check_sinks
 from kvbench.kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 SOURCES = (CSRC / "ops.cpp", EMULATED_SOURCE)
@@ -44,20 +45,21 @@ def load() -> Path:
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
            context_lens: torch.Tensor, scale: float, out: torch.Tensor | None = None, *,
-           scales: KVScales | None = None, window: int = 0) -> torch.Tensor:
+           scales: KVScales | None = None, window: int = 0, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Decode attention by the CUDA kernels, emulated; fills ``out`` if given (kernels/reference.py).
     A quantized cache comes with its ``scales`` (kernels/quant.py), as for the real op; ``window`` > 0 is a
-    sliding window in tokens (the kernel argument; the registry passes a plugin none, so runs use it only
-    through the tests)."""
+    sliding window in tokens and ``sinks`` float32 ``[heads]`` attention sinks (kernel arguments; the registry
+    passes a plugin neither, so runs use them only through the tests)."""
     check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out, scales=scales, quantized=QUANTIZED_DTYPES,
                       window=window)
+    check_sinks(sinks, q.shape[1], q.device)
     load()
     extra = () if scales is None else (scales.k, scales.v)
     if out is None:
         return torch.ops.kvbench_emu.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
-                                                            float(scale), *extra, window=window)
+                                                            float(scale), *extra, window=window, sinks=sinks)
     torch.ops.kvbench_emu.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale),
-                                                     out, *extra, window=window)
+                                                     out, *extra, window=window, sinks=sinks)
     return out
 
 

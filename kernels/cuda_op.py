@@ -23,6 +23,7 @@ import torch
 
 from kvbench.kernels.build_cache import BuildError, BuildSpec, build_key, build_timeout_s, ensure_built
 from kvbench.kernels.quant import KVScales
+from kvbench.kernels.sinks import check_sinks
 from kvbench.kernels.validate import QUANTIZED_DTYPES, check_decode_args, check_write_args
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -136,12 +137,13 @@ def _register_fakes() -> None:
     """Shape-only implementations so torch.compile and FakeTensor can trace the ops."""
 
     @torch.library.register_fake("kvbench::paged_decode_attention")
-    def _decode_fake(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale=None, v_scale=None, window=0):
+    def _decode_fake(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale=None, v_scale=None, window=0,
+                     sinks=None):
         return q.new_empty(q.shape)
 
     @torch.library.register_fake("kvbench::paged_decode_attention_out")
     def _decode_out_fake(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale=None, v_scale=None,
-                         window=0):
+                         window=0, sinks=None):
         return None
 
     @torch.library.register_fake("kvbench::write_kv")
@@ -172,11 +174,13 @@ def paged_decode_attention_cuda(
     validate: bool = True,
     scales: KVScales | None = None,
     window: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention over the paged cache (kernels/reference.py); fills ``out`` if given.
 
     ``window`` > 0 (a sliding-window layer's, in tokens) masks keys before ``context_len - window``; the
     kernels skip the blocks before the window's first key. 0: the full-attention call, unchanged.
+    ``sinks`` (float32 ``[heads]``, kernels/sinks.py) join every head's softmax; None: the call as without them.
 
     A quantized cache (fp8 / int8 stores, kernels/quant.py) comes with its ``scales``; the
     kernels read its bytes as they are and dequantize them in registers.
@@ -186,14 +190,15 @@ def paged_decode_attention_cuda(
     if validate:
         check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out,
                           scales=scales, quantized=QUANTIZED_DTYPES, window=window)
+        check_sinks(sinks, q.shape[1], q.device)
     _ensure_loaded()
-    if window > 0:
+    if window > 0 or sinks is not None:
         extra = () if scales is None else (scales.k, scales.v)
         if out is None:
             return torch.ops.kvbench.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens,
-                                                            float(scale), *extra, window=window)
+                                                            float(scale), *extra, window=window, sinks=sinks)
         torch.ops.kvbench.paged_decode_attention_out(q, k_cache, v_cache, block_tables, context_lens, float(scale),
-                                                     out, *extra, window=window)
+                                                     out, *extra, window=window, sinks=sinks)
         return out
     if scales is None:  # the float cache's call, as before the quantized one existed
         if out is None:

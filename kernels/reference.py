@@ -11,6 +11,8 @@ Layout shared by every paged impl and kernel:
   window           : a sliding-window layer's window in tokens; <= 0 = none. The query at
                      position p = context_len - 1 reads keys p - window + 1 .. p (transformers'
                      ``sliding_window``: ``kv_idx > q_idx - window``); older keys are masked
+  sinks            : float32 [num_heads] attention sinks (kernels/sinks.py), a logit per query head
+                     in every softmax's denominator with no value; None = none
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def paged_decode_attention_ref(
     max_context: int | None = None,
     scales: KVScales | None = None,
     window: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One query token per sequence: ``q [batch, heads, head_dim]`` -> same shape.
 
@@ -101,6 +104,7 @@ def paged_decode_attention_ref(
     (a KV cache does); without it, reading it is a device-to-host sync.
     A quantized cache (``scales``) is dequantized to fp32 as it is gathered.
     ``window`` > 0 masks keys older than the window (the oracle still gathers them).
+    ``sinks`` adds each head's sink as one more score column, dropped after the softmax.
     """
     batch, num_heads, head_dim = q.shape
     num_blocks, block_size, kv_heads, _ = k_cache.shape
@@ -136,6 +140,10 @@ def paged_decode_attention_ref(
     if window > 0:
         pad = pad | (pos[None, :] < lens - window)
     scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
+    if sinks is not None:  # a virtual key of score sink and value 0: in the denominator only
+        sink = sinks.float().view(1, kv_heads, group, 1).expand(batch, -1, -1, 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
     out = probs @ v  # [B, KVH, G, D]
     return out.reshape(batch, num_heads, head_dim).to(q.dtype)

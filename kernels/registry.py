@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # config validation reads the names without loading torch
 from kvbench.kernels.kv_formats import KV_DTYPES
 from kvbench.kernels.read_pattern import reads_padded
 
-PAGED_KERNELS = ("torch", "triton", "cuda")  # over a block pool
+PAGED_KERNELS = ("torch", "triton", "cuda", "flex")  # over a block pool
 SLAB_KERNELS = ("sdpa",)  # over a contiguous slab
 KERNELS = (*SLAB_KERNELS, *PAGED_KERNELS)  # the built-in names; a kernel module's dotted path is allowed too
 # The cache's kv_dtype values each kernel reads (kernels/kv_formats.py); a kernel module by dotted path
@@ -26,6 +26,8 @@ KERNELS = (*SLAB_KERNELS, *PAGED_KERNELS)  # the built-in names; a kernel module
 # twin and emulator) decodes every one and writes every one (``kvbench::write_kv_quant`` quantizes in
 # the kernel, as kernels/quant.py does).
 KV_DTYPE_SUPPORT = {"sdpa": KV_DTYPES, "torch": KV_DTYPES, "triton": KV_DTYPES, "cuda": KV_DTYPES}
+# torch's FlexAttention (kernels/flex.py) reads float caches: it has no per-token scales to apply.
+KV_DTYPE_SUPPORT["flex"] = ("auto",)
 
 
 def kv_dtype_refusal(kernel: str, kv_dtype: str) -> str | None:
@@ -50,8 +52,8 @@ class PagedKernel:
 
     name: str
     # (q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
-    #  scales=None, window=0) -> out; window > 0: a sliding-window layer's, keys older than it masked
-    #  (kernels/reference.py)
+    #  scales=None, window=0, sinks=None) -> out; window > 0: a sliding-window layer's, keys older than it masked;
+    #  sinks: float32 [heads] attention sinks (kernels/sinks.py) (kernels/reference.py)
     decode: Callable[..., torch.Tensor]
     # (key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None) -> None, in place
     write: Callable[..., None]
@@ -103,6 +105,10 @@ def kernel_backend(kernel: str, device_type: str, gather: bool = False) -> str:
         return "cuda" if device_type == "cuda" else "cpp-cpu"
     if kernel == "triton":
         return "triton-interpreter" if _triton_interpreted() else "triton"
+    if kernel == "flex":  # flex-compiled (the fused kernel) or flex-eager (its math path), kernels/flex_mode.py
+        from kvbench.kernels.flex_mode import flex_mode
+
+        return f"flex-{flex_mode(device_type)}"
     return kernel
 
 
@@ -117,9 +123,9 @@ def _reference(decode_ref: Callable[..., torch.Tensor], write_ref: Callable[...,
     # The oracle checks nothing (it takes any shape, e.g. the HF tests' head_dim 32), so
     # ``validate`` has nothing to skip; it has no ``out`` either, so the result is copied.
     def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
-               scales=None, window=0):
+               scales=None, window=0, sinks=None):
         return _into(out, decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale, max_context, scales,
-                                     window))
+                                     window, sinks))
 
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
         write_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
@@ -139,12 +145,24 @@ def _sdpa() -> PagedKernel:
     return PagedKernel("sdpa", slab_decode, write, out_variant=False, kv_dtypes=KV_DTYPE_SUPPORT["sdpa"])
 
 
+def _flex() -> PagedKernel:
+    """torch's FlexAttention over the pool (kernels/flex.py); its decode takes the reference's signature and
+    ``sinks``, and writes ``out``. The reference writes the KV (flex is attention only)."""
+    from kvbench.kernels.flex import flex_decode
+    from kvbench.kernels.reference import write_kv_ref
+
+    def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True, scales=None):
+        write_kv_ref(key, value, k_cache, v_cache, slot_mapping, may_skip, scales)
+
+    return PagedKernel("flex", flex_decode, write, kv_dtypes=KV_DTYPE_SUPPORT["flex"])
+
+
 def _cuda_decode(decode_op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     # The op reads the context lengths on the device: it takes no host bound.
     def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
-               scales=None, window=0):
+               scales=None, window=0, sinks=None):
         return decode_op(q, k_cache, v_cache, block_tables, context_lens, scale, out, validate=validate, scales=scales,
-                         window=window)
+                         window=window, sinks=sinks)
 
     return decode
 
@@ -175,13 +193,14 @@ def _plugin(name: str) -> PagedKernel:
                          "see kernels/reference.py for the signatures")
 
     def decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=None, *, max_context=None, validate=True,
-               window=0):
-        if window > 0:  # the reference's signature has no window: the module would attend to every key
+               window=0, sinks=None):
+        if window > 0 or sinks is not None:  # the module's signature has neither: it would attend to every key
             from kvbench.kernels.validate import KernelArgumentError
 
-            raise KernelArgumentError(f"paged kernel module {name!r} takes no sliding window (window={window}); a "
-                                      f"model with sliding_attention layers runs the built-in kernels "
-                                      f"{', '.join(KERNELS)}")
+            what = f"sliding window (window={window})" if window > 0 else "attention sinks"
+            layers = "sliding_attention layers" if window > 0 else "attention sinks (gpt-oss)"
+            raise KernelArgumentError(f"paged kernel module {name!r} takes no {what}; a model with {layers} "
+                                      f"runs the built-in kernels {', '.join(KERNELS)}")
         return _into(out, module.decode(q, k_cache, v_cache, block_tables, context_lens, scale, out=out))
 
     def write(key, value, k_cache, v_cache, slot_mapping, *, may_skip=True, validate=True):
@@ -210,6 +229,8 @@ def get_paged_kernel(name: str) -> PagedKernel:
         return _plugin(name)
     if name == "sdpa":
         return _sdpa()
+    if name == "flex":
+        return _flex()
     if name not in _SOURCES:
         raise ValueError(f"unknown kernel {name!r}; allowed: {', '.join(KERNELS)}, "
                          "or a module's dotted path")

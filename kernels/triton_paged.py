@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from kvbench.kernels.quant import KVScales
+from kvbench.kernels.sinks import check_sinks
 from kvbench.kernels.triton_quant import dequantize_tile, quant_code, storage_view
 from kvbench.kernels.triton_write import write_kv_triton
 from kvbench.kernels.validate import QUANTIZED_DTYPES, KernelArgumentError, check_decode_args
@@ -58,6 +59,7 @@ def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
     m_ptr, l_ptr, acc_ptr,  # split scratch; unused when not SPLIT
     k_scale_ptr, v_scale_ptr,  # a quantized cache's fp32 scales; unused when not QUANT
+    sinks_ptr,  # fp32 [heads] attention sinks (kernels/sinks.py); read only when SINK
     scale_log2,  # softmax scale * log2(e): scores live in base 2 so exp2 is used
     stride_qb, stride_qh, stride_ob, stride_oh, stride_bt, num_splits,
     window,  # a sliding-window layer's window in tokens; read only when SLIDE
@@ -67,6 +69,7 @@ def _decode_kernel(
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     QUANT: tl.constexpr, DYNAMIC: tl.constexpr,  # kernels/triton_quant.py codes; DYNAMIC: per token and head
     SLIDE: tl.constexpr,  # a window: the key loop starts at its first key (a full layer's code is unchanged)
+    SINK: tl.constexpr,  # sinks: the running max and sum start at the sink's (a layer without has the same code)
 ):
     # Index math in int64: no overflow on big caches, and the interpreter skips its
     # per-op int32 overflow checks (several numpy ops each).
@@ -104,6 +107,10 @@ def _decode_kernel(
     # tl.full, not tl.zeros: the latter is a nested @jit call (slow in the interpreter).
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.full([GROUP_PAD], 0.0, tl.float32)
+    if SINK:  # a virtual key of score sink, value 0: max = sink, sum = exp(0); once a sequence (split 0's)
+        first = split == 0
+        m_i = tl.where(first, tl.load(sinks_ptr + heads, mask=g_mask, other=0.0) * 1.4426950408889634, m_i)
+        l_i = tl.where(first, 1.0, l_i)
     acc = tl.full([GROUP_PAD, HEAD_PAD], 0.0, tl.float32)
     if QUANT != 0 and not DYNAMIC:  # static per-tensor scales: two loads per program
         k_s = tl.load(k_scale_ptr)
@@ -246,11 +253,13 @@ def paged_decode_attention_triton(
     validate: bool = True,
     scales: KVScales | None = None,
     window: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention, ``q [batch, heads, head_dim]`` -> ``out`` (same shape, q.dtype).
 
     ``window`` > 0 (a sliding-window layer's, in tokens) reads only each sequence's last ``window``
-    keys (kernels/reference.py); <= 0: every key, the full-attention variant.
+    keys (kernels/reference.py); <= 0: every key, the full-attention variant. ``sinks`` (float32 ``[heads]``,
+    kernels/sinks.py) start split 0's running max at the sink and its sum at 1; None: the sink-free variant.
 
     A quantized cache (fp8 / int8 stores, kernels/quant.py) comes with its ``scales``; its
     bytes are read as they are and dequantized in registers.
@@ -267,6 +276,7 @@ def paged_decode_attention_triton(
     if validate:
         check_decode_args(q, k_cache, v_cache, block_tables, context_lens, out,
                           scales=scales, quantized=QUANTIZED_DTYPES, window=window)
+        check_sinks(sinks, q.shape[1], q.device)
         if num_splits is not None and not (isinstance(num_splits, int) and num_splits >= 1):
             raise KernelArgumentError(f"num_splits must be a positive int or None, got {num_splits!r}")
         if not interpreting and q.device.type != "cuda":
@@ -307,7 +317,7 @@ def paged_decode_attention_triton(
     k_scale, v_scale = (scales.k, scales.v) if scales is not None else (out, out)  # placeholders when float
     _decode_kernel[(batch, kv_heads, num_splits)](
         q, storage_view(k_cache), storage_view(v_cache), block_tables, context_lens, out, m, l, acc,
-        k_scale, v_scale,
+        k_scale, v_scale, out if sinks is None else sinks,  # a placeholder without sinks
         scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0), num_splits, max(window, 0),
         KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
@@ -316,7 +326,7 @@ def paged_decode_attention_triton(
         # fp32 caches get exact fp32 products (tl.dot defaults to tf32 on GPU).
         DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32",
         UPCAST_DOT=upcast,
-        QUANT=quant, DYNAMIC=scales is not None and scales.dynamic, SLIDE=window > 0,
+        QUANT=quant, DYNAMIC=scales is not None and scales.dynamic, SLIDE=window > 0, SINK=sinks is not None,
         # sm_90 compile (triton 3.9, bf16, head_dim 128, BLOCK_N 64): K/V tiles stream
         # through cp.async 3 deep, 126 registers, 39 KB smem -> 4 programs per SM, so
         # batch 64 x 8 kv heads is one resident wave. Untuned: sweep BLOCK_N 32-128,

@@ -13,7 +13,7 @@ from kvbench.harness.config import Config
 
 NATIVE = "native"
 # kernel -> the built-in paged impl that runs it (conf/impl/paged_*.yaml)
-PAGED_IMPLS = {"triton": "paged_triton", "cuda": "paged_cuda", "torch": "paged_torch"}
+PAGED_IMPLS = {"triton": "paged_triton", "cuda": "paged_cuda", "torch": "paged_torch", "flex": "paged_flex"}
 
 
 def native_kernel(cfg: Config) -> str:

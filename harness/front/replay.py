@@ -74,12 +74,22 @@ def _saved(path: Path) -> dict:
     return data
 
 
+def upgraded(data: dict) -> dict:
+    """A config saved by an older kvbench, in today's keys, meaning the same: ``gpu.memory_gb`` (decimal GB, before
+    roofline v5) becomes the ``gpu.memory_mib`` of the same bytes, so a replay prices the memory the run priced."""
+    gpu = data.get("gpu")
+    if isinstance(gpu, dict) and "memory_gb" in gpu and "memory_mib" not in gpu:
+        gb = gpu.pop("memory_gb")
+        gpu["memory_mib"] = None if gb is None else float(gb) * 1e9 / 2**20
+    return data
+
+
 def load_config(run_dir: Path, allow_kernels: tuple[str, ...] = ()) -> Config:
     """The run's saved config, as a fresh (not resuming) job; ``allow_kernels``: kernel modules it may import."""
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml; RUN_DIR must be a kvbench run folder")
-    data = _saved(path)
+    data = upgraded(_saved(path))
     kernel = (data.get("impl") or {}).get("kernel") if isinstance(data.get("impl"), dict) else None
     if kernel is not None and not builtin_kernel(str(kernel)) and str(kernel) not in allow_kernels:
         raise ConfigError(f"{path}: impl.kernel={kernel!r} is not one of kvbench's kernels; replaying it would "

@@ -23,7 +23,7 @@ from kvbench.harness.front.native import resolve_native
 from kvbench.harness.front.validate import validate, validate_impl
 from kvbench.harness.kv.budget import check_host_workload, check_memory_bounds
 from kvbench.harness.kv.factory import check_host_memory, check_kernel_pool
-from kvbench.harness.kv.sizes import GB, weight_bytes
+from kvbench.harness.kv.sizes import GB, stored_weight_bytes
 from kvbench.harness.model.config import ModelConfig
 from kvbench.harness.model.hf_config import resolve_model_config
 from kvbench.harness.model.support import compute_refusal
@@ -82,6 +82,8 @@ def resolve(raw: DictConfig | Config) -> Config:
         validate_impl(cfg.impl)
     if cfg.dtype == "auto":  # a simulated GPU counts as a GPU
         cfg.dtype = "bfloat16" if cfg.device.name == "cuda" or _simulated_gpu(cfg) else "float32"
+    if cfg.weight_dtype == cfg.dtype:  # weights at the run's dtype: one job (the default's identity), as kv_scale
+        cfg.weight_dtype = "auto"
     check(not cfg.cpu_fused or (cfg.device.name == "cpu" and cfg.dtype == "float32"),
           f"cpu_fused=true runs fused float32 CPU ops; device={cfg.device.name} dtype={cfg.dtype}: leave it null "
           "or false")
@@ -145,8 +147,8 @@ def _simulated_gpu(cfg: Config) -> bool:
 def _resolve_gpu(cfg: Config) -> None:
     """Fill the chosen GPU's figures from conf/gpu/NAME.yaml (a key already set wins) and check them.
 
-    In a bookkeeping scenario the GPUs' total memory is the default ``device.memory_gb``,
-    and it must at least hold the weights.
+    In a bookkeeping scenario the GPUs' total memory (``memory_mib``, in bytes, x count) is the default
+    ``device.memory_gb`` (decimal GB: bytes / 1e9), and it must at least hold the weights.
     """
     gpu = cfg.gpu
     one_of("gpu.name", gpu.name, choices("gpu"))
@@ -157,9 +159,9 @@ def _resolve_gpu(cfg: Config) -> None:
     spec = gpu_spec(gpu)  # a figure <= 0 is a ConfigError naming its key
     if not _simulated_gpu(cfg) or cfg.device.memory_gb is not None:
         return
-    cfg.device.memory_gb = spec.memory_gb * spec.count
+    cfg.device.memory_gb = spec.memory_bytes * spec.count / GB
     usable = cfg.device.memory_gb * cfg.device.utilization
-    weights = weight_bytes(cfg.model, cfg.dtype) / GB
+    weights = stored_weight_bytes(cfg.model, cfg.dtype, cfg.weight_dtype) / GB
     check(weights < usable,
           f"gpu={gpu.name} x gpu.count={spec.count}: {usable:.1f} GB usable ({cfg.device.memory_gb:g} GB x "
           f"device.utilization={cfg.device.utilization}) cannot hold the weights of model={cfg.model.name} "

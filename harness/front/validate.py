@@ -54,6 +54,7 @@ def validate(cfg: Config) -> None:
     validate_arrival(cfg)
     validate_slo(cfg)
     validate_clock_profile(cfg)
+    validate_weight_dtype(cfg)
     if cfg.impl is not None:
         validate_impl(cfg.impl)
     check_finite_floats(cfg)  # last: the keys' own checks above say more
@@ -61,7 +62,7 @@ def validate(cfg: Config) -> None:
 
 def validate_kv_manager(cfg: Config) -> None:
     """``kv_manager``, ``swa_full_tokens_ratio`` and the model's layer kinds they group (harness/kv/groups.py)."""
-    from kvbench.harness.kv.groups import KV_MANAGERS, has_one_kind, prefix_caching_refusal
+    from kvbench.harness.kv.groups import KV_MANAGERS, PREFIX_CACHING_MANAGERS, has_one_kind, prefix_caching_refusal
 
     one_of("kv_manager", cfg.kv_manager, KV_MANAGERS)
     r = cfg.swa_full_tokens_ratio
@@ -73,14 +74,28 @@ def validate_kv_manager(cfg: Config) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     prefix = cfg.impl is not None and cfg.impl.cache == "paged" and cfg.impl.prefix_caching
-    check(one or cfg.kv_manager == "uniform" or not prefix,
+    check(one or cfg.kv_manager in PREFIX_CACHING_MANAGERS or not prefix,
          prefix_caching_refusal(cfg.kv_manager, cfg.model.name))
-    # capacity reads a grouped pool's usage in its own unit (harness/kv/factory.py usage_unit_bytes); the searches'
-    # probes do not yet
-    check(one or cfg.kv_manager == "uniform" or cfg.scenario.name == "capacity",
+    if prefix and not one and cfg.kv_manager != "uniform":
+        check(cfg.impl.eviction == "lru",
+             f"impl.eviction={cfg.impl.eviction} with kv_manager={cfg.kv_manager} on model={cfg.model.name}: the "
+             "grouped pool's prefix cache gives up its least recently freed block first (impls/group_prefix.py); "
+             "allowed: impl.eviction=lru (or kv_manager=uniform)")
+    # capacity and decode read a grouped pool's usage in its own unit (harness/kv/factory.py usage_unit_bytes; decode's
+    # grouped cache, impls/grouped_paged.py, says it in its bytes_per_token); the searches' probes do not yet. A
+    # contiguous (or Orca) cache has no groups: it caches every layer as full attention (its rows say uniform).
+    grouped_scenarios = ("capacity", "decode")
+    check(one or cfg.kv_manager == "uniform" or cfg.scenario.name in grouped_scenarios,
          f"kv_manager={cfg.kv_manager} on model={cfg.model.name} (layers of several attention kinds) runs in "
-         f"scenario=capacity only: the grouped cache has no tensors yet; use kv_manager=uniform for "
-         f"scenario={cfg.scenario.name}")
+         f"scenario={' or '.join(grouped_scenarios)}; use kv_manager=uniform for scenario={cfg.scenario.name}")
+    # A copy-on-write names no pool (impls/allocator.py SlotCopy): split_pools' tensors cannot tell whose blocks
+    # it copies (impls/grouped_paged.py copy_slots). Bookkeeping copies nothing.
+    paged = cfg.impl is None or cfg.impl.cache == "paged"
+    check(one or cfg.kv_manager != "split_pools" or cfg.scenario.name == "capacity" or not paged
+          or cfg.workload.n == 1,
+          f"kv_manager=split_pools with workload.n={cfg.workload.n} on model={cfg.model.name} (layers of several "
+          "attention kinds): parallel samples copy shared blocks, which its tensors cannot place yet; allowed: "
+          "workload.n=1, or kv_manager in {uniform, hybrid}, or scenario=capacity")
 
 
 def validate_clock_profile(cfg: Config) -> None:
@@ -96,6 +111,21 @@ def validate_clock_profile(cfg: Config) -> None:
     from kvbench.harness.serving.profile_table import read_profile_table
 
     read_profile_table(Path(cfg.clock_profile))  # one line naming the problem, before any job starts
+
+
+def validate_weight_dtype(cfg: Config) -> None:
+    """``weight_dtype``: a stored dtype the roofline prices (harness/kv/sizes.py WEIGHT_DTYPE_BYTES); only a simulated
+    run priced by the roofline reads it, so anything else keeps ``auto``."""
+    from kvbench.harness.kv.sizes import WEIGHT_DTYPE_BYTES
+
+    one_of("weight_dtype", cfg.weight_dtype, ("auto", *WEIGHT_DTYPE_BYTES))
+    if cfg.weight_dtype == "auto":
+        return
+    check(cfg.gpu is not None and cfg.scenario.bookkeeping and cfg.clock_profile is None,
+         f"weight_dtype={cfg.weight_dtype} prices the weights on the simulated clock's roofline: it needs gpu=NAME and "
+         f"a bookkeeping scenario (scenario=capacity, or a search with scenario.probe=capacity) and no clock_profile "
+         f"(a profile measured its own weights); scenario={cfg.scenario.name}, gpu="
+         f"{cfg.gpu.name if cfg.gpu is not None else None}, clock_profile={cfg.clock_profile}. Leave it auto")
 
 
 def _power_of_two_block(bs: int) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 from kvbench.harness.config import Config
 from kvbench.harness.errors import ConfigError
-from kvbench.harness.kv.sizes import GB, activation_bytes_estimate, weight_bytes
+from kvbench.harness.kv.sizes import GB, activation_bytes_estimate, stored_weight_bytes, weight_bytes
 
 # The largest simulated device (CPU runs, the capacity scenario): a node of 8 GPUs of 256 GB.
 MAX_SIMULATED_GB = 2048.0
@@ -81,7 +81,9 @@ def kv_budget(
     else:
         raise ConfigError("device.memory_gb must be set when the device size cannot be read")
     usable = int(device_bytes * cfg.device.utilization)
-    weights = measured_weight_bytes if measured_weight_bytes is not None else weight_bytes(cfg.model, cfg.dtype)
+    # A simulated GPU's weights as stored (weight_dtype=fp8: the decoder layers a byte a value).
+    weights = (measured_weight_bytes if measured_weight_bytes is not None
+               else stored_weight_bytes(cfg.model, cfg.dtype, getattr(cfg, "weight_dtype", "auto")))
     act = (measured_activation_bytes if measured_activation_bytes is not None
            else activation_bytes_estimate(cfg.model, cfg.dtype, forward_tokens_bound(cfg, prompt_lens),
                                           logits_rows_bound(cfg)))

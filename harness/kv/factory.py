@@ -39,7 +39,18 @@ def grouped_layout(cfg: Config, kv_bytes: int) -> dict:
     pools = (split_pool_bytes(groups, kv_bytes, cfg.swa_full_tokens_ratio, layer)
              if cfg.kv_manager == "split_pools" else [kv_bytes])
     return {"groups": tuple(PoolGroup(g.kind, g.num_layers, g.page_layers, g.pool) for g in groups),
-            "pool_kv_bytes": tuple(pools), "layer_bytes": layer}
+            "pool_kv_bytes": tuple(pools), "layer_bytes": layer, "group_layers": tuple(g.layers for g in groups)}
+
+
+def kv_manager_of(cfg: Config, impl: ImplConfig | None) -> str:
+    """The manager ``impl``'s cache really applies (a row's ``kv_manager``): ``cfg.kv_manager``, but uniform for a
+    contiguous (or Orca) cache of a model of several attention kinds, which has no groups and caches every layer as
+    full attention (its windows only mask). A model of one kind keeps ``cfg.kv_manager``: the same rows as before."""
+    from kvbench.harness.kv.groups import has_one_kind
+
+    if impl is None or impl.cache == "paged" or has_one_kind(cfg.model):
+        return cfg.kv_manager
+    return "uniform"
 
 
 def usage_unit_bytes(allocator: KVAllocator, cfg: Config) -> int:
@@ -56,10 +67,11 @@ def pool_spec(impl: ImplConfig | None, cfg: Config, kv_bytes: int) -> PoolSpec:
     """The budget and the config's shape as a kind reads them; ``impl`` None: no prefix caching."""
     layout = grouped_layout(cfg, kv_bytes) if impl is None or impl.cache == "paged" else {}
     prefix_caching = impl.prefix_caching if impl is not None else False
-    if layout and prefix_caching:
-        from kvbench.harness.kv.groups import prefix_caching_refusal
+    if layout and prefix_caching:  # hybrid's one pool caches prefixes across its groups; split_pools refuses
+        from kvbench.harness.kv.groups import PREFIX_CACHING_MANAGERS, prefix_caching_refusal
 
-        raise ConfigError(prefix_caching_refusal(cfg.kv_manager, cfg.model.name))
+        if cfg.kv_manager not in PREFIX_CACHING_MANAGERS:
+            raise ConfigError(prefix_caching_refusal(cfg.kv_manager, cfg.model.name))
     return PoolSpec(
         kv_bytes=kv_bytes,
         bytes_per_token=kv_bytes_per_token(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale),
@@ -98,6 +110,7 @@ def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.devi
     import torch
 
     from kvbench.impls.base import layer_windows
+    from kvbench.harness.model.config import softmax_scale
 
     free = psutil.virtual_memory().available
     in_ram = torch.device(device).type == "cpu"
@@ -108,7 +121,7 @@ def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.devi
     m = cfg.model
     tensors = TensorSpec(num_layers=m.num_layers, num_heads=m.num_heads, kv_heads=m.num_kv_heads,
                          head_dim=m.head_dim, dtype=torch_dtype(cfg.dtype), device=torch.device(device),
-                         kv_dtype=cfg.kv_dtype, kv_scale=cfg.kv_scale)
+                         kv_dtype=cfg.kv_dtype, kv_scale=cfg.kv_scale, scale=softmax_scale(m))
     cache = _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.cache(spec, tensors, impl.kernel))
     windows = layer_windows(m.layer_types, m.sliding_window)
     if windows is not None:  # a sliding layer's kernels read only its window (every block kept under uniform)

@@ -4,7 +4,8 @@ A model declares each layer's attention kind (``ModelConfig.layer_types``; impls
 each kind keeps). The cache keeps a block table per group of layers of one kind:
 
 - ``uniform``: one group of every layer, cached as full attention (the baseline; kvbench before groups).
-- ``hybrid``: vLLM's hybrid manager. One pool of one page size: each kind's layers are cut into groups of
+- ``hybrid``: vLLM's hybrid manager (prefix caching: a hit every group holds, impls/group_prefix.py). One pool
+  of one page size: each kind's layers are cut into groups of
   equal layer count ``group_size`` (the smallest kind's count, or the largest's when it is within 1.25x of
   it), so a page of any group spans ``group_size`` layers; a kind's last group may have fewer layers and its
   pages carry the rest as padding. Sliding groups free blocks as they leave the window.
@@ -154,8 +155,15 @@ def layer_bytes_per_token(model: ModelConfig, dtype: str, kv_dtype: str = "auto"
     return kv_bytes_per_token(model, dtype, kv_dtype, kv_scale) // model.num_layers
 
 
+# Managers whose grouped pool caches prefixes (impls/group_prefix.py). split_pools does not: its pools are
+# sized apart by a fixed ratio, so a prefix its full pool holds is often gone from its sliding pool, and
+# neither TensorRT-LLM's per-window pools nor SGLang's SWA pool are modelled with their own reuse rules here.
+PREFIX_CACHING_MANAGERS = ("uniform", "hybrid")
+
+
 def prefix_caching_refusal(manager: str, model_name: str) -> str:
-    """Why ``manager``'s grouped pool cannot prefix-cache ``model_name`` yet, and the two ways to run it."""
+    """Why ``manager``'s grouped pool cannot prefix-cache ``model_name``, and the ways to run it."""
     return (f"kv_manager={manager} with impl.prefix_caching=true on model={model_name} (layers of several attention "
-            "kinds) is not supported yet: a hit must be held by every group; add impl.prefix_caching=false (paging "
-            "without prefix reuse), or kv_manager=uniform (every layer cached as full attention)")
+            "kinds) is not supported: its pools are sized apart, so a hit held by every group is not modelled; "
+            "allowed with prefix caching: kv_manager in {" + ", ".join(PREFIX_CACHING_MANAGERS) + "}; or add "
+            "impl.prefix_caching=false (paging without prefix reuse)")

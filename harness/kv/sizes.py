@@ -15,7 +15,11 @@ if TYPE_CHECKING:
     import torch
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# The dtypes weights may be stored (and priced) at, ``weight_dtype``: fp8 is one byte a value (E4M3, a scale per
+# tensor or channel, not counted), as vLLM serves an fp8 checkpoint.
+WEIGHT_DTYPE_BYTES = {**DTYPE_BYTES, "fp8": 1}
 GB = 1e9
+MIB = 2**20
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
@@ -88,15 +92,29 @@ MXFP4_BLOCK = 32
 
 
 def weight_bytes(model: ModelConfig, dtype: str) -> int:
-    """Bytes of the weights as stored: every tensor at ``dtype``, except experts a checkpoint ships in MXFP4
-    (``expert_dtype: mxfp4``, gpt-oss), which take half a byte a value plus a byte per 32 (biases stay at
-    ``dtype``)."""
+    """Bytes of the weights as stored: every tensor at ``dtype`` (``WEIGHT_DTYPE_BYTES``: fp8 too), except experts
+    a checkpoint ships in MXFP4 (``expert_dtype: mxfp4``, gpt-oss), which take half a byte a value plus a byte per
+    32 (biases stay at ``dtype``)."""
     params = parameter_count(model)
     if model.expert_dtype != "mxfp4":
-        return params * DTYPE_BYTES[dtype]
+        return params * WEIGHT_DTYPE_BYTES[dtype]
     packed = model.num_layers * expert_matrix_parameters(model)
     mxfp4 = packed // 2 + -(-packed // MXFP4_BLOCK)
-    return (params - packed) * DTYPE_BYTES[dtype] + mxfp4
+    return (params - packed) * WEIGHT_DTYPE_BYTES[dtype] + mxfp4
+
+
+def embedding_parameters(model: ModelConfig) -> int:
+    """The token embedding table (vocab x hidden): a lookup, read a row a token; a tied LM head is this matrix."""
+    return model.vocab_size * model.hidden_size
+
+
+def stored_weight_bytes(model: ModelConfig, dtype: str, weight_dtype: str = "auto") -> int:
+    """Bytes of the weights stored at ``weight_dtype`` (auto: ``dtype``): the decoder layers at it, the embedding
+    table and LM head at ``dtype`` (an fp8 checkpoint keeps them so: llm-compressor's FP8 schemes ignore lm_head, and
+    the embedding is no Linear). Norms and biases (under 0.01% of the parameters) are counted at ``weight_dtype``."""
+    stored = dtype if weight_dtype == "auto" else weight_dtype
+    tables = embedding_parameters(model) * (1 if model.tie_word_embeddings else 2)
+    return weight_bytes(model, stored) + tables * (DTYPE_BYTES[dtype] - WEIGHT_DTYPE_BYTES[stored])
 
 
 def activation_bytes_estimate(model: ModelConfig, dtype: str, max_tokens: int, logits_rows: int) -> int:

@@ -12,7 +12,7 @@ from typing import List, Optional
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "gpt_oss")
 # The architectures harness/model/llama.py computes token for token; the others (and any model whose layers
 # include sliding windows shorter than the run's context) load for capacity and simulated serving only.
-COMPUTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
+COMPUTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma3_text")
 WEIGHT_SOURCES = ("dummy", "path")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 ROPE_TYPES = ("llama3", "linear", "yarn")
@@ -24,8 +24,8 @@ EXPERT_DTYPES = ("dtype", "mxfp4")
 
 @dataclass
 class RopeScaling:
-    """RoPE frequency scaling: Llama-3.1's ``llama3`` (the one harness/model/rope.py computes), ``linear``
-    (Gemma 3's global layers) and ``yarn`` (gpt-oss); the latter two are read for the record only."""
+    """RoPE frequency scaling: Llama-3.1's ``llama3`` (harness/model/rope.py), ``linear`` (Gemma 3's global
+    layers) and ``yarn`` (gpt-oss; harness/model/rope_yarn.py)."""
 
     rope_type: str = "llama3"
     factor: float = 8.0
@@ -99,6 +99,10 @@ class ModelConfig:
         return self.num_kv_heads * self.head_dim
 
     @property
+    def softmax_scale(self) -> float:
+        return softmax_scale(self)
+
+    @property
     def o_bias(self) -> bool:
         """attention_bias biases o_proj too, except in Qwen2 (q/k/v only; Mistral never reads it)."""
         return self.qkv_bias and self.architecture != "qwen2"
@@ -106,3 +110,10 @@ class ModelConfig:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+
+def softmax_scale(model: ModelConfig) -> float:
+    """The attention scores' scale, which the KV cache applies: ``query_pre_attn_scalar ** -0.5`` (Gemma 3), else
+    ``head_dim ** -0.5``. A function too, for a config still in its OmegaConf form (no properties there)."""
+    scalar = model.head_dim if model.query_pre_attn_scalar is None else model.query_pre_attn_scalar
+    return scalar**-0.5

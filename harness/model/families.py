@@ -11,6 +11,8 @@ import importlib
 
 # architecture -> "module:Class" of its decoder; an architecture not listed is computed by LlamaModel.
 FAMILY_CLASSES: dict[str, str] = {}
+FAMILY_CLASSES["gpt_oss"] = "kvbench.harness.model.gpt_oss:GptOssModel"
+FAMILY_CLASSES["gemma3_text"] = "kvbench.harness.model.gemma3:Gemma3Model"
 LLAMA = "kvbench.harness.model.llama:LlamaModel"
 
 

@@ -108,7 +108,12 @@ def _gemma3(raw: dict[str, Any], num_layers: int, what: str) -> Fields:
     if act != "gelu_pytorch_tanh":
         raise ConfigError(f"{what} hidden_activation={act!r} is not supported; allowed: gelu_pytorch_tanh")
     params = raw.get("rope_parameters") or {}
-    local = (params.get("sliding_attention") or {}).get("rope_theta", raw.get("rope_local_base_freq"))
+    sliding = params.get("sliding_attention") or {}
+    # transformers scales the sliding layers' RoPE only if this file says so; every Gemma 3 leaves them unscaled
+    if sliding.get("rope_type", "default") != "default":
+        raise ConfigError(f"{what} rope_parameters.sliding_attention.rope_type={sliding['rope_type']!r} is not "
+                          "supported; allowed: default (the sliding layers' RoPE unscaled)")
+    local = sliding.get("rope_theta", raw.get("rope_local_base_freq"))
     return {**_layers(raw, num_layers, raw["sliding_window"], derived, what), "qk_norm": True,
             "hidden_act": "gelu_pytorch_tanh",
             "query_pre_attn_scalar": finite_number(raw["query_pre_attn_scalar"], f"{what} query_pre_attn_scalar", 0),

@@ -38,7 +38,7 @@ from kvbench.kernels import dense_op
 
 # (layer_idx, q [T, heads, head_dim], k [T, kv_heads, head_dim], v [T, kv_heads, head_dim])
 #   -> [T, heads, head_dim]. q and k carry RoPE already; the callee applies the
-#   softmax scale head_dim ** -0.5. q, k and v are contiguous.
+#   softmax scale (head_dim ** -0.5, or the model's: ModelConfig.softmax_scale). q, k and v are contiguous.
 AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -235,7 +235,7 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding.from_pretrained(
             torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device), freeze=True
         )
-        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, device) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(self.make_layer(cfg, i, dtype, device) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
         # Tied: the logits reuse the embedding matrix (no second copy in memory).
         self.lm_head = (
@@ -246,6 +246,16 @@ class LlamaModel(nn.Module):
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, device)
         self.head_packed: PackedWeight | None = None  # the logits' weight packed (prepack), tied or not
         self.requires_grad_(False)
+
+    def make_layer(self, cfg: ModelConfig, layer_idx: int, dtype: torch.dtype, device: Device) -> DecoderLayer:
+        """Decoder layer ``layer_idx``: a family's own module (harness/model/families.py) overrides it, so its
+        layers are built once, as its own kind."""
+        return DecoderLayer(cfg, dtype, device)
+
+    def layer_sinks(self) -> list[torch.Tensor] | None:
+        """Each layer's learned attention sinks (float32 ``[num_heads]``, gpt-oss), for the cache that attends
+        for it (``KVCache.set_layer_sinks``); None: no layer has any."""
+        return None
 
     @property
     def dtype(self) -> torch.dtype:

@@ -11,6 +11,7 @@ import math
 import torch
 
 from kvbench.harness.model.config import RopeScaling
+from kvbench.harness.model.rope_yarn import yarn_attention_factor, yarn_inverse_frequencies
 
 
 def inverse_frequencies(
@@ -25,6 +26,10 @@ def inverse_frequencies(
     inv_freq = 1.0 / (theta**exponents)
     if scaling is None:
         return inv_freq
+    if scaling.rope_type == "yarn":  # gpt-oss (harness/model/rope_yarn.py)
+        return yarn_inverse_frequencies(head_dim, theta, scaling)
+    if scaling.rope_type == "linear":  # Gemma 3's full layers: every frequency divided by factor (transformers' /=)
+        return inv_freq / scaling.factor
     if scaling.rope_type != "llama3":
         raise ValueError(f"unsupported rope_type {scaling.rope_type!r}")
     factor = scaling.factor
@@ -65,6 +70,8 @@ class RotaryEmbedding(torch.nn.Module):
         inv_freq = inverse_frequencies(head_dim, theta, scaling).to(device)
         # Non-persistent: derived from the config, not part of any checkpoint.
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # yarn scales cos and sin (transformers' attention_scaling); 1.0 skips the multiply.
+        self.attention_factor = yarn_attention_factor(scaling) if scaling and scaling.rope_type == "yarn" else 1.0
 
     def forward(
         self, positions: torch.Tensor, dtype: torch.dtype
@@ -72,7 +79,10 @@ class RotaryEmbedding(torch.nn.Module):
         """``positions [T]`` -> ``(cos, sin)``, each ``[T, head_dim]`` in ``dtype``."""
         freqs = positions[:, None].float() * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        cos, sin = emb.cos(), emb.sin()
+        if self.attention_factor != 1.0:  # in float32, before the cast, as transformers does
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        return cos.to(dtype), sin.to(dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,12 @@ NOT_COMPUTED = {"attention_sinks": False, "swiglu_limit": None, "query_pre_attn_
 # scalings it computes beside llama3's: one line per family.
 FAMILY_COMPUTES: dict[str, tuple[str, ...]] = {}
 FAMILY_ROPE_TYPES: dict[str, tuple[str, ...]] = {}
+# gpt-oss (harness/model/gpt_oss.py): MXFP4 experts computed at the run's dtype (dummy weights; a checkpoint is refused)
+FAMILY_COMPUTES["gpt_oss"] = ("attention_sinks", "swiglu_limit", "expert_dtype")
+FAMILY_ROPE_TYPES["gpt_oss"] = ("yarn",)
+# Gemma 3 (harness/model/gemma3.py); attn_logit_softcapping (null in every Gemma 3) stays refused: no kernel computes it
+FAMILY_COMPUTES["gemma3_text"] = ("query_pre_attn_scalar", "rope_local_theta", "final_logit_softcapping", "hidden_act")
+FAMILY_ROPE_TYPES["gemma3_text"] = ("linear",)
 
 
 def compute_refusal(cfg: ModelConfig) -> str | None:
@@ -32,6 +38,11 @@ def compute_refusal(cfg: ModelConfig) -> str | None:
     for key, off in NOT_COMPUTED.items():
         if key not in FAMILY_COMPUTES.get(cfg.architecture, ()) and getattr(cfg, key) != off:
             return f"model.{key}={getattr(cfg, key)}: the decoder computes {key}={off} only; {SIZE_ONLY}"
+    if cfg.weights == "path" and cfg.expert_dtype == "mxfp4":
+        return (f"model.expert_dtype=mxfp4 (model.path={cfg.path}): kvbench loads no MXFP4 expert weights; allowed: a "
+                "checkpoint dequantized to bf16 or fp32 (transformers' Mxfp4Config(dequantize=True), then "
+                "save_pretrained), or a named config with dummy weights (model=gpt-oss-20b: experts at the run's "
+                f"dtype); {SIZE_ONLY}")
     rope_types = ("llama3", *FAMILY_ROPE_TYPES.get(cfg.architecture, ()))
     if cfg.rope_scaling is not None and cfg.rope_scaling.rope_type not in rope_types:
         return (f"model.rope_scaling.rope_type={cfg.rope_scaling.rope_type}: the {cfg.architecture} decoder computes "

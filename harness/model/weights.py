@@ -20,7 +20,7 @@ from kvbench.harness.model.families import model_class
 from kvbench.harness.model.llama import LlamaModel, fuse_supported, prepack_supported
 from kvbench.harness.model.support import compute_refusal
 
-# Dummy-weight scales (all N(0, std^2), norms = 1, drawn directly in the model dtype):
+# Dummy-weight scales (all N(0, std^2), norms = unit norms, drawn directly in the model dtype):
 #   lm_head           LOGIT_STD / sqrt(hidden): the final RMSNorm gives unit-rms rows,
 #                     so logits have std ~LOGIT_STD. A spread of a few units keeps the
 #                     top-1/top-2 gap far above bf16 rounding, so greedy tokens agree
@@ -35,7 +35,9 @@ from kvbench.harness.model.support import compute_refusal
 #                     own embedding, dominate the final state: hiding one early token
 #                     from attention then changes ~25% of later argmaxes (gain 1: ~3%),
 #                     so a KV-cache bug shows up in the greedy tokens.
-#   biases            BIAS_STD.
+#   biases            BIAS_STD (gpt-oss's experts' biases too).
+#   sinks             SINK_STD: gpt-oss's per-head sink logits, of the order of the scores, so a sink takes a
+#                     visible share of short contexts' softmax and little of long ones'.
 # Measured on tiny-llama over 300 positions (fp32 and bf16): logit std 4.0, median
 # top-1/top-2 gap ~0.7, finite throughout. Tied models (embedding = lm_head) still
 # drift into short greedy cycles after a few dozen tokens.
@@ -43,6 +45,7 @@ LOGIT_STD = 4.0
 EMBED_STD = 1.0
 BRANCH_GAIN = 8.0
 BIAS_STD = 0.1
+SINK_STD = 1.0
 
 
 def _dummy_std(name: str, cfg: ModelConfig) -> float | None:
@@ -51,13 +54,16 @@ def _dummy_std(name: str, cfg: ModelConfig) -> float | None:
     head_std = LOGIT_STD / math.sqrt(hidden)
     if name.endswith("norm.weight"):
         return None
-    if name.endswith(".bias"):
+    if name.endswith((".bias", "experts.gate_up_proj_bias", "experts.down_proj_bias")):
         return BIAS_STD
+    if name.endswith("self_attn.sinks"):
+        return SINK_STD
     if name == "embed_tokens.weight":
         return head_std if cfg.tie_word_embeddings else EMBED_STD
     if name == "lm_head.weight":
         return head_std
-    if name.endswith(("qkv_proj.weight", "gate_up_proj.weight", "mlp.gate.weight", "experts.gate_up_proj")):
+    if name.endswith(("qkv_proj.weight", "gate_up_proj.weight", "mlp.gate.weight", "mlp.router.weight",
+                      "experts.gate_up_proj")):
         return 1.0 / math.sqrt(hidden)
     if name.endswith("experts.down_proj"):  # a mixture's output is a weighted mean of its chosen experts'
         return BRANCH_GAIN / math.sqrt(cfg.moe_intermediate_size * 2 * layers)
@@ -78,8 +84,8 @@ def init_dummy_weights(model: LlamaModel, seed: int) -> None:
     gen = torch.Generator(device=model.device).manual_seed(seed)
     for name, param in model.named_parameters():
         std = _dummy_std(name, model.cfg)
-        if std is None:
-            param.fill_(1.0)
+        if std is None:  # a unit norm: weight 1, or 0 where the norm scales by 1 + weight (Gemma's UNIT_NORM_WEIGHT)
+            param.fill_(getattr(model, "UNIT_NORM_WEIGHT", 1.0))
         else:
             param.normal_(0.0, std, generator=gen)
 
@@ -100,6 +106,23 @@ def _checkpoint_files(folder: Path, path: str) -> list[Path]:
     if missing:
         raise ConfigError(f"model.path={path}: shards listed in the index are missing: {missing}")
     return files
+
+
+# A Gemma 3 checkpoint with a vision tower (model_type gemma3, Gemma3ForConditionalGeneration as published and as
+# transformers 5 saves it) nests the language model under language_model. (transformers' in-memory layout:
+# model.language_model.); its vision tower and projector are not loaded (harness/model/hf_families.py models the
+# language model alone).
+VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+LANGUAGE_MODEL_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
+                           "language_model.lm_head.": "lm_head."}
+
+
+def _language_model_name(hf_name: str) -> str:
+    """A multimodal checkpoint's language-model tensor under its causal LM's name; any other name as it is."""
+    for prefix, plain in LANGUAGE_MODEL_PREFIXES.items():
+        if hf_name.startswith(prefix):
+            return plain + hf_name.removeprefix(prefix)
+    return hf_name
 
 
 def _target(hf_name: str, cfg: ModelConfig) -> tuple[str, int, int | None]:
@@ -156,9 +179,9 @@ def load_safetensors_weights(model: LlamaModel, path: str) -> None:
     for file in _checkpoint_files(folder, path):
         with _open_checkpoint(file, path) as f:
             for hf_name in f.keys():
-                if hf_name.endswith("rotary_emb.inv_freq"):
-                    continue  # derived from the config, saved by old transformers
-                target, start, rows = _target(hf_name, cfg)
+                if hf_name.endswith("rotary_emb.inv_freq") or hf_name.startswith(VISION_PREFIXES):
+                    continue  # derived from the config, saved by old transformers; a vision tower kvbench runs not
+                target, start, rows = _target(_language_model_name(hf_name), cfg)
                 if target == "lm_head.weight" and cfg.tie_word_embeddings:
                     continue  # some tied checkpoints store a copy of the embedding
                 if target not in params:

@@ -154,10 +154,11 @@ SECTIONS = [
 
 
 # The pure-torch kernel is the oracle every kernel is tested against, written to be read, not to be fast.
-REFERENCE_IMPLS = ("paged_torch",)
+REFERENCE_IMPLS = ("paged_torch", "paged_flex")
 REFERENCE_NOTE = ("`paged_torch` is the pure-torch reference (the readable oracle every kernel is tested against, "
-                  "marked *reference* below), not an optimised kernel: its speed is not what paging costs; compare "
-                  "`paged_cuda` and `paged_triton` with `contiguous`.\n\n")
+                  "marked *reference* below), and `paged_flex` torch's FlexAttention over the same pages (on a CPU its "
+                  "eager path, a gather and a masked SDPA), not optimised kernels: their speed is not what paging costs; "
+                  "compare `paged_cuda` and `paged_triton` with `contiguous`.\n\n")
 
 
 def as_reference(table: pd.DataFrame) -> pd.DataFrame:

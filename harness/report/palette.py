@@ -53,6 +53,9 @@ KNOWN: dict[str, ImplStyle] = {
     "paged_torch": ImplStyle(COLOURBLIND[1], "D"),
     "paged_triton": ImplStyle(COLOURBLIND[2], "^"),
     "paged_cuda": ImplStyle(COLOURBLIND[3], "P"),
+    # torch's FlexAttention, the field's reference kernel: black, as a baseline is drawn (no palette place is left
+    # that is not another impl's or a fallback's; the budget and peak lines are black too, but dashed, unmarked)
+    "paged_flex": ImplStyle("#000000", "h"),
 }
 KNOWN_IMPLS: tuple[str, ...] = tuple(KNOWN)
 # For other names: seaborn's dark palette less paged's purple and its near twins of a known impl's colour

@@ -17,7 +17,8 @@ IDENTIFIER_COLUMNS = [
         C("kernel", "str", None, "the attention kernel the impl asks for"),
         C("kernel_backend", "str", None, "what really ran: cuda (the op's CUDA kernel), cpp-cpu (the same op's C++ "
           "kernel on CPU), triton, triton-interpreter (CPU), torch (gather reference), sdpa (torch SDPA, "
-          "contiguous); no CPU row reads as a GPU figure"),
+          "contiguous), flex-compiled / flex-eager (torch FlexAttention compiled, or its eager math path on CPU); "
+          "no CPU row reads as a GPU figure"),
         C("eviction", "str", None, "the prefix cache's eviction policy (paged rows with prefix caching)"),
         C("host_kv_gb", "float", "GB", "the host tier's size, device.host_kv_gb (paged rows)"),
         C("preemption", "str", None, "what preemption does (paged rows): recompute, or swap to the host tier"),

@@ -91,8 +91,8 @@ def _concurrency_points(job: JobRun, kv_bytes: int) -> pd.DataFrame:
             run_reqs = _unshared(reqs) if apart else reqs
             spec = replace(pool_spec(None, cfg, kv_bytes), prefix_caching=shares)
             lens = [r.total_len for r in run_reqs for _ in range(r.n)]
-            # A grouped pool (kv_manager hybrid/split_pools, a model of several attention kinds) shares forks
-            # only: it has no prefix cache (impls/group_pool.py); contiguous lanes hold every layer.
+            # A grouped pool (kv_manager hybrid/split_pools, a model of several attention kinds) shares prefixes under
+            # hybrid only (impls/group_prefix.py); contiguous lanes hold every layer.
             alloc = cache_kind(kind).unbounded_allocator(spec, lens)
             sim = simulate(alloc, run_reqs, sum(r.n for r in run_reqs), cfg.max_num_batched_tokens,
                            cfg.model.vocab_size, usage_unit_bytes(alloc, cfg))

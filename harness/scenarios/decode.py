@@ -137,6 +137,7 @@ def _row(job: JobRun, workload: JobWorkload, compute: Compute, results: list[Eng
         **reuse.meter.columns(workload.ideal_hit_rate(), prompt_tokens),
         # steps, concurrency, preemptions and KV peaks: as a capacity row makes them (harness/serving/served_run.py)
         **res.bookkeeping_columns(),
+        **res.cache_counters,  # a slab's gathers; a paged cache's are its pool's, above
         "max_concurrency_analytic": max_conc,
         "weight_bytes": kv.weight_bytes,
         "budget_kv_bytes": kv.kv_bytes,

@@ -75,8 +75,12 @@ class JobRun:
 
     def identifiers(self, impl: ImplConfig | None, workload: JobWorkload | None) -> dict:
         """The row's identifiers; ``workload=None``: without the drawn workload's digest (drawing it failed)."""
+        from kvbench.harness.kv.factory import kv_manager_of
+        from kvbench.harness.kv.groups import groups_label, kv_groups
+
         cfg, w = self.cfg, self.cfg.workload
         drawn = workload if cfg.scenario.name != "kernel" else None
+        manager = kv_manager_of(cfg, impl)  # a cache without groups caches every layer as full attention: uniform
         return {
             "run_id": self.run_id,
             "scenario": cfg.scenario.name,
@@ -96,7 +100,7 @@ class JobRun:
             "dtype": cfg.dtype,
             "kv_dtype": cfg.kv_dtype,
             "kv_scale": cfg.kv_scale if cfg.kv_dtype != "auto" else None,  # a float store has no scales
-            "kv_manager": cfg.kv_manager,  # how layers of different attention kinds are cached (harness/kv/groups.py)
+            "kv_manager": manager,  # how layers of different attention kinds are cached (harness/kv/groups.py)
             "block_size": cfg.block_size,
             "batch": cfg.batch,
             # how steps are scheduled (harness/serving/scheduler.py): whole prompts, or chunks under the budget
@@ -119,5 +123,5 @@ class JobRun:
             "trace_sha256": drawn.drawn.trace_sha256 if drawn is not None else None,
             **self.fingerprint.as_dict(),
             "kv_bytes_per_token": self.bytes_per_token,
-            "kv_groups": self.kv_groups,
+            "kv_groups": groups_label(kv_groups(cfg.model, manager)),
         }

@@ -1,4 +1,4 @@
-"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 3).
+"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 5).
 
 Every input is a plain number; conf/gpu/*.yaml gives them per GPU, each with its source.
 Symbols (bytes, seconds, FLOP):
@@ -8,11 +8,16 @@ Symbols (bytes, seconds, FLOP):
           (``copy_bandwidth_gbps``, read + write bytes / time) where one is known, else
           ``bandwidth_gbps * bw_efficiency`` (the datasheet figure times an assumed fraction)
     ea    the fraction of A that decode attention reaches reading the KV cache (``attn_bw_efficiency``)
-    F     dense bf16/fp16 peak per GPU, FLOP/s    ef  its efficiency, in (0, 1]
+    F     dense bf16/fp16 peak per GPU, FLOP/s (``fp8_tflops`` at weight_dtype=fp8 where the GPU has fp8
+          tensor cores)    ef  its efficiency, in (0, 1]
     o     fixed cost of a step (host scheduling, input preparation), s
     lo    fixed cost of each layer of a step (kernel launches and tails, syncs), s
     mp    a prefill costs at least mp weight reads (``prefill_weight_multiple``, >= 1)
-    W     weight bytes    P  parameters    kvb  KV bytes per token (every layer, K and V)
+    W     weight bytes a step streams: every weight as stored (``weight_dtype``), less an untied embedding table
+          (a lookup reads a row a token); a tied one is the LM head and is read
+    P     parameters a token multiplies by, less the embedding table and the LM head
+    H     the LM head's parameters (vocab x h): 2*H FLOPs a row whose logits are computed
+    kvb   KV bytes per token (every layer, K and V)
     L     layers          h  hidden size   e    bytes per activation element
     link  interconnect bandwidth per GPU and direction, bytes/s;  lat  latency of one collective, s
 
@@ -23,17 +28,19 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
 
     fixed(T)       = o + L*lo + comm(T)
     comm(T)        = 0 if n == 1, else 2*L * (lat + 2*(n-1)/n * T*h*e / link)
-    decode_s(B, R) = fixed(B) + max(W / (n*A),  2*P*B / (n*F*ef)) + R*kvb / (n*A*ea)
+    decode_s(B, R) = fixed(B) + max(W / (n*A),  2*(P + H)*B / (n*F*ef)) + R*kvb / (n*A*ea)
         B sequences make one token each; R = KV tokens the step's attention reads
         (every sequence's context, its new token included; a slab cache reads B x the
         longest of them, version 3 below). The matmuls stream the
         weights or are compute-bound; attention runs in kernels of its own after them,
         so its KV read adds to the step instead of hiding under the weights' read.
-    prefill_s(T)   = fixed(T) + max(2*P*T / (n*F*ef),  mp * W / (n*A))
-        T prompt tokens computed (prefix-cache hits are not). Matmuls of a few hundred rows
+    prefill_s(T, S) = fixed(T) + max((2*P*T + 2*H*S) / (n*F*ef),  mp * W / (n*A))
+        T prompt tokens computed (prefix-cache hits are not) of S prompts, each one row of logits. The
+        simulator passes T alone: S = 1 is assumed, which leaves out (S-1)*2*H FLOPs, under 0.1% of a prefill of
+        S prompts of 100 tokens or more (H is under 1/50 of P for the models here). Matmuls of a few hundred rows
         reach neither the streaming rate nor the FLOP rate, so a small prefill costs mp
         weight reads, not one; large prefills are compute-bound and mp does not touch them.
-    mixed_s(T, B, R) = fixed(T+B) + max(2*P*(T+B) / (n*F*ef),  m * W / (n*A)) + R*kvb / (n*A*ea)
+    mixed_s(T, B, R) = fixed(T+B) + max((2*P*(T+B) + 2*H*(B+1)) / (n*F*ef),  m * W / (n*A)) + R*kvb / (n*A*ea)
         chunked prefill's step: T prompt-chunk tokens and B decodes in one forward (m = mp when
         T > 0, else 1): one weight read serves both, the FLOPs add up, the decodes' KV read adds.
         mixed_s(T, 0, 0) = prefill_s(T) and mixed_s(0, B, R) = decode_s(B, R). A chunk's attention
@@ -54,7 +61,12 @@ Version 4 (2026-12-06) prices layers that read less (harness/serving/layer_terms
 layer's attention reads at most its window, ``R`` above becoming ``windowed_read(B, R)``; a mixture of
 experts reads the dense weights plus the experts its tokens route to (``W - unread(T)``, T the step's tokens)
 and computes with the active parameters (``P - inactive``: k experts a token). A model of full-attention
-layers and dense MLPs is priced as by version 3. ``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
+layers and dense MLPs is priced as by version 3. Version 5 (2026-12-06) counts the work that is there: FLOPs are
+the non-embedding parameters' plus the LM head's per row of logits (version 4 counted 2*params a token, the
+embedding lookup as a matmul: +15% for an 8B model's prefill); a decode step streams no embedding table (version 4
+read it every step: +6.5% for an 8B model); weights are priced at ``weight_dtype`` (fp8: a byte a value, computed
+at ``fp8_tflops``); a GPU's memory is its driver-reported MiB (``memory_mib``), not decimal GB.
+``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 
 A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
@@ -88,7 +100,8 @@ from functools import cached_property
 from kvbench.harness.config import Config, GpuConfig
 from kvbench.harness.errors import ConfigError
 from kvbench.harness.kv.sizes import (
-    DTYPE_BYTES, expert_matrix_parameters, kv_bytes_per_token, parameter_count, weight_bytes,
+    DTYPE_BYTES, MIB, WEIGHT_DTYPE_BYTES, embedding_parameters, expert_matrix_parameters, kv_bytes_per_token,
+    parameter_count, stored_weight_bytes, weight_bytes,
 )
 from kvbench.harness.model.config import ModelConfig
 from kvbench.harness.serving.layer_terms import (
@@ -96,10 +109,10 @@ from kvbench.harness.serving.layer_terms import (
 )
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 4
+ROOFLINE_VERSION = 5
 
 # Figures that divide or scale the cost: 0 or below has no meaning.
-_POSITIVE = ("memory_gb", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
+_POSITIVE = ("memory_mib", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
              "attn_bw_efficiency")
 # Added times: 0 is a valid idealisation (no overhead, no latency).
 _NON_NEGATIVE = ("step_overhead_us", "interconnect_latency_us", "layer_overhead_us", "host_link_latency_us")
@@ -115,7 +128,7 @@ class GpuSpec:
     conf/gpu/*.yaml sets every one of them."""
 
     name: str
-    memory_gb: float  # per GPU, GB = 1e9 bytes
+    memory_mib: float  # per GPU, MiB = 2**20 bytes: the total the driver reports (``memory_bytes``)
     bandwidth_gbps: float  # datasheet memory bandwidth per GPU, GB/s
     tflops: float  # dense bf16/fp16 tensor-core peak per GPU, TFLOP/s
     bw_efficiency: float  # fraction of bandwidth_gbps a stream reaches, where no copy bandwidth is measured
@@ -130,6 +143,7 @@ class GpuSpec:
     prefill_weight_multiple: float = 1.0  # a prefill costs at least this many weight reads
     host_link_gbps: float | None = None  # host <-> device per GPU and direction, GB/s; None: unknown
     host_link_latency_us: float = 0.0  # fixed cost of one host <-> device transfer
+    fp8_tflops: float | None = None  # dense fp8 tensor peak per GPU, TFLOP/s; None: no fp8 tensor cores
 
     def __post_init__(self) -> None:
         for key in _POSITIVE:
@@ -144,6 +158,9 @@ class GpuSpec:
         if self.copy_bandwidth_gbps is not None and not self.copy_bandwidth_gbps > 0:
             raise ConfigError(f"gpu.copy_bandwidth_gbps={self.copy_bandwidth_gbps} must be > 0, or null where "
                               f"none is measured (gpu={self.name})")
+        if self.fp8_tflops is not None and not self.fp8_tflops > 0:
+            raise ConfigError(f"gpu.fp8_tflops={self.fp8_tflops} must be > 0, or null where the GPU has no fp8 "
+                              f"tensor cores (gpu={self.name})")
         if self.host_link_gbps is not None and not self.host_link_gbps > 0:
             raise ConfigError(f"gpu.host_link_gbps={self.host_link_gbps} must be > 0, or null where none is known "
                               f"(gpu={self.name})")
@@ -158,6 +175,10 @@ class GpuSpec:
         return tuple(f.name for f in fields(cls))
 
     @property
+    def memory_bytes(self) -> int:  # per GPU
+        return round(self.memory_mib * MIB)
+
+    @property
     def achievable_gbps(self) -> float:  # A, per GPU
         if self.copy_bandwidth_gbps is not None:
             return self.copy_bandwidth_gbps
@@ -168,19 +189,28 @@ class GpuSpec:
 class ModelCost:
     """What the clock needs of a model (harness/kv/sizes.py computes these from its shape)."""
 
-    params: int
-    weight_bytes: int
+    params: int  # every parameter (an untied LM head and the embedding table both counted)
+    weight_bytes: int  # W: what one step streams (an untied embedding table is a lookup, not read)
     kv_bytes_per_token: int
     num_layers: int
     hidden_size: int
     elem_bytes: int  # activations' dtype
     windows: tuple[WindowShare, ...] = ()  # sliding layers' share of the KV, per window (none: all full)
     experts: Experts = Experts()  # routed experts (none: a dense model)
+    head_params: int = 0  # H: the LM head (vocab x hidden), the embedding table's shape (0: none counted apart)
+    tied_head: bool = False  # the LM head is the embedding table (``params`` counts it once)
+    fp8: bool = False  # weights at fp8: the matmuls run at the GPU's fp8 peak where it has one
 
     @property
     def active_params(self) -> int:
-        """Parameters each token multiplies by: all of a dense model's; a mixture's dense part and k experts."""
-        return self.params - self.experts.inactive_params
+        """P: parameters each token multiplies by (a mixture's dense part and k experts), less the embedding table
+        (a lookup) and the LM head (computed per row of logits: ``head_params``)."""
+        tables = self.head_params * (1 if self.tied_head else 2)
+        return self.params - self.experts.inactive_params - tables
+
+    def flops(self, tokens: int, logits_rows: int) -> float:
+        """2*P a token and 2*H a row of logits."""
+        return 2.0 * (self.active_params * tokens + self.head_params * logits_rows)
 
 
 @dataclass(frozen=True)
@@ -203,9 +233,10 @@ class CostModel:
         return self.bytes_per_s * self.gpu.attn_bw_efficiency
 
     @cached_property
-    def flops_per_s(self) -> float:  # n*F*ef
+    def flops_per_s(self) -> float:  # n*F*ef; F: the fp8 peak for fp8 weights where the GPU has fp8 tensor cores
         g = self.gpu
-        return g.count * g.tflops * 1e12 * g.flops_efficiency
+        peak = g.fp8_tflops if self.model.fp8 and g.fp8_tflops is not None else g.tflops
+        return g.count * peak * 1e12 * g.flops_efficiency
 
     @cached_property
     def overhead_s(self) -> float:  # o + L*lo
@@ -224,7 +255,7 @@ class CostModel:
     def _decode_base_s(self, batch: int) -> float:
         base = self._decode_fixed.get(batch)
         if base is None:
-            compute = 2 * self.model.active_params * batch / self.flops_per_s
+            compute = self.model.flops(batch, batch) / self.flops_per_s
             base = self._decode_fixed[batch] = (self.overhead_s + self.comm_s(batch)
                                                 + max(self.weights_s(batch), compute))
         return base
@@ -249,8 +280,9 @@ class CostModel:
         and V), a sliding layer reading at most its window (``batch`` 0: unknown, every token read)."""
         return windowed_read(self.model.windows, batch, kv_tokens_read) * self._attn_s_per_token
 
-    def prefill_s(self, tokens: int) -> float:
-        compute = 2 * self.model.active_params * tokens / self.flops_per_s
+    def prefill_s(self, tokens: int, prompts: int = 1) -> float:
+        """``tokens`` prompt tokens of ``prompts`` prompts (each one row of logits) in one forward."""
+        compute = self.model.flops(tokens, prompts) / self.flops_per_s
         floor = self.gpu.prefill_weight_multiple * self.weights_s(tokens)
         return self.overhead_s + max(compute, floor) + self.comm_s(tokens)
 
@@ -274,7 +306,7 @@ class CostModel:
         if not tokens:
             return self.decode_s(batch, kv_tokens_read) if batch else 0.0
         rows = tokens + batch
-        compute = 2 * self.model.active_params * rows / self.flops_per_s
+        compute = self.model.flops(rows, batch + 1) / self.flops_per_s  # the decodes' logits and one prompt's
         floor = self.gpu.prefill_weight_multiple * self.weights_s(rows)
         return self.overhead_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
 
@@ -306,21 +338,31 @@ class CostModel:
         grow = batch * per_token
         return [one + j * grow for j in range(steps)]
 
-def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor") -> ModelCost:
-    """A model config's figures for ``dtype``, its KV cache stored as ``kv_dtype`` (harness/kv/sizes.py)."""
-    return ModelCost(params=parameter_count(model), weight_bytes=weight_bytes(model, dtype),
+def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor",
+               weight_dtype: str = "auto") -> ModelCost:
+    """A model config's figures for ``dtype``, its KV cache stored as ``kv_dtype`` and its weights as ``weight_dtype``
+    (harness/kv/sizes.py): a step streams every stored weight but an untied embedding table."""
+    stored = stored_weight_bytes(model, dtype, weight_dtype)
+    table = embedding_parameters(model)
+    streamed = stored - (0 if model.tie_word_embeddings else table * DTYPE_BYTES[dtype])
+    matrices = dtype if weight_dtype == "auto" else weight_dtype
+    return ModelCost(params=parameter_count(model), weight_bytes=streamed,
                      kv_bytes_per_token=kv_bytes_per_token(model, dtype, kv_dtype, kv_scale),
                      num_layers=model.num_layers,
                      hidden_size=model.hidden_size, elem_bytes=DTYPE_BYTES[dtype],
-                     windows=window_shares(model.layer_types, model.sliding_window), experts=_experts(model, dtype))
+                     windows=window_shares(model.layer_types, model.sliding_window),
+                     experts=_experts(model, matrices), head_params=table, tied_head=model.tie_word_embeddings,
+                     fp8=matrices == "fp8")
 
 
 def _experts(model: ModelConfig, dtype: str) -> Experts:
-    """A mixture's routed experts as stored (MXFP4 experts at their packed size); none for a dense model."""
+    """A mixture's routed experts as stored at ``dtype`` (MXFP4 experts at their packed size); none for a dense
+    model."""
     if not model.is_moe:
         return Experts()
     matrix = expert_matrix_parameters(model)  # one layer's, every expert
-    stored = (weight_bytes(model, dtype) - (parameter_count(model) - model.num_layers * matrix) * DTYPE_BYTES[dtype])
+    stored = (weight_bytes(model, dtype)
+              - (parameter_count(model) - model.num_layers * matrix) * WEIGHT_DTYPE_BYTES[dtype])
     return Experts(layers=model.num_layers, count=model.num_experts, per_token=model.num_experts_per_tok,
                    expert_bytes=round(stored / (model.num_layers * model.num_experts)),
                    expert_params=matrix // model.num_experts)
@@ -329,7 +371,7 @@ def _experts(model: ModelConfig, dtype: str) -> Experts:
 def gpu_spec(gpu: GpuConfig) -> GpuSpec:
     """A resolved ``GpuConfig`` (harness/config.py: every figure filled) as a validated spec."""
     figures = {key: getattr(gpu, key) for key in GpuSpec.field_names()}
-    optional = ("copy_bandwidth_gbps", "host_link_gbps", "host_link_latency_us")  # None: unknown / the default
+    optional = ("copy_bandwidth_gbps", "host_link_gbps", "host_link_latency_us", "fp8_tflops")  # None: unknown
     unset = [key for key, value in figures.items() if value is None and key not in optional]
     if unset:  # a GPU file of its own that predates a figure: name what it lacks
         raise ConfigError(f"gpu={gpu.name}: {', '.join(f'gpu.{k}' for k in unset)} not set; conf/gpu/{gpu.name}.yaml "
@@ -343,5 +385,5 @@ def cost_model_for(cfg: Config) -> CostModel:
     """The clock of a resolved ``Config`` whose ``gpu`` is set."""
     if cfg.gpu is None:
         raise ConfigError("the simulated clock needs a GPU: gpu=NAME (conf/gpu/)")
-    return CostModel(gpu_spec(cfg.gpu), model_cost(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale),
+    return CostModel(gpu_spec(cfg.gpu), model_cost(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale, cfg.weight_dtype),
                      per_block=cfg.host_copy == "per_block")

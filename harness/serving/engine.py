@@ -52,6 +52,7 @@ class EngineResult(ServedRun):
     step_s: list[float]  # wall time of every decode step
     host_s: list[float]  # host time of every decode step: from its start until the forward is enqueued
     memory_bound_steps: int = 0  # decode steps with room in the batch while an arrived request waited for KV
+    cache_counters: dict[str, int] = field(default_factory=dict)  # KVCache.counters(): its tensors' own events
     piecewise_steps: int = 0  # decode steps run as pieces (CUDA graphs on a GPU)
     prefill_step_s: list[float] = field(default_factory=list)  # wall time of every prefill step
 
@@ -105,6 +106,9 @@ class Engine:
         self.sync = sync  # waits for the device, so step times are real
         self.progress = progress
         self.device = next(model.parameters()).device
+        sinks = model.layer_sinks()
+        if sinks is not None:  # gpt-oss: each layer's learned sinks join its softmax, in the cache's kernels
+            cache.set_layer_sinks(sinks)
         cache.warmup()  # JIT compiles happen here, never inside the timed loop
         self.scheduler = Scheduler(cache.allocator, max_num_seqs, max_num_batched_tokens,
                                    max_seq_tokens=cache.allocator.max_sequence_tokens(),
@@ -355,7 +359,8 @@ class Engine:
             idle_s=run.idle_s,
             memory_bound_steps=run.memory_bound_steps,
             cache_hit_tokens=cache.allocator.cache_hit_tokens,
-            counters=cache.counters(),
+            counters=getattr(cache.allocator, "host_counters", dict)(),  # the pool's, as the simulator's
+            cache_counters=cache.counters(),
             piecewise_steps=self.piecewise_steps,
             prefill_step_s=run.prefill_step_s,
         )

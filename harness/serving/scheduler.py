@@ -13,17 +13,19 @@ instead, and it resumes where it was: a resume takes a step of its own, with the
 that step (a prefill step, whose forward computes only those), and waits for its copies back.
 
 ``chunked_prefill=True`` schedules as vLLM's current engine does: every step is under one token budget
-(``max_num_batched_tokens``), decode tokens included. A step first gives one token to every sequence
-whose prefill is done, then continues the prefills under way in admission order, then admits waiting
-requests while the budget lasts, each computing a chunk of its prompt (``StepPlan.chunks``). A step
-with decodes and chunks is a mixed step: one forward. A prompt's blocks are all allocated at its
-admission (vLLM V0's chunked prefill did so too; V1 allocates chunk by chunk), and only its computed
-chunks hold K/V. A chunk short of its prompt's end uses up the step's budget, so at most one prefill is
-under way between steps, the last admitted, and a later admission never finds an unwritten block of it
-in the prefix cache: its hits are written by then, or in the same forward before it reads them (a cache
-writes every span's K/V of a layer before attending). A partly prefilled victim is always recomputed,
-never swapped, and its blocks that hold no K/V yet leave the prefix cache
-(``KVAllocator.drop_unwritten``), so no later prompt hits them.
+(``max_num_batched_tokens``), decode tokens included. A step first gives one token to every sequence whose
+prefill is done, then continues the prefills under way in admission order, then admits waiting requests while
+the budget lasts, each computing a chunk of its prompt (``StepPlan.chunks``). A step with decodes and chunks is
+a mixed step: one forward. A prompt's blocks are all allocated at its admission (vLLM V0's chunked prefill did
+so too), and only its computed chunks hold K/V; an allocator that ``allocates_by_chunk`` (the grouped pool,
+whose sliding groups never hold a chunk's blocks before its window) reserves a one-sample prompt's first chunk
+only and grows by one chunk each step, as vLLM's V1 does: when a chunk's blocks are not free, the prefill (the
+last admitted) is preempted. A chunk short of its prompt's end uses up the step's budget, so at most one prefill
+is under way between steps, the last admitted, and a later admission never finds an unwritten block of it in the
+prefix cache: its hits are written by then, or in the same forward before it reads them (a cache writes every
+span's K/V of a layer before attending). A partly prefilled victim is always recomputed, never swapped, and its
+blocks that hold no K/V yet leave the prefix cache (``KVAllocator.drop_unwritten``), so no later prompt hits
+them.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Admission:
     seq: Sequence  # to prefill from ``seq.num_cached``
     forks: list[Sequence] = field(default_factory=list)  # samples 1..n-1, sharing its prompt
     child_copies: list[list[SlotCopy]] = field(default_factory=list)  # each fork's, applied after the prefill
+    grows: bool = False  # chunked prefill: its blocks come chunk by chunk (``allocates_by_chunk``)
 
     @property
     def fork_copies(self) -> list[SlotCopy]:
@@ -208,18 +211,24 @@ class Scheduler:
         plan.resumed.append(seq)
         return True
 
-    def _plan_head(self, plan: StepPlan) -> AdmitPlan | bool:
+    def _plan(self, seq: Sequence, samples: int, chunk: int | None) -> AdmitPlan:
+        """``seq``'s admission plan; ``chunk`` (chunked prefill's budget): only its first chunk reserved, where
+        the allocator grows by chunk and one sample prefills (a fork shares the whole prompt's blocks)."""
+        if chunk is not None and samples == 1 and getattr(self.allocator, "allocates_by_chunk", False):
+            return self.allocator.plan_admit(seq.token_ids, samples, seq.total_len, chunk_tokens=chunk)
+        return self.allocator.plan_admit(seq.token_ids, samples, seq.total_len)
+
+    def _plan_head(self, plan: StepPlan, chunk: int | None = None) -> AdmitPlan | bool:
         """The first waiting request's admission plan when it fits now; False when it must wait;
         True when it can never run: it is recorded as rejected, not dropped (and must not block
         the queue forever), and the caller looks at the next one."""
-        alloc = self.allocator
         seq, samples = self.waiting[0]
         # Planned once, only when needed (a paged plan hashes the prompt's blocks), and used
         # before the allocator changes: a plan is good only until then.
         admit_plan: AdmitPlan | None = None
         reason = self._never_fits(seq, samples)
         if reason is None and not (self.running or plan.admitted):
-            admit_plan = alloc.plan_admit(seq.token_ids, samples, seq.total_len)
+            admit_plan = self._plan(seq, samples, chunk)
             if not admit_plan.fits:
                 reason = "does not fit in an empty cache"
         if reason:
@@ -229,7 +238,7 @@ class Scheduler:
         if len(self.running) + samples > self.max_num_seqs:
             return False
         if admit_plan is None:
-            admit_plan = alloc.plan_admit(seq.token_ids, samples, seq.total_len)
+            admit_plan = self._plan(seq, samples, chunk)
         return admit_plan if admit_plan.fits else False
 
     def _admit_first(self, plan: StepPlan, admit_plan: AdmitPlan) -> Admission:
@@ -237,7 +246,8 @@ class Scheduler:
         alloc = self.allocator
         seq, samples = self.waiting.popleft()
         seq.num_cached = alloc.admit(seq.seq_id, admit_plan)
-        admission = Admission(seq)
+        # A plan of the first chunk only says where it ends (impls/group_admission.py ``GroupAdmitPlan.end``).
+        admission = Admission(seq, grows=getattr(admit_plan, "end", seq.num_tokens) < seq.num_tokens)
         for k in range(1, samples):
             child = self._new_seq(seq.request_id, k, seq.prompt_ids, seq.output_len, seq.arrival_s)
             admission.child_copies.append(alloc.fork(seq.seq_id, child.seq_id))
@@ -246,16 +256,17 @@ class Scheduler:
         plan.admitted.append(admission)
         return admission
 
-    def _next_admission(self, plan: StepPlan) -> AdmitPlan | None:
+    def _next_admission(self, plan: StepPlan, chunk: int | None = None) -> AdmitPlan | None:
         """Swapped-out heads of the queue resumed and never-fitting ones rejected, on to the first request
-        to admit: its admission plan when it fits now, else None (it, and all behind it, wait)."""
+        to admit: its admission plan when it fits now, else None (it, and all behind it, wait).
+        ``chunk``: chunked prefill's budget left (``_plan``)."""
         while self.waiting:
             seq = self.waiting[0][0]
             if seq.seq_id in self._swapped:
                 if not self._resume(seq, plan):
                     return None
                 continue
-            admit_plan = self._plan_head(plan)
+            admit_plan = self._plan_head(plan, chunk)
             if admit_plan is not True:
                 return admit_plan if admit_plan is not False else None
         return None
@@ -281,7 +292,7 @@ class Scheduler:
                 break
             budget -= self._chunk(plan, adm, budget)
         # As vLLM's engine: nothing new in a step that had to preempt (memory is short).
-        while budget > 0 and not plan.preempted and (admit_plan := self._next_admission(plan)) is not None:
+        while budget > 0 and not plan.preempted and (admit_plan := self._next_admission(plan, budget)) is not None:
             adm = self._admit_first(plan, admit_plan)
             adm.seq.num_computed = adm.seq.num_cached
             budget -= self._chunk(plan, adm, budget)
@@ -291,6 +302,8 @@ class Scheduler:
         seq = adm.seq
         start = seq.num_computed
         end = min(seq.num_tokens, start + budget)
+        if adm.grows and not self._grow(plan, adm, end):
+            return 0
         plan.chunks.append(Chunk(adm, start, end, end == seq.num_tokens))
         seq.num_computed = end
         if end < seq.num_tokens:
@@ -301,6 +314,17 @@ class Scheduler:
             del self.prefilling[seq.seq_id]
             self._pending.difference_update(s.seq_id for s in (seq, *adm.forks))
         return end - start
+
+    def _grow(self, plan: StepPlan, adm: Admission, end: int) -> bool:
+        """The blocks of ``adm``'s prompt up to ``end``, for a chunk; False: none free, and the prefill (the last
+        admitted, with no fork) is preempted, as vLLM preempts its lowest-priority request."""
+        seq, alloc = adm.seq, self.allocator
+        held = alloc.num_tokens(seq.seq_id)
+        if end <= held or alloc.try_append(seq.seq_id, seq.token_ids[held:end]) is not None:
+            return True
+        self.running.remove(seq)
+        self._preempt(seq, plan)
+        return False
 
     def _schedule_decode(self, plan: StepPlan, num_tokens: int, candidates: Candidates | None) -> None:
         alloc, running = self.allocator, self.running  # admission order: the last admitted is preempted first

@@ -34,7 +34,7 @@ class ServedRun:
     elapsed_s: Optional[float] = None
     idle_s: float = 0.0  # time with nothing arrived and nothing running (the run's clock: wall or simulated)
     cache_hit_tokens: int = 0  # prompt tokens served from the prefix cache, not computed
-    # The cache's own event counts as row columns (a host tier's hits and copies, a slab's gathers).
+    # The pool's own event counts as row columns (a host tier's hits and copies).
     counters: dict[str, int] = field(default_factory=dict)
 
     @property

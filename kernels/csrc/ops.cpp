@@ -41,7 +41,8 @@ namespace kvbench {
 void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                     at::Tensor& out, const std::optional<at::Tensor>& k_scale,
-                                    const std::optional<at::Tensor>& v_scale, int64_t window);
+                                    const std::optional<at::Tensor>& v_scale, int64_t window,
+                                    const std::optional<at::Tensor>& sinks);
 void write_kv_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
                   const at::Tensor& slot_mapping);
 void write_kv_quant_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
@@ -121,6 +122,15 @@ void check_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tens
     TORCH_CHECK(t->device() == q.device(), op, ": all tensors must be on q's device ", q.device());
 }
 
+// A layer's attention sinks (kernels/sinks.py): none, or contiguous float32 [heads] on q's device.
+void check_sinks(const at::Tensor& q, const OptTensor& sinks) {
+  if (!sinks.has_value()) return;
+  TORCH_CHECK(sinks->dim() == 1 && sinks->size(0) == q.size(1) && sinks->scalar_type() == at::kFloat &&
+                  sinks->is_contiguous() && sinks->device() == q.device(),
+              "kvbench.paged_decode_attention: sinks must be contiguous float32 [heads=", q.size(1),
+              "] on q's device, got ", sinks->scalar_type(), " ", sinks->sizes());
+}
+
 void check_out(const at::Tensor& q, const at::Tensor& out) {
   const char* op = "kvbench.paged_decode_attention_out";
   TORCH_CHECK(out.sizes() == q.sizes() && out.scalar_type() == q.scalar_type() && out.device() == q.device(), op,
@@ -172,18 +182,19 @@ void check_write_quant(const at::Tensor& key, const at::Tensor& value, const at:
 #ifndef KVBENCH_CUDA_EMULATION
 void decode_out_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out,
-                    const OptTensor& k_scale, const OptTensor& v_scale, int64_t window) {
+                    const OptTensor& k_scale, const OptTensor& v_scale, int64_t window, const OptTensor& sinks) {
   check_decode(q, k_cache, v_cache, block_tables, context_lens, k_scale, v_scale);
   check_out(q, out);
+  check_sinks(q, sinks);
   paged_decode_attention_cpu_out(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale, v_scale,
-                                 window);
+                                 window, sinks);
 }
 
 at::Tensor decode_cpu(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                       const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                      const OptTensor& k_scale, const OptTensor& v_scale, int64_t window) {
+                      const OptTensor& k_scale, const OptTensor& v_scale, int64_t window, const OptTensor& sinks) {
   at::Tensor out = at::empty(q.sizes(), q.options());
-  decode_out_cpu(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale, v_scale, window);
+  decode_out_cpu(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale, v_scale, window, sinks);
   return out;
 }
 
@@ -219,9 +230,10 @@ void check_status(int status, const char* op) {
 
 void decode_out_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                      const at::Tensor& block_tables, const at::Tensor& context_lens, double scale, at::Tensor& out,
-                     const OptTensor& k_scale, const OptTensor& v_scale, int64_t window) {
+                     const OptTensor& k_scale, const OptTensor& v_scale, int64_t window, const OptTensor& sinks) {
   check_decode(q, k_cache, v_cache, block_tables, context_lens, k_scale, v_scale);
   check_out(q, out);
+  check_sinks(q, sinks);
   KVBENCH_DEVICE_GUARD(q);
   const int batch = q.size(0), heads = q.size(1), head_dim = q.size(2);
   const int block_size = k_cache.size(1), width = block_tables.size(1);
@@ -242,15 +254,15 @@ void decode_out_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::T
       batch, heads, k_cache.size(2), head_dim, block_size, width, q.stride(0),
       q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
       block_tables.stride(0), static_cast<float>(scale), static_cast<int>(std::clamp<int64_t>(window, 0, INT32_MAX)),
-      KVBENCH_CURRENT_STREAM());
+      sinks.has_value() ? sinks->data_ptr<float>() : nullptr, KVBENCH_CURRENT_STREAM());
   check_status(status, "kvbench.paged_decode_attention");
 }
 
 at::Tensor decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                        const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                       const OptTensor& k_scale, const OptTensor& v_scale, int64_t window) {
+                       const OptTensor& k_scale, const OptTensor& v_scale, int64_t window, const OptTensor& sinks) {
   at::Tensor out = at::empty(q.sizes(), q.options());
-  decode_out_cuda(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale, v_scale, window);
+  decode_out_cuda(q, k_cache, v_cache, block_tables, context_lens, scale, out, k_scale, v_scale, window, sinks);
   return out;
 }
 
@@ -291,14 +303,16 @@ void define_ops(torch::Library& m) {
   // k_scale / v_scale: a quantized cache's (float8_e4m3fn, float8_e5m2 or int8) fp32 scales, 0-dim
   // per tensor or [num_blocks, block_size, kv_heads] per token and kv head; None for a float cache.
   // window > 0: a sliding window in tokens (keys before context_len - window are masked); 0 or less: none.
+  // sinks: float32 [heads] attention sinks (kernels/sinks.py), in every softmax's denominator; None: none.
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-      "Tensor context_lens, float scale, Tensor? k_scale=None, Tensor? v_scale=None, int window=0) -> Tensor");
+      "Tensor context_lens, float scale, Tensor? k_scale=None, Tensor? v_scale=None, int window=0, "
+      "Tensor? sinks=None) -> Tensor");
   // The out-variant: the kernel scenario and the engine pass a preallocated output (no extra copy).
   m.def(
       "paged_decode_attention_out(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
       "Tensor context_lens, float scale, Tensor(a!) out, Tensor? k_scale=None, Tensor? v_scale=None, "
-      "int window=0) -> ()");
+      "int window=0, Tensor? sinks=None) -> ()");
   m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
   // A quantized cache's write: float rows quantized as kernels/quant.py does. k_scale / v_scale as above:
   // per tensor they are read (a static scale); per token and kv head each written slot's are written,

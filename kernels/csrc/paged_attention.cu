@@ -239,7 +239,7 @@ int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache
                                    int block_size, int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
                                    int64_t out_stride_b, int64_t out_stride_h, int64_t cache_stride_block,
                                    int64_t cache_stride_token, int64_t cache_stride_head, int64_t block_table_stride,
-                                   float scale, int window, cudaStream_t stream) {
+                                   float scale, int window, const float* sinks, cudaStream_t stream) {
   if (kv_heads <= 0 || num_heads % kv_heads != 0 || max_blocks_per_seq < 0) return kErrShape;
   const bool quantized = cache_dtype != dtype;
   if (quantized ? (scale_mode != kvbench_quant::kScaleTensor && scale_mode != kvbench_quant::kScaleTokenHead) ||
@@ -260,6 +260,7 @@ int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache
   p.v_scale = v_scale;
   p.scale_mode = scale_mode;
   p.window = window > 0 ? window : 0;
+  p.sinks = sinks;
   p.kv_heads = kv_heads;
   p.num_heads = num_heads;
   p.group = num_heads / kv_heads;

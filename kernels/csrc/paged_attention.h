@@ -27,7 +27,8 @@ size_t kvbench_paged_decode_workspace_bytes(int batch, int num_heads, int kv_hea
 // v_scale of scale_mode (kv_quant.h: 1 per tensor, one float each; 2 per token and kv head,
 // [num_blocks, block_size, kv_heads] contiguous); scale_mode 0 and null scales for a float cache.
 // window > 0: a sliding window in tokens (keys before context_len - window are masked, the blocks before
-// its first key not read); 0 or less: none. Returns 0 or a status for kvbench_cuda_status_string.
+// its first key not read); 0 or less: none. sinks: null, or fp32 [num_heads] attention sinks (a logit per
+// query head in every softmax's denominator). Returns 0 or a status for kvbench_cuda_status_string.
 int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache, const void* v_cache,
                                    const int32_t* block_tables, const int32_t* context_lens, void* workspace,
                                    int dtype, int cache_dtype, const float* k_scale, const float* v_scale,
@@ -35,7 +36,7 @@ int kvbench_paged_decode_attention(void* out, const void* q, const void* k_cache
                                    int max_blocks_per_seq, int64_t q_stride_b, int64_t q_stride_h,
                                    int64_t out_stride_b, int64_t out_stride_h, int64_t cache_stride_block,
                                    int64_t cache_stride_token, int64_t cache_stride_head, int64_t block_table_stride,
-                                   float scale, int window, cudaStream_t stream);
+                                   float scale, int window, const float* sinks, cudaStream_t stream);
 
 // Stores key/value rows [num_tokens, kv_heads, head_dim] into their slots; slot < 0 is skipped.
 int kvbench_write_kv(const void* key, const void* value, void* k_cache, void* v_cache, const int64_t* slot_mapping,

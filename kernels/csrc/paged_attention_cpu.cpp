@@ -8,7 +8,8 @@
 // are widened to a float buffer first. A quantized cache's rows (fp8 e4m3 / e5m2,
 // int8: kv_quant.h) are decoded branch-free, so the loop vectorises, and multiplied by their
 // scale (per tensor, or per token and kv head) as they are widened: the reference's
-// dequantized values exactly (kernels/quant.py). Arguments are checked in ops.cpp.
+// dequantized values exactly (kernels/quant.py). Attention sinks (kernels/sinks.py) join each
+// head's softmax once, outside the key loops. Arguments are checked in ops.cpp.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -200,7 +201,7 @@ struct Geometry {
 template <typename T, typename C>
 KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const C* k_cache, const C* v_cache,
                                         const int32_t* tables, const int32_t* lens, float scale, T* out,
-                                        int64_t begin, int64_t end, const CacheScales& qs) {
+                                        int64_t begin, int64_t end, const CacheScales& qs, const float* sinks) {
   constexpr bool kQuant = sizeof(C) == 1;
   const int64_t D = g.head_dim, G = g.group, max_rows = g.kv_per_task * G;
   std::vector<float> scores, qf(max_rows * D), acc(max_rows * D), row(D), inv_sum(max_rows);
@@ -212,7 +213,7 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const C* 
     const int32_t* table = tables + b * g.width;
     // Query heads h0*G .. (h0+nh)*G - 1 read kv heads h0 .. h0+nh-1: one contiguous range.
     T* out_rows = out + b * g.out_sb + h0 * G * g.out_sh;
-    if (ctx <= 0) {  // nothing to attend to: zeros, not 0/0
+    if (ctx <= 0) {  // nothing to attend to: zeros, not 0/0 (with a sink: all its weight, on a zero value)
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t d = 0; d < D; ++d) out_rows[r * g.out_sh + d] = static_cast<T>(0.f);
       continue;
@@ -251,11 +252,16 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const C* 
         for (int64_t j = 0; j < G; ++j) scores[(hh * G + j) * ctx + t] = dot(qf.data() + (hh * G + j) * D, k, D);
       }
     }
-    // 2) softmax, unnormalised; 1/sum is applied to the output
+    // 2) softmax, unnormalised; 1/sum is applied to the output. A sink is a key of score sink and value 0:
+    // it raises the max and adds exp(sink - m) to the sum, once a row (query head h0 * G + r).
     for (int64_t r = 0; r < rows; ++r) {
       float* s = scores.data() + r * ctx;
-      const float m = *std::max_element(s, s + ctx);
-      float sum = 0.f;
+      float m = *std::max_element(s, s + ctx), sum = 0.f;
+      if (sinks != nullptr) {
+        const float sink = sinks[h0 * G + r];
+        m = std::max(m, sink);
+        sum = std::exp(sink - m);
+      }
       for (int64_t t = 0; t < ctx; ++t) {
         s[t] = std::exp(s[t] - m);
         sum += s[t];
@@ -282,7 +288,8 @@ KVBENCH_MULTIVERSION void attend_groups(const Geometry& g, const T* q, const C* 
 void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                     const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                     at::Tensor& out, const std::optional<at::Tensor>& k_scale,
-                                    const std::optional<at::Tensor>& v_scale, int64_t window) {
+                                    const std::optional<at::Tensor>& v_scale, int64_t window,
+                                    const std::optional<at::Tensor>& sinks) {
   Geometry g{};
   g.window = window;
   g.batch = q.size(0);
@@ -325,6 +332,7 @@ void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cac
     qs.v = v_scale->data_ptr<float>();
     qs.dynamic = k_scale->dim() != 0;
   }
+  const float* sink_ptr = sinks.has_value() ? sinks->data_ptr<float>() : nullptr;  // ops.cpp checked: [heads] fp32
   // T: q and out; C: the cache's element, T itself for a float cache.
   auto run = [&](auto q_tag, auto cache_tag) {
     using T = decltype(q_tag);
@@ -334,7 +342,8 @@ void paged_decode_attention_cpu_out(const at::Tensor& q, const at::Tensor& k_cac
     const C* v_ptr = static_cast<const C*>(v_cache.data_ptr());
     T* out_ptr = static_cast<T*>(out.data_ptr());
     at::parallel_for(0, g.batch * g.tasks_per_seq, 1, [&](int64_t begin, int64_t end) {
-      attend_groups<T, C>(g, q_ptr, k_ptr, v_ptr, tables, lens, static_cast<float>(scale), out_ptr, begin, end, qs);
+      attend_groups<T, C>(g, q_ptr, k_ptr, v_ptr, tables, lens, static_cast<float>(scale), out_ptr, begin, end, qs,
+                          sink_ptr);
     });
   };
   auto run_q = [&](auto cache_tag) {

@@ -22,6 +22,7 @@ struct DecodeParams {
   const float* v_scale;
   int scale_mode, kv_heads;
   int window;  // a sliding window in tokens: keys before ctx - window masked, whole blocks before it skipped; 0: none
+  const float* sinks;  // fp32 [num_heads] attention sinks (partition 0 adds them to its softmax); null: none
   int num_heads, group, head_tiles, log2_block_size, max_context, partition, max_partitions;
   int64_t q_stride_b, q_stride_h, out_stride_b, out_stride_h;
   int64_t cache_stride_block, cache_stride_token, cache_stride_head, bt_stride;
@@ -202,11 +203,15 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
     }
   };
 
-  // 2) Softmax over the partition, one warp per query head.
+  // 2) Softmax over the partition, one warp per query head. A sink is a key of score sink and value 0, in the
+  // first partition only: it raises the max and adds exp(sink - m) to the sum, which the merge then weighs as any
+  // partition's (one partition: the output's own normalisation).
+  const bool sunk = p.sinks != nullptr && part == 0;
   auto softmax = [&] {
     for (int g = warp; g < heads; g += kNumWarps) {
       float* pg = prob_s + g * p.partition;
-      float m = -INFINITY;
+      const float sink = sunk ? p.sinks[head0 + g] : -INFINITY;
+      float m = sink;
       for (int i = lane; i < n; i += kWarpSize) m = fmaxf(m, pg[i]);
       m = warp_max(m);
       float sum = 0.f;
@@ -216,6 +221,7 @@ __global__ void __launch_bounds__(kNumThreads) paged_decode_kernel(const DecodeP
         sum += e;
       }
       sum = warp_sum(sum);
+      if (sunk) sum += expf(sink - m);
       if (lane == 0) {
         inv_sum_s[g] = 1.f / sum;
         if (split) {

@@ -33,7 +33,7 @@ def _attention_is_noop(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
     if impl == "contiguous":
         import kvbench.impls.contiguous
 
-        monkeypatch.setattr(kvbench.impls.contiguous, "decode_sdpa", lambda q, keys, values, scale, mask: q)
+        monkeypatch.setattr(kvbench.impls.contiguous, "decode_sdpa", lambda q, keys, values, scale, mask, sinks=None: q)
     elif impl == "paged_torch":
         import kvbench.kernels.reference
 

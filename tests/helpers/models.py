@@ -67,6 +67,23 @@ WINDOW_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3-sliding": ("qwen3", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_hidden_layers=3,
                                     use_sliding_window=True, sliding_window=24, max_window_layers=1)),
 }
+# gpt-oss token for token (harness/model/gpt_oss.py): sinks on every layer, a 24-token window on every other one
+# (layer 0 slides), yarn RoPE (transformers' defaults: factor 32), 3 of 8 experts a token, and a swiglu_limit low
+# enough that the clamps bite (at gpt-oss's 7.0 these unit-scale weights never reach it).
+GPT_OSS_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpt-oss-sliding": ("gpt_oss", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_hidden_layers=4,
+                                        sliding_window=24, num_local_experts=8, num_experts_per_tok=3,
+                                        swiglu_limit=1.2)),
+}
+# Gemma 3 token for token (harness/model/gemma3.py): 7 layers, so both kinds appear (five sliding, a full one, a
+# sliding one), a 24-token window, a softmax scale of query_pre_attn_scalar=48 (not head_dim=64), its own RoPE base
+# on the sliding layers, linear RoPE scaling on the full one, and soft-capped logits.
+GEMMA3_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "gemma3-sliding": ("gemma3_text", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                           num_hidden_layers=7, sliding_window=24, query_pre_attn_scalar=48,
+                                           rope_local_base_freq=2000.0, final_logit_softcapping=30.0,
+                                           rope_scaling=dict(rope_type="linear", factor=4.0))),
+}
 HF_CLASSES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
@@ -83,7 +100,7 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
     every logit ~0 and the comparison vacuous); norms random too, to catch swaps."""
     import transformers
 
-    arch, extra = {**HF_CASES, **SIZE_CASES, **WINDOW_CASES}[case]
+    arch, extra = {**HF_CASES, **SIZE_CASES, **WINDOW_CASES, **GPT_OSS_CASES, **GEMMA3_CASES}[case]
     config_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
     shape = dict(
         vocab_size=160,
@@ -95,14 +112,17 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
     config = config_cls(**{**shape, **extra})
     torch.manual_seed(seed)
     model = model_cls(config).float().eval()
+    # Gemma stores a norm's weight as an offset from 1, and scales its embeddings by sqrt(hidden): drawn that much
+    # smaller (x2), or the token's own embedding outweighs every layer and hides attention from the greedy tokens.
+    gemma = arch == "gemma3_text"
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+                p.copy_((0.0 if gemma else 1.0) + 0.3 * torch.randn_like(p))
             elif name.endswith(".bias"):
                 p.normal_(0.0, 0.3)
             elif "embed_tokens" in name:
-                p.normal_(0.0, 1.0)
+                p.normal_(0.0, 2 * config.hidden_size**-0.5 if gemma else 1.0)
             elif p.dim() == 1:  # gpt-oss's sinks and router bias
                 p.normal_(0.0, 0.3)
             else:

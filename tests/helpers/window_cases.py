@@ -68,11 +68,16 @@ def naive_window_attention(q, k, v, scale, window) -> torch.Tensor:
 
 
 def check_cache_windows(cache: KVCache, windows: list[int], prompts: list[int], steps: int, chunk: int,
-                        seed: int = 0) -> None:
+                        seed: int = 0, sinks: list[torch.Tensor | None] | None = None) -> None:
     """Drive ``cache`` as an engine does, with random q/k/v in every layer: prompts prefilled together in chunks
     of at most ``chunk`` tokens each, then ``steps`` decode steps of the whole batch; every output equals
-    ``naive_window_attention`` over that sequence's keys so far, with its layer's window."""
+    ``naive_window_attention`` over that sequence's keys so far, with its layer's window. ``sinks`` (one entry
+    a layer, None: none there): set on the cache too, and each output is ``naive_sink_attention``'s."""
     cache.set_layer_windows(windows)
+    if sinks is not None:
+        from tests.helpers.sink_cases import naive_sink_attention  # it imports this module
+
+        cache.set_layer_sinks(sinks)
     alloc, heads = cache.allocator, cache.num_heads
     kv_heads, dim = cache.k[0].shape[2:]
     gen = torch.Generator().manual_seed(seed)
@@ -87,8 +92,11 @@ def check_cache_windows(cache: KVCache, windows: list[int], prompts: list[int], 
         for s, n in spans_rows:
             keys[layer, s].append(k[first:first + n])
             values[layer, s].append(v[first:first + n])
-            want = naive_window_attention(q[first:first + n], torch.cat(keys[layer, s]), torch.cat(values[layer, s]),
-                                          cache.scale, windows[layer])
+            ks, vs = torch.cat(keys[layer, s]), torch.cat(values[layer, s])
+            if sinks is None:
+                want = naive_window_attention(q[first:first + n], ks, vs, cache.scale, windows[layer])
+            else:
+                want = naive_sink_attention(q[first:first + n], ks, vs, cache.scale, windows[layer], sinks[layer])
             torch.testing.assert_close(out[first:first + n], want, atol=1e-5, rtol=1e-5)
             first += n
 

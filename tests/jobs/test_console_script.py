@@ -49,7 +49,7 @@ def query(line: str, cwd: Path) -> list[str]:
     ("kvbench imp", ["impl="]),
     ("kvbench +imp", ["+impl="]),
     ("kvbench +impl=", [f"+impl={name}" for name in options("impl")]),
-    ("kvbench impl=paged_", ["impl=paged_cuda", "impl=paged_torch", "impl=paged_triton"]),
+    ("kvbench impl=paged_", ["impl=paged_cuda", "impl=paged_flex", "impl=paged_torch", "impl=paged_triton"]),
     ("kvbench model=tiny", ["model=tiny-llama", "model=tiny-mistral", "model=tiny-qwen2"]),
     ("kvbench scenario=", [f"scenario={name}" for name in sorted(schemas())]),  # the scenario registry
     ("kvbench scenario=kernel scenario.con", ["scenario.context_len="]),

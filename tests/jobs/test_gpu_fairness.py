@@ -33,6 +33,7 @@ def test_every_impl_generates_the_same_tokens_on_gpu(compose, tmp_path, override
     assert len(set(digests.values())) == 1, digests
     backends = {r["impl"]: r["kernel_backend"] for r in rows}
     assert backends == {"contiguous": "sdpa", "paged_torch": "torch", "paged_triton": "triton", "paged_cuda": "cuda",
+                        "paged_flex": "flex-compiled",
                         "orca_pow2": "sdpa+gather", "orca_oracle": "sdpa+gather"}
 
 

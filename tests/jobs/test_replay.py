@@ -180,3 +180,16 @@ def test_a_config_yaml_that_is_a_folder_is_one_line(tmp_path):
     (tmp_path / "run" / "config.yaml").mkdir(parents=True)
     p = replay(str(tmp_path / "run"), "--out", str(tmp_path / "out"))
     assert p.returncode == 2 and "has no config.yaml" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_config_saved_before_gpu_memory_mib_loads_with_the_bytes_it_priced(tmp_path):
+    """Published run folders saved ``gpu.memory_gb`` (decimal GB): they load, as the memory_mib of the same bytes."""
+    from kvbench.harness.front.replay import load_config
+
+    text = (REPO_ROOT / "results" / "cpu-amd-epyc-2core" / "capacity" / "0" / "config.yaml").read_text()
+    assert "\ngpu: null\n" in text
+    saved = tmp_path / "old"
+    saved.mkdir()
+    (saved / "config.yaml").write_text(text.replace("\ngpu: null\n", "\ngpu:\n  name: h100-sxm\n  memory_gb: 80.0\n"))
+    cfg = load_config(saved)
+    assert cfg.gpu.name == "h100-sxm" and cfg.gpu.memory_mib * 2**20 == pytest.approx(80e9)

@@ -127,16 +127,20 @@ class _StepByStep(GroupedBlockPool):
         return 0
 
 
+@pytest.mark.parametrize("prefix_caching", [False, True])
 @pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("window", [5, 8, 13, 30])
-def test_the_simulator_rides_a_grouped_pool_to_step_by_steps_figures(window, chunked):
+def test_the_simulator_rides_a_grouped_pool_to_step_by_steps_figures(window, chunked, prefix_caching):
     from kvbench.harness.serving.simulator import simulate
     from kvbench.harness.serving.workload import Request
 
     rng = random.Random(window)
     groups = [PoolGroup(FullAttention(), 2, 2, 0), PoolGroup(SlidingWindow(window), 1, 2, 0)]
-    reqs = [Request(i, [rng.randrange(90) for _ in range(rng.randint(3, 30))], rng.randint(1, 40), rng.choice([1, 2]))
-            for i in range(30)]
-    ride, step = (simulate(cls([40], 4, groups), reqs, 8, 64, 100, 1, chunked_prefill=chunked)
-                  for cls in (GroupedBlockPool, _StepByStep))
+    shared = [[rng.randrange(90) for _ in range(rng.randint(4, 20))] for _ in range(3)] if prefix_caching else [[]]
+    reqs = [Request(i, rng.choice(shared) + [rng.randrange(90) for _ in range(rng.randint(3, 30))],
+                    rng.randint(1, 40), rng.choice([1, 2])) for i in range(30)]
+    pools = [cls([40], 4, groups, prefix_caching=prefix_caching) for cls in (GroupedBlockPool, _StepByStep)]
+    ride, step = (simulate(pool, reqs, 8, 64, 100, 1, chunked_prefill=chunked) for pool in pools)
     assert ride.bookkeeping_columns() == step.bookkeeping_columns() and ride.preemptions > 0
+    assert pools[0].cache_hit_tokens == pools[1].cache_hit_tokens
+    assert pools[0].evicted_blocks == pools[1].evicted_blocks and (pools[0].cache_hit_tokens > 0) == prefix_caching

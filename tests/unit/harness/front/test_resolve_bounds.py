@@ -136,7 +136,7 @@ def test_the_bounds_take_the_ram_reading_given(compose):
     """check_host_memory reads no RAM itself: the caller's reading, as resolve passes it."""
     cfg = resolve(compose([*CAPACITY, "gpu=h200", "gpu.count=8"]))
     check_host_memory(cfg, 24 * GB)
-    with pytest.raises(ConfigError, match="device.memory_gb=1128 makes a KV pool"):
+    with pytest.raises(ConfigError, match="device.memory_gb=1206.04 makes a KV pool"):
         check_host_memory(cfg, GB)
 
 

@@ -37,12 +37,24 @@ def test_the_default_keeps_identity_and_another_manager_is_another_job(compose):
     assert job_id(base, "cpu") == job_id(explicit, "cpu") != job_id(uniform, "cpu")
 
 
-def test_a_grouped_cache_runs_only_as_bookkeeping(compose):
+def test_a_grouped_cache_runs_in_capacity_and_decode_only(compose):
     # a window as long as max_seq_len: the model's kernels run it (full attention is the same), the cache groups it
     window = [SLIDING[0], "model.sliding_window=1024", "max_seq_len=1024"]
-    with pytest.raises(ConfigError, match="kv_manager=hybrid on model=tiny-llama .* runs in scenario=capacity "
-                                          "only"):
-        resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", *window]))
+    resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", *window]))  # decode
+    with pytest.raises(ConfigError, match="kv_manager=hybrid on model=tiny-llama .* runs in scenario=capacity or "
+                                          "decode; use kv_manager=uniform for scenario=max_rate"):
+        resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", "scenario=max_rate",
+                         *window]))
     resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_manager=uniform", *window]))  # the baseline runs
     resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", "scenario=capacity",
                      *SLIDING]))
+
+
+def test_split_pools_decodes_one_sample_a_prompt(compose):
+    """A fork's copy-on-write names no pool: split_pools' tensors refuse parallel samples (bookkeeping runs them)."""
+    window = [SLIDING[0], "model.sliding_window=1024", "max_seq_len=1024", "kv_manager=split_pools",
+              "+impl=paged_torch", "impl.prefix_caching=false"]
+    with pytest.raises(ConfigError, match="kv_manager=split_pools with workload.n=2 .* allowed: workload.n=1"):
+        resolve(compose(["model=tiny-llama", *window, "workload.n=2"]))
+    resolve(compose(["model=tiny-llama", *window, "workload.n=2", "scenario=capacity"]))
+    resolve(compose(["model=tiny-llama", *window, "kv_manager=hybrid", "workload.n=2"]))

@@ -288,7 +288,7 @@ def test_kernel_scenario_rows(compose, tmp_path):
     by = {(r["impl"], r["layout"]): r for r in ok}
     assert set(by) == {("contiguous", "contiguous"), ("paged_torch", "paged"), ("paged_torch", "contiguous"),
                        ("paged_triton", "paged"), ("paged_triton", "contiguous"), ("paged_cuda", "paged"),
-                       ("paged_cuda", "contiguous")}
+                       ("paged_cuda", "contiguous"), ("paged_flex", "paged"), ("paged_flex", "contiguous")}
     # K and V of 2 sequences x 40 tokens x 2 kv heads x 64 dims, then q and out of 2 x 4 heads x 64; fp32.
     want_bytes = (2 * (2 * 40 * 2 * 64) + 2 * (2 * 4 * 64)) * 4
     # A reservation policy is memory, not a kernel: one skipped row each, saying why.

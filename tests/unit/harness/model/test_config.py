@@ -51,7 +51,8 @@ def test_named_config_loads_and_validates(path: Path) -> None:
 
 def test_named_config_spot_checks() -> None:
     assert set(PUBLISHED_PARAMETERS) | set(PUBLISHED_TOTALS) | {
-        "tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "llama-58m"} == {p.stem for p in MODEL_YAMLS}
+        "tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-gemma3", "llama-58m"} == {
+        p.stem for p in MODEL_YAMLS}
     # issue 23's second CPU shape: hidden 512, 8 layers, 8/4 heads, vocab 32000, 58M parameters
     m58 = resolve_model_config(load_named("llama-58m"))
     assert LlamaModel(m58, torch.float32, "meta").num_parameter_bytes() == 4 * 57_942_528

@@ -53,9 +53,11 @@ def test_colours_are_seaborns_colourblind_palette_by_fixed_place():
     colourblind = [c.upper() for c in sns.color_palette("colorblind").as_hex()]
     assert {name: s.colour for name, s in KNOWN.items()} == {
         "contiguous": "#0173B2", "orca_max": "#56B4E9", "orca_pow2": "#CC78BC", "orca_oracle": "#CA9161",
-        "paged": "#591E71", "paged_torch": "#DE8F05", "paged_triton": "#029E73", "paged_cuda": "#D55E00"}
+        "paged": "#591E71", "paged_torch": "#DE8F05", "paged_triton": "#029E73", "paged_cuda": "#D55E00",
+        "paged_flex": "#000000"}
     dark = [c.upper() for c in sns.color_palette("dark").as_hex()]
-    assert {s.colour for s in KNOWN.values()} - set(colourblind) == {dark[4]}  # paged: the dark palette's purple
+    # paged: the dark palette's purple; paged_flex: black
+    assert {s.colour for s in KNOWN.values()} - set(colourblind) == {dark[4], "#000000"}
     # light pink and yellow (faint on white), grey (the dash entries' colour): no impl's
     assert not {colourblind[6], colourblind[7], colourblind[8]} & {s.colour for s in KNOWN.values()}
     assert FALLBACK_COLOURS == ("#8C0800", "#592F0D", "#A23582", "#B8850A", "#006374", "#001C7F")

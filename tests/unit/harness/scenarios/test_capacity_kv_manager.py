@@ -49,9 +49,17 @@ def test_sliding_layers_hold_their_window_under_hybrid_and_split_pools(compose, 
     assert at16.loc["paged", "kv_bytes_reserved"] < at16.loc["contiguous", "kv_bytes_reserved"]
 
 
-def test_hybrid_with_prefix_caching_is_refused_naming_the_combination(compose, tmp_path):
+def test_hybrid_caches_prefixes_across_groups_and_split_pools_refuses_them(compose, tmp_path):
     from kvbench.harness.front.resolve import resolve
 
-    cfg = compose([*BASE[:-2], "kv_manager=hybrid", *SLIDING])
-    with pytest.raises(ConfigError, match="kv_manager=hybrid with impl.prefix_caching=true"):
+    caching = [o for o in BASE if o != "impl.prefix_caching=false"]
+    out = tmp_path / "hybrid_prefix"
+    rows, code = run_job(compose([*caching, "kv_manager=hybrid", *SLIDING, "workload.shared_prefix_len=512"]), out)
+    assert code == 0, rows[0].get("error")
+    # every prompt after the first hits the shared prefix's blocks in every group (impls/group_prefix.py)
+    assert rows[0]["cache_hit_tokens"] >= 23 * 512 and rows[0]["prefix_hit_rate"] > 0.8
+    cfg = compose([*caching, "kv_manager=split_pools", *SLIDING])
+    with pytest.raises(ConfigError, match="kv_manager=split_pools with impl.prefix_caching=true"):
         resolve(cfg)
+    with pytest.raises(ConfigError, match="impl.eviction=lfu with kv_manager=hybrid .* allowed: impl.eviction=lru"):
+        resolve(compose([*caching, "kv_manager=hybrid", *SLIDING, "impl.eviction=lfu"]))

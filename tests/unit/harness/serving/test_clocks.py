@@ -23,7 +23,7 @@ BYTES_AND_COUNTS = ("kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", 
 
 def test_gpu_name_gives_the_roofline(compose):
     clock, name = step_clock(resolve(compose(SETUP + ["gpu=a100-40gb"])), "paged_torch")
-    assert isinstance(clock, CostModel) and name == ROOFLINE == "roofline-v4"
+    assert isinstance(clock, CostModel) and name == ROOFLINE == "roofline-v5"
     assert clock.gpu.layer_overhead_us == 30 and clock.gpu.copy_bandwidth_gbps is None
     assert step_clock(resolve(compose(SETUP + ["device.memory_gb=40"])), "paged_torch") == (None, None)
 
@@ -31,7 +31,7 @@ def test_gpu_name_gives_the_roofline(compose):
 def test_cost_terms_move_the_clock_but_no_byte_or_concurrency(compose, tmp_path):
     rows = {}
     for label, extra in [("v2", ["gpu=a100-40gb"]), ("neutral", ["gpu=a100-40gb", *NEUTRAL]),
-                         ("no clock", ["device.memory_gb=40", "dtype=bfloat16"])]:
+                         ("no clock", ["device.memory_gb=42.94967296", "dtype=bfloat16"])]:  # 40960 MiB
         (row,), code = run_job(compose(SETUP + extra), tmp_path / label.replace(" ", "_"))
         assert code == 0, row.get("error")
         rows[label] = row

@@ -1,4 +1,4 @@
-"""The simulated clock's formulas (harness/serving/cost_model.py, roofline version 3) on steps worked out by hand.
+"""The simulated clock's formulas (harness/serving/cost_model.py, roofline version 5) on steps worked out by hand.
 
 ``clock()`` leaves the version-2 terms at their neutral defaults (no per-layer cost, attention at the
 weights' rate, a prefill floor of one weight read, no copy measurement); each term has a test of its own."""
@@ -13,7 +13,7 @@ from kvbench.harness.errors import ConfigError
 # 1 GFLOP-per-token model: 1e9 parameters, 2 GB of weights, 100 kB of KV per token.
 MODEL = ModelCost(params=10**9, weight_bytes=2 * 10**9, kv_bytes_per_token=10**5, num_layers=4, hidden_size=512,
                   elem_bytes=2)
-FIGURES = dict(memory_gb=80, bandwidth_gbps=1000, tflops=100, bw_efficiency=0.5, flops_efficiency=0.5,
+FIGURES = dict(memory_mib=80_000, bandwidth_gbps=1000, tflops=100, bw_efficiency=0.5, flops_efficiency=0.5,
                step_overhead_us=100, interconnect_gbps=50, interconnect_latency_us=5)
 
 
@@ -105,12 +105,13 @@ def test_a_measured_copy_bandwidth_replaces_the_datasheet_times_efficiency():
     assert measured.decode_s(1, 0) == pytest.approx(1e-4 + 2e9 / 800e9, rel=1e-12)
 
 
-@pytest.mark.parametrize("key,value", [("bandwidth_gbps", 0), ("tflops", -1), ("memory_gb", 0),
+@pytest.mark.parametrize("key,value", [("bandwidth_gbps", 0), ("tflops", -1), ("memory_mib", 0),
                                        ("bw_efficiency", 0), ("flops_efficiency", 1.5),
                                        ("interconnect_gbps", 0), ("step_overhead_us", -1),
                                        ("interconnect_latency_us", -0.5), ("attn_bw_efficiency", 0),
                                        ("attn_bw_efficiency", 1.2), ("layer_overhead_us", -1),
-                                       ("prefill_weight_multiple", 0.9), ("copy_bandwidth_gbps", 0)])
+                                       ("prefill_weight_multiple", 0.9), ("copy_bandwidth_gbps", 0),
+                                       ("fp8_tflops", 0)])
 def test_a_figure_out_of_range_names_its_key(key, value):
     with pytest.raises(ConfigError, match=rf"^gpu\.{key}={value}"):
         clock(**{key: value})

@@ -17,7 +17,7 @@ from kvbench.harness.front.job import run_job
 from tests.conftest import REPO_ROOT
 
 GPUS = sorted(p.stem for p in (REPO_ROOT / "conf" / "gpu").glob("*.yaml"))
-SOURCED = ("memory_gb", "bandwidth_gbps", "tflops", "interconnect_gbps", "interconnect_latency_us")
+SOURCED = ("memory_mib", "bandwidth_gbps", "tflops", "fp8_tflops", "interconnect_gbps", "interconnect_latency_us")
 # The roofline's modelling figures: each says where it comes from, a measurement, a source or "assumption".
 MODELLED = ("copy_bandwidth_gbps", "bw_efficiency", "flops_efficiency", "attn_bw_efficiency", "step_overhead_us",
             "layer_overhead_us", "prefill_weight_multiple")
@@ -67,9 +67,10 @@ def test_a_gpu_figure_left_unset_is_named(compose):
 
 def test_gpu_sets_the_capacity_budget_times_count(compose):
     cfg = resolve(compose(["scenario=capacity", "model=llama-2-7b", "gpu=a100-80gb", "gpu.count=2"]))
-    assert cfg.device.memory_gb == 160 and cfg.dtype == "bfloat16"  # a simulated GPU counts as a GPU
-    budget = kv_budget(cfg)
-    assert budget.device_bytes == 160 * 10**9 and budget.source == "device.memory_gb"
+    # 2 x 81920 MiB (80 GiB a card, as nvidia-smi reports it) = 171,798,691,840 bytes = 171.8 decimal GB.
+    assert cfg.device.memory_gb == pytest.approx(171.79869184, rel=1e-12) and cfg.dtype == "bfloat16"
+    budget = kv_budget(cfg)  # a simulated GPU counts as a GPU
+    assert abs(budget.device_bytes - 2 * 81920 * 2**20) <= 1 and budget.source == "device.memory_gb"
     # An explicit device.memory_gb still wins; the decode scenario (real device) is left alone.
     assert resolve(compose(["scenario=capacity", "model=llama-2-7b", "gpu=h200", "device.memory_gb=90"])
                    ).device.memory_gb == 90
@@ -82,13 +83,14 @@ def test_gpu_budget_in_a_capacity_row(compose, tmp_path):
     (row,), code = run_job(compose(["+impl=paged_torch", "scenario=capacity", "model=llama-3.1-70b", "gpu=h200",
                                     "gpu.count=8", "scenario.concurrency_points=[1]"]), tmp_path)
     assert code == 0, row.get("error")
-    assert row["budget_device_bytes"] == 8 * 141 * 10**9
+    assert abs(row["budget_device_bytes"] - 8 * 143771 * 2**20) <= 1  # 8 x nvidia-smi's 143771 MiB
 
 
 def test_a_python_gpu_config_takes_the_spec_figures_it_leaves_out():
     cfg = resolve(Config(scenario=CapacityScenario(), model=ModelConfig(name="llama-2-7b"),
                          gpu=GpuConfig(name="h100-sxm", bandwidth_gbps=3000)))
-    assert cfg.gpu.bandwidth_gbps == 3000 and cfg.gpu.tflops == 989 and cfg.device.memory_gb == 80
+    assert cfg.gpu.bandwidth_gbps == 3000 and cfg.gpu.tflops == 989
+    assert cfg.device.memory_gb == pytest.approx(81559 * 2**20 / 1e9, rel=1e-12)  # 85.52 GB, not 80
 
 
 def test_unknown_gpu_name_lists_the_names(compose):
@@ -104,7 +106,8 @@ def test_weights_that_do_not_fit_name_the_gpu_and_both_sizes(compose, tmp_path):
     assert code == 2 and row["status"] == "error"
     msg = row["error"]
     assert "\n" not in msg and "gpu=l4" in msg and "gpu.count=2" in msg
-    assert "43.2 GB usable" in msg and re.search(r"weights of model=llama-3.1-70b \(141\.\d GB", msg)
+    # 2 x 23034 MiB (L4: 24 GiB less ECC's 1/16) = 48.31 GB, x 0.9 = 43.5 GB.
+    assert "43.5 GB usable" in msg and re.search(r"weights of model=llama-3.1-70b \(141\.\d GB", msg)
 
 
 def test_a_cost_figure_of_zero_names_its_key(compose, tmp_path):

@@ -97,8 +97,8 @@ def test_every_impl_agrees_on_the_cpu_default_workload(compose, tmp_path):
     """No impl named: one row per impl on the CPU defaults (tiny-llama, chat workload, fp32)."""
     rows, code = run_job(compose(["scenario.warmup=0"]), tmp_path)
     assert code == 0, [r.get("error") for r in rows]
-    assert [r["impl"] for r in rows] == ["contiguous", "orca_oracle", "orca_pow2", "paged_cuda", "paged_torch",
-                                         "paged_triton"]  # conf/impl/, sorted, aliases once
+    assert [r["impl"] for r in rows] == ["contiguous", "orca_oracle", "orca_pow2", "paged_cuda", "paged_flex",
+                                         "paged_torch", "paged_triton"]  # conf/impl/, sorted, aliases once
     assert all(r["status"] == "ok" and r["dtype"] == "float32" and r["model"] == "tiny-llama" for r in rows)
     assert len({r["output_digest"] for r in rows}) == 1
     by = {r["impl"]: r for r in rows}

@@ -54,7 +54,7 @@ def test_expected_distinct_experts_match_sampled_routing():
     assert Experts().distinct(10) == 0 and Experts().inactive_params == 0
 
 
-H100 = GpuSpec("h", memory_gb=80, bandwidth_gbps=3350, tflops=989, bw_efficiency=0.8, flops_efficiency=0.6,
+H100 = GpuSpec("h", memory_mib=81559, bandwidth_gbps=3350, tflops=989, bw_efficiency=0.8, flops_efficiency=0.6,
                step_overhead_us=0, interconnect_gbps=450, interconnect_latency_us=10)
 
 
@@ -71,14 +71,16 @@ def test_a_mixture_reads_the_experts_its_batch_routes_to():
     assert clock.weights_s(1) == pytest.approx(one / clock.bytes_per_s, rel=1e-6)
     assert clock.weights_s(1) < clock.weights_s(16) < clock.weights_s(4096) <= clock.weights_s()
     assert clock.decode_s(1, 0) == pytest.approx(clock.weights_s(1), rel=1e-9)  # batch 1 streams the weights
-    # Compute counts the active parameters: k experts a token.
-    assert cost.active_params == cost.params - e.layers * (e.count - e.per_token) * e.expert_params
+    # Compute counts the active parameters: k experts a token, less the embedding table and the LM head (version 5).
+    tables = (1 if cost.tied_head else 2) * cost.head_params
+    assert cost.active_params == cost.params - e.layers * (e.count - e.per_token) * e.expert_params - tables
 
 
 def test_a_dense_full_attention_model_is_priced_as_before():
     cost = model_cost(resolve_model_config(load_named("llama-3.1-8b")), "bfloat16")
-    assert cost.windows == () and cost.experts == Experts() and cost.active_params == cost.params
-    plain = ModelCost(cost.params, cost.weight_bytes, cost.kv_bytes_per_token, cost.num_layers, cost.hidden_size, 2)
+    assert cost.windows == () and cost.experts == Experts() and cost.active_params == cost.params - 2 * cost.head_params
+    plain = ModelCost(cost.params, cost.weight_bytes, cost.kv_bytes_per_token, cost.num_layers, cost.hidden_size, 2,
+                      head_params=cost.head_params)
     a, b = CostModel(H100, cost), CostModel(H100, plain)
     for batch, read, steps in ((1, 100, 1), (64, 64 * 3000, 7), (256, 10**6, 300)):
         assert a.decode_s(batch, read, steps) == b.decode_s(batch, read, steps)

@@ -18,8 +18,9 @@ def test_bookkeeping_columns_name_the_fields_as_a_row_does():
     peaks = KVPeaks(bytes_per_token=4)
     run = ServedRun(sequences=[], rejected=[(None, "too long"), (None, "too long")], peak_running=5,
                     max_concurrency=3, preemptions=2, peaks=peaks, decode_steps=11)
-    assert run.bookkeeping_columns() == {"decode_steps": 11, "peak_concurrency": 5, "max_concurrency": 3,
-                                         "preemptions": 2, "rejected": 2}  # no peaks seen: no KV columns
+    assert run.bookkeeping_columns() == {"decode_steps": 11, "prefill_steps": 0, "cache_hit_tokens": 0,
+                                         "peak_concurrency": 5, "max_concurrency": 3, "preemptions": 2,
+                                         "rejected": 2}  # no peaks seen: no KV columns
     with pytest.raises(TypeError):  # every field by name: the two results' own fields keep their positions
         ServedRun([], [], 1, 1, 0, peaks, 1)
 

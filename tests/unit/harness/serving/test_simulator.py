@@ -187,7 +187,7 @@ TINY = ModelCost(params=10**9, weight_bytes=2 * 10**9, kv_bytes_per_token=10**5,
 
 
 def tiny_clock(count: int) -> CostModel:
-    gpu = GpuSpec("test", memory_gb=24, bandwidth_gbps=1000, tflops=100, bw_efficiency=0.5, flops_efficiency=0.5,
+    gpu = GpuSpec("test", memory_mib=24564, bandwidth_gbps=1000, tflops=100, bw_efficiency=0.5, flops_efficiency=0.5,
                   step_overhead_us=100, interconnect_gbps=50, interconnect_latency_us=5, count=count,
                   host_link_gbps=20, host_link_latency_us=5)
     return CostModel(gpu, TINY)

@@ -1,0 +1,143 @@
+"""gpt-oss token for token: a tiny random checkpoint (sinks on every layer, a 24-token window on every other one, yarn
+RoPE, 3 of 8 clamped-SwiGLU experts a token) generates transformers' greedy tokens through every impl's cache, with
+prompts and generations longer than the window, whole and in chunks across the window's edge. The engine hands the
+model's sinks to the cache (``KVCache.set_layer_sinks``); every block is kept (kv_manager=uniform)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.hf_config import resolve_model_config
+from kvbench.harness.model.weights import build_model
+from kvbench.harness.serving.engine import Engine
+from kvbench.harness.serving.request import Request
+from kvbench.impls.base import KVCache, layer_windows
+from kvbench.impls.kinds import PoolSpec, TensorSpec, cache_kind
+from tests.helpers.models import GPT_OSS_CASES, make_hf_model
+
+pytest.importorskip("transformers")
+
+MAX_SEQ_LEN = 128
+# impl -> (cache kind, kernel), as conf/impl/ names them
+IMPLS = {"contiguous": ("contiguous", "sdpa"), "paged_torch": ("paged", "torch"), "paged_cuda": ("paged", "cuda"),
+         "paged_triton": ("paged", "triton")}
+# (prompt, output) lengths: prompts shorter than, across and past the 24-token window, and generations that cross it
+SHAPES = [(30, 20), (7, 26), (50, 9), (24, 3)]
+
+
+def _cache(cfg: ModelConfig, impl: str, block_size: int) -> KVCache:
+    kind, kernel = IMPLS[impl]
+    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
+    spec = PoolSpec(kv_bytes=4 * MAX_SEQ_LEN * per_token, bytes_per_token=per_token, max_seq_len=MAX_SEQ_LEN,
+                    block_size=block_size, max_num_seqs=4, min_tokens=1, watermark=0.0, prefix_caching=False)
+    tensors = TensorSpec(num_layers=cfg.num_layers, num_heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
+                         head_dim=cfg.head_dim, dtype=torch.float32, device=torch.device("cpu"))
+    cache = cache_kind(kind).cache(spec, tensors, kernel)
+    cache.set_layer_windows(layer_windows(cfg.layer_types, cfg.sliding_window))
+    return cache
+
+
+def _requests(vocab: int, shapes) -> list[Request]:
+    gen = torch.Generator().manual_seed(5)
+    return [Request(i, tuple(torch.randint(0, vocab, (p,), generator=gen).tolist()), o)
+            for i, (p, o) in enumerate(shapes)]
+
+
+def _generate(model, cache: KVCache, requests: list[Request], chunked: bool = False) -> dict[int, list[int]]:
+    engine = Engine(model, cache, 4, 16 if chunked else 512, chunked_prefill=chunked)
+    return {s.request_id: list(s.output_ids) for s in engine.run(requests).sequences}
+
+
+def _hf_tokens(hf, requests: list[Request]) -> dict[int, list[int]]:
+    out = {}
+    for r in requests:
+        ids = torch.tensor([r.prompt_ids])
+        with torch.no_grad():
+            ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=r.output_len,
+                              min_new_tokens=r.output_len, do_sample=False, pad_token_id=0)
+        out[r.request_id] = ref[0, ids.shape[1]:].tolist()
+    return out
+
+
+@pytest.fixture(scope="module", params=sorted(GPT_OSS_CASES))
+def family(request, tmp_path_factory):
+    """(model config, our model, transformers' model, the requests, transformers' tokens) of one case."""
+    folder: Path = tmp_path_factory.mktemp(request.param)
+    hf = make_hf_model(request.param, seed=3)
+    hf.save_pretrained(folder)
+    hf.generation_config.eos_token_id = None
+    cfg = resolve_model_config(ModelConfig(path=str(folder)))
+    requests = _requests(cfg.vocab_size, SHAPES)
+    return cfg, build_model(cfg, torch.float32, "cpu", seed=0), hf, requests, _hf_tokens(hf, requests)
+
+
+def test_the_checkpoint_slides_and_sinks(family):
+    cfg, model = family[0], family[1]
+    assert cfg.sliding_window == 24 and cfg.layer_types == ["sliding_attention", "full_attention"] * 2
+    cache = _cache(cfg, "paged_torch", 8)
+    Engine(model, cache, 4, 512)
+    assert len(cache.sinks) == cfg.num_layers
+    assert all(torch.equal(s, layer.self_attn.sinks) for s, layer in zip(cache.sinks, model.layers))
+
+
+@pytest.mark.parametrize("impl,block_size", [("contiguous", 0), ("paged_torch", 8), ("paged_cuda", 1),
+                                             ("paged_cuda", 16)])
+def test_greedy_tokens_equal_transformers(family, impl, block_size):
+    cfg, model, _, requests, want = family
+    assert _generate(model, _cache(cfg, impl, block_size or 16), requests) == want
+
+
+@pytest.mark.parametrize("impl", ["contiguous", "paged_torch", "paged_cuda"])
+def test_chunked_prefill_across_the_window_edge(family, impl):
+    """Prompts in chunks of at most 16 tokens, mixed with decodes: a chunk's queries see the window's keys in the
+    cache and in the chunk itself, and the sinks in every softmax."""
+    cfg, model, _, requests, want = family
+    assert _generate(model, _cache(cfg, impl, 8), requests, chunked=True) == want
+
+
+def test_paged_triton_in_the_interpreter(family):
+    """Two short requests (Triton's interpreter is slow on CPU), still past the window."""
+    cfg, model, hf, _, _ = family
+    requests = _requests(cfg.vocab_size, [(30, 4), (20, 8)])
+    assert _generate(model, _cache(cfg, "paged_triton", 8), requests) == _hf_tokens(hf, requests)
+
+
+def test_decode_in_pieces_as_cuda_graphs_run_it(family):
+    """cuda_graph's pieces (harness/model/piecewise.py), run eagerly here (capturing needs a GPU): each layer's
+    halves around the cache's attention give the same tokens."""
+    from kvbench.harness.model.piecewise import PiecewiseDecode
+
+    cfg, model, _, requests, want = family
+    engine = Engine(model, _cache(cfg, "paged_cuda", 8), 4, 512, pieces=PiecewiseDecode(model, 4, capture=False))
+    result = engine.run(requests)
+    assert {s.request_id: list(s.output_ids) for s in result.sequences} == want and result.piecewise_steps > 0
+
+
+def test_without_the_sinks_the_tokens_differ(family, monkeypatch):
+    """The comparison can fail: the same cache with every sink left out does not give transformers' tokens."""
+    cfg, model, _, requests, want = family
+    monkeypatch.setattr(model, "layer_sinks", lambda: None)
+    assert _generate(model, _cache(cfg, "paged_torch", 8), requests) != want
+
+
+def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family, compose, tmp_path):
+    """``python -m harness +impl=paged_torch model.path=DIR model.weights=path kv_manager=uniform ...``: the row is
+    ok and every request's tokens (tokens.jsonl) are transformers' greedy continuation of its prompt."""
+    import json
+
+    from kvbench.harness.front.job import run_job
+
+    cfg, _, hf, _, _ = family
+    rows, code = run_job(compose([
+        "+impl=paged_torch", f"model.path={cfg.path}", "model.weights=path", "kv_manager=uniform", "dtype=float32",
+        "device=cpu", "batch=3", "max_seq_len=64", "block_size=8", "workload=fixed", "workload.prompt_len=30",
+        "workload.output_len=12", "workload.num_requests=3"]), tmp_path)
+    assert code == 0 and rows[0]["status"] == "ok", rows[0].get("error")
+    records = [json.loads(line) for line in (tmp_path / "tokens.jsonl").read_text().splitlines()]
+    requests = [Request(r["request_id"], tuple(r["prompt_ids"]), len(r["output_ids"])) for r in records]
+    assert len(requests) == 3 and all(len(r.prompt_ids) == 30 and r.output_len == 12 for r in requests)
+    assert {r["request_id"]: r["output_ids"] for r in records} == _hf_tokens(hf, requests)
