@@ -25,7 +25,7 @@ pytest.importorskip("transformers")
 MAX_SEQ_LEN = 128
 # impl -> (cache kind, kernel), as conf/impl/ names them
 IMPLS = {"contiguous": ("contiguous", "sdpa"), "paged_torch": ("paged", "torch"), "paged_cuda": ("paged", "cuda"),
-         "paged_triton": ("paged", "triton")}
+         "paged_triton": ("paged", "triton"), "paged_flex": ("paged", "flex")}
 # (prompt, output) lengths: prompts shorter than, across and past the 24-token window, and generations that cross it
 SHAPES = [(30, 20), (7, 26), (50, 9), (24, 3)]
 
@@ -88,7 +88,7 @@ def test_the_checkpoint_reads_as_gemma3_with_both_kinds(gemma):
 
 
 @pytest.mark.parametrize("impl,block_size", [("contiguous", 0), ("paged_torch", 8), ("paged_cuda", 1),
-                                             ("paged_cuda", 16)])
+                                             ("paged_cuda", 16), ("paged_flex", 8)])
 def test_greedy_tokens_equal_transformers(gemma, impl, block_size):
     cfg, model, _, requests, want = gemma
     assert _generate(model, _cache(cfg, impl, block_size or 16), requests) == want
