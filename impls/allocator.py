@@ -37,6 +37,7 @@ class SlotCopy:
     src: int
     dst: int
     num_slots: int
+    pool: int | None = None  # whose blocks, where a cache has several pools (kv_manager=split_pools); None: the one
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ class GroupedBlockPool(GroupAdmission, GroupPrefix, FastPath):
                 pool.filled[dst] = off
                 self._used += off * g.layers
                 table[-1] = dst
-                copies.append(SlotCopy(src * bs, dst * bs, off))
+                copies.append(SlotCopy(src * bs, dst * bs, off, g.pool))
             pos, end = n, n + count
             while pos < end:
                 off = pos % bs

@@ -88,14 +88,6 @@ def validate_kv_manager(cfg: Config) -> None:
     check(one or cfg.kv_manager == "uniform" or cfg.scenario.name in grouped_scenarios,
          f"kv_manager={cfg.kv_manager} on model={cfg.model.name} (layers of several attention kinds) runs in "
          f"scenario={' or '.join(grouped_scenarios)}; use kv_manager=uniform for scenario={cfg.scenario.name}")
-    # A copy-on-write names no pool (impls/allocator.py SlotCopy): split_pools' tensors cannot tell whose blocks
-    # it copies (impls/grouped_paged.py copy_slots). Bookkeeping copies nothing.
-    paged = cfg.impl is None or cfg.impl.cache == "paged"
-    check(one or cfg.kv_manager != "split_pools" or cfg.scenario.name == "capacity" or not paged
-          or cfg.workload.n == 1,
-          f"kv_manager=split_pools with workload.n={cfg.workload.n} on model={cfg.model.name} (layers of several "
-          "attention kinds): parallel samples copy shared blocks, which its tensors cannot place yet; allowed: "
-          "workload.n=1, or kv_manager in {uniform, hybrid}, or scenario=capacity")
 
 
 def validate_clock_profile(cfg: Config) -> None:

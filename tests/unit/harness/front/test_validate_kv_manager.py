@@ -50,11 +50,10 @@ def test_a_grouped_cache_runs_in_capacity_and_decode_only(compose):
                      *SLIDING]))
 
 
-def test_split_pools_decodes_one_sample_a_prompt(compose):
-    """A fork's copy-on-write names no pool: split_pools' tensors refuse parallel samples (bookkeeping runs them)."""
+def test_split_pools_decodes_parallel_samples(compose):
+    """A fork's copy-on-write names its pool (impls/allocator.py SlotCopy.pool): split_pools' tensors place it."""
     window = [SLIDING[0], "model.sliding_window=1024", "max_seq_len=1024", "kv_manager=split_pools",
               "+impl=paged_torch", "impl.prefix_caching=false"]
-    with pytest.raises(ConfigError, match="kv_manager=split_pools with workload.n=2 .* allowed: workload.n=1"):
-        resolve(compose(["model=tiny-llama", *window, "workload.n=2"]))
+    resolve(compose(["model=tiny-llama", *window, "workload.n=2"]))
     resolve(compose(["model=tiny-llama", *window, "workload.n=2", "scenario=capacity"]))
     resolve(compose(["model=tiny-llama", *window, "kv_manager=hybrid", "workload.n=2"]))
