@@ -81,13 +81,9 @@ def validate_kv_manager(cfg: Config) -> None:
              f"impl.eviction={cfg.impl.eviction} with kv_manager={cfg.kv_manager} on model={cfg.model.name}: the "
              "grouped pool's prefix cache gives up its least recently freed block first (impls/group_prefix.py); "
              "allowed: impl.eviction=lru (or kv_manager=uniform)")
-    # capacity and decode read a grouped pool's usage in its own unit (harness/kv/factory.py usage_unit_bytes; decode's
-    # grouped cache, impls/grouped_paged.py, says it in its bytes_per_token); the searches' probes do not yet. A
-    # contiguous (or Orca) cache has no groups: it caches every layer as full attention (its rows say uniform).
-    grouped_scenarios = ("capacity", "decode")
-    check(one or cfg.kv_manager == "uniform" or cfg.scenario.name in grouped_scenarios,
-         f"kv_manager={cfg.kv_manager} on model={cfg.model.name} (layers of several attention kinds) runs in "
-         f"scenario={' or '.join(grouped_scenarios)}; use kv_manager=uniform for scenario={cfg.scenario.name}")
+    # Every scenario reads a grouped pool's usage in its own unit (harness/kv/factory.py usage_unit_bytes; decode's
+    # grouped cache, impls/grouped_paged.py, says it in its bytes_per_token), the searches' probes too. A contiguous
+    # (or Orca) cache has no groups: it caches every layer as full attention (its rows say uniform).
 
 
 def validate_clock_profile(cfg: Config) -> None:

@@ -51,7 +51,7 @@ def _passes(job: JobRun, compute: Compute, impl: ImplConfig, b: int) -> bool:
     import torch
 
     from kvbench.harness.kv.budget import kv_budget
-    from kvbench.harness.kv.factory import build_allocator
+    from kvbench.harness.kv.factory import build_allocator, usage_unit_bytes
 
     probe = _probe(job, compute, b)
     cfg = probe.job.cfg
@@ -61,7 +61,7 @@ def _passes(job: JobRun, compute: Compute, impl: ImplConfig, b: int) -> bool:
 
         alloc = build_allocator(impl, cfg, kv_budget(cfg).kv_bytes)
         sim = simulate(alloc, probe.workload.requests, want, cfg.max_num_batched_tokens, cfg.model.vocab_size,
-                       probe.job.bytes_per_token)
+                       usage_unit_bytes(alloc, cfg))  # a grouped pool counts layer slots
         return not sim.preemptions and not sim.rejected and sim.peak_running == want
     from kvbench.harness.scenarios import decode
 

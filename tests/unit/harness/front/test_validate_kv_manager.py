@@ -37,17 +37,26 @@ def test_the_default_keeps_identity_and_another_manager_is_another_job(compose):
     assert job_id(base, "cpu") == job_id(explicit, "cpu") != job_id(uniform, "cpu")
 
 
-def test_a_grouped_cache_runs_in_capacity_and_decode_only(compose):
-    # a window as long as max_seq_len: the model's kernels run it (full attention is the same), the cache groups it
-    window = [SLIDING[0], "model.sliding_window=1024", "max_seq_len=1024"]
-    resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", *window]))  # decode
-    with pytest.raises(ConfigError, match="kv_manager=hybrid on model=tiny-llama .* runs in scenario=capacity or "
-                                          "decode; use kv_manager=uniform for scenario=max_rate"):
-        resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", "scenario=max_rate",
-                         *window]))
-    resolve(compose(["model=tiny-llama", "+impl=paged_torch", "kv_manager=uniform", *window]))  # the baseline runs
-    resolve(compose(["model=tiny-llama", "+impl=paged_torch", "impl.prefix_caching=false", "scenario=capacity",
-                     *SLIDING]))
+def test_the_searches_run_a_grouped_cache(compose, tmp_path):
+    """max_concurrency and max_rate probe a grouped pool (its usage in layer slots) as capacity does: under hybrid a
+    window-sized sliding group lets more 900-token requests share the pool than under uniform."""
+    from kvbench.harness.front.job import run_job
+
+    found = {}
+    for manager in ("uniform", "hybrid"):
+        (row,), code = run_job(compose(["model=tiny-gemma3", "+impl=paged_torch", "impl.prefix_caching=false",
+                                        "scenario=max_concurrency", "scenario.probe=capacity", "max_seq_len=1024",
+                                        "workload=fixed", "workload.prompt_len=800", "workload.output_len=100",
+                                        "device.kv_cache_gb=0.02", f"kv_manager={manager}"]), tmp_path / manager)
+        assert code == 0, row.get("error")
+        found[manager] = row["max_concurrency"]
+    assert found["hybrid"] > found["uniform"] > 0
+    (row,), code = run_job(compose(["model=gemma-3-27b", "+impl=paged_torch", "impl.prefix_caching=false",
+                                    "scenario=max_rate", "scenario.probe=capacity", "gpu=h100-sxm", "dtype=bfloat16",
+                                    "max_seq_len=4096", "workload.num_requests=60", "slo=interactive", "arrival=poisson",
+                                    "scenario.search_limit=8", "kv_manager=hybrid"]), tmp_path / "rate")
+    assert code == 0, row.get("error")
+    assert row["kv_manager"] == "hybrid" and row["max_rate_rps"] > 0
 
 
 def test_split_pools_decodes_parallel_samples(compose):
