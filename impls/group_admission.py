@@ -44,6 +44,9 @@ class GroupAdmission:
         new = blocks_for_tokens(end, bs) - hit
         for g, group in enumerate(self.groups):
             pool = self._group_pool[g]
+            if group.kind.state_tokens is not None:  # its state's pages, whatever the prompt (no hit serves it)
+                need[group.pool] += group.kind.state_blocks(bs)
+                continue
             # A hit on a cached free block takes it from the free ones too.
             revived = sum(1 for b in hits[g] if b != NULL and not pool.ref[b]) if hits else 0
             need[group.pool] += new + revived

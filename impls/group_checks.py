@@ -1,7 +1,8 @@
 """The grouped pool's invariants, asserted from its state alone (tests call them after every operation).
 
 - Every table is as long as its sequence's blocks, its NULL entries are its leading ones, and it drops no
-  block the sequence's next query reads (``first_needed_block`` of its last position).
+  block the sequence's next query reads (``first_needed_block`` of its last position); a state group's table is
+  its state's pages, filled to its slots, from the sequence's first write on.
 - Each block's refcount is the number of table entries holding it; a block is either held, free, or cached
   (free with a hash), never two of them; held, free and cached blocks add up to the pool.
 - The used and logical slot counts are those of the held blocks.
@@ -24,10 +25,17 @@ def _check_tables(pool, holders: list[list[int]]) -> int:
     for sid, tables in pool.tables.items():
         n, seq_logical = pool.lengths[sid], 0
         for g, table, d in zip(pool.groups, tables, pool.dropped[sid]):
+            filled = pool.pools[g.pool].filled
+            if g.kind.state_tokens is not None:  # a state: its pages from the first write on, filled to its slots
+                assert len(table) == (g.kind.state_blocks(bs) if n else 0) and not d, "a state's pages are off"
+                assert sum(filled[b] for b in table) == (g.kind.state_tokens if n else 0), "a state's slots are off"
+                for b in table:
+                    holders[g.pool][b] += 1
+                    seq_logical += filled[b] * g.layers
+                continue
             assert len(table) == blocks_for_tokens(n, bs), "a table's length differs from its tokens"
             assert all(b == NULL for b in table[:d]) and NULL not in table[d:], "nulls are not the leading ones"
             assert not n or d <= g.kind.first_needed_block(n - 1, bs), "a block its last query read is dropped"
-            filled = pool.pools[g.pool].filled
             for b in table[d:]:
                 holders[g.pool][b] += 1
                 seq_logical += filled[b] * g.layers

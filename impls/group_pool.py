@@ -15,6 +15,13 @@ Memory is counted in *layer slots*: one token's K and V in one layer (``usage_un
 group is ``block_size`` tokens of its ``page_layers`` layers; ``used`` counts the slots of real layers written,
 so a padded group's padding shows as fragmentation. Prefix caching (impls/group_prefix.py) hits the longest
 prefix every group can serve; freed blocks with a hash stay cached (LRU) until their pages are needed.
+
+A state group (``LinearState``, Qwen3-Next's linear-attention layers) holds one state per sequence in
+``state_blocks`` pages of the one pool, its ``state_tokens`` slots padded to whole pages (vLLM pads a state to
+the attention page size too): taken with the sequence's first write, never grown, freed at its release (a
+preemption releases it: the prompt is recomputed), copied whole at the first write after a fork shared it.
+A recurrent state is the whole prefix folded into one matrix: the state after block ``i`` of a prompt is not
+kept, so no prefix hit can serve such a group, and a pool with one has prefix caching off (``prefix_note``).
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ from kvbench.impls.group_prefix import NULL, GroupPrefix
 from kvbench.impls.sizing import blocks_for_tokens
 
 __all__ = ["NULL", "GroupAdmitPlan", "GroupedBlockPool", "PoolGroup"]
+
+PREFIX_STATE_NOTE = ("prefix caching off: a linear_attention layer's recurrent state folds the whole prefix into "
+                     "one matrix and kvbench keeps no snapshot of it mid-prompt, so no prompt can reuse another's "
+                     "prefix (every hit would need the state at the hit point): prefix_hit_rate is 0 by design")
 
 
 @dataclass(frozen=True)
@@ -85,9 +96,10 @@ class GroupedBlockPool(GroupAdmission, GroupPrefix, FastPath):
             raise ValueError(f"{len(pool_blocks)} pools, but the groups name pools {sorted(page)}")
         self.block_size = block_size
         self.groups = list(groups)
+        has_state = any(g.kind.state_tokens is not None for g in self.groups)
         self.pools = [_Pool(n, page[p], int(watermark * n)) for p, n in enumerate(pool_blocks)]
         self._group_pool = [self.pools[g.pool] for g in self.groups]
-        self._all_layers = sum(g.layers for g in self.groups)
+        self._all_layers = sum(g.layers for g in self.groups if g.kind.state_tokens is None)  # layers a token fills
         self.tables: dict[int, list[list[int]]] = {}  # seq -> per group, its block table (NULL: dropped)
         self.dropped: dict[int, list[int]] = {}  # seq -> per group, its leading NULL entries
         self.lengths: dict[int, int] = {}
@@ -97,7 +109,8 @@ class GroupedBlockPool(GroupAdmission, GroupPrefix, FastPath):
         # so the scheduler tries the waiting requests again as a step-by-step run would (impls/fast_path.py).
         self._freed_by: set[int] = set()
         self._logical = 0
-        self.prefix_caching = prefix_caching
+        self.prefix_caching = prefix_caching and not has_state
+        self.prefix_note = PREFIX_STATE_NOTE if prefix_caching and has_state else None
         self.tokens: dict[int, list[int]] = {}  # prefix caching: each sequence's tokens written
         self.hashes: dict[int, list[int]] = {}  # and its full blocks' chain hashes
         self.cache_hit_tokens = 0
@@ -112,6 +125,9 @@ class GroupedBlockPool(GroupAdmission, GroupPrefix, FastPath):
         net = [0] * len(self.pools)
         for g, table, d in zip(self.groups, tables, dropped):
             pool = self.pools[g.pool]
+            if g.kind.state_tokens is not None:  # taken at the first write, copied at the first after a fork
+                net[g.pool] += g.kind.state_blocks(bs) if not table or pool.ref[table[0]] > 1 else 0
+                continue
             first = max(d, g.kind.first_needed_block(n, bs))
             freed = sum(1 for b in table[d:first] if pool.ref[b] == 1)
             cow = 1 if n % bs and pool.ref[table[-1]] > 1 else 0
@@ -155,6 +171,9 @@ class GroupedBlockPool(GroupAdmission, GroupPrefix, FastPath):
             self._freed_by.discard(seq_id)
         for i, g in enumerate(self.groups):
             pool, table = self.pools[g.pool], tables[i]
+            if g.kind.state_tokens is not None:
+                logical += self._write_state(pool, g, table, copies)
+                continue
             off = n % bs
             if off and pool.ref[table[-1]] > 1:  # copy-on-write of a shared, partly filled block
                 src, dst = table[-1], self._take(pool)
@@ -180,6 +199,28 @@ class GroupedBlockPool(GroupAdmission, GroupPrefix, FastPath):
         if self.prefix_caching:
             self._register_written(seq_id, token_ids)
         return copies
+
+    def _write_state(self, pool: _Pool, g: PoolGroup, table: list[int], copies: list[SlotCopy]) -> int:
+        """A state group's write: its pages taken at the sequence's first write (returns the logical slots
+        that adds), or copied whole at the first write after a fork shared them (every token rewrites the
+        state); otherwise nothing: a state does not grow."""
+        bs, slots = self.block_size, g.kind.state_tokens
+        if not table:
+            for j in range(g.kind.state_blocks(bs)):
+                b = self._take(pool)
+                pool.filled[b] = min(bs, slots - j * bs)
+                table.append(b)
+            self._used += slots * g.layers
+            return slots * g.layers
+        if pool.ref[table[0]] > 1:
+            for j, src in enumerate(table):
+                dst = self._take(pool)
+                pool.ref[src] -= 1
+                pool.filled[dst] = pool.filled[src]
+                table[j] = dst
+                copies.append(SlotCopy(src * bs, dst * bs, pool.filled[src], g.pool))
+            self._used += slots * g.layers
+        return 0
 
     def _take(self, pool: _Pool) -> int:
         b = pool.free.popleft() if pool.free else self._evict(pool)

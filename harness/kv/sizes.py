@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvbench.harness.errors import ConfigError
+from kvbench.harness.kv import latent, latent_params
 from kvbench.harness.model.config import ModelConfig
-from kvbench.impls import sizing
 from kvbench.kernels.kv_formats import VALUE_BYTES, is_quantized, scale_bytes_per_head
 
 if TYPE_CHECKING:
@@ -30,21 +31,45 @@ def torch_dtype(dtype: str) -> torch.dtype:
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor") -> int:
-    """K and V for one token across all layers (impls.sizing's formula on the model's shape).
+    """What one token keeps across all layers: K and V of every kv head (impls.sizing's formula), or an MLA
+    layer's latent and rotary key (harness/kv/latent.py); a linear-attention layer keeps no token (its fixed state
+    is ``state_bytes_per_seq``).
 
     ``kv_dtype`` auto stores the model's ``dtype``; a quantized one stores a byte per element plus,
-    at ``kv_scale=token_head``, an fp32 scale per token and kv head (kernels/kv_formats.py). The
-    per-tensor scales (8 bytes a layer) are not per token and not counted here.
+    at ``kv_scale=token_head``, an fp32 scale per token and kv head (one per token for MLA's latent, which has
+    no heads; kernels/kv_formats.py). The per-tensor scales (8 bytes a layer) are not per token and not counted
+    here. A quantized store beside a recurrent state is refused: the state stays at ``dtype`` and the pool counts
+    it in token slots of the store's format (harness/kv/latent.py ``state_tokens``).
     """
+    if is_quantized(kv_dtype) and latent.linear_layers(model):
+        raise ConfigError(f"kv_dtype={kv_dtype} on model={model.name} (linear_attention layers): a quantized K/V store "
+                          f"beside a state kept at dtype={dtype} is not modelled; allowed: kv_dtype=auto")
     value_bytes = VALUE_BYTES if is_quantized(kv_dtype) else DTYPE_BYTES[dtype]
-    return sizing.kv_bytes_per_token(model.num_layers, model.num_kv_heads, model.head_dim, value_bytes,
-                                     scale_bytes_per_head(kv_dtype, kv_scale))
+    per_layer = (latent.values_per_token(model) * value_bytes
+                 + latent.scales_per_token(model) * scale_bytes_per_head(kv_dtype, kv_scale))
+    return latent.cached_layers(model) * per_layer
+
+
+def state_bytes_per_seq(model: ModelConfig, dtype: str) -> int:
+    """One sequence's fixed state over every linear-attention layer, at ``dtype`` (0 for a model without one)."""
+    return latent.state_bytes_per_seq(model, DTYPE_BYTES[dtype])
+
+
+def mha_bytes_per_token(model: ModelConfig, dtype: str) -> int | None:
+    """An MLA model cached as ordinary attention (every head's K and V), per token over its layers, at ``dtype``:
+    the comparison figure beside ``kv_bytes_per_token`` (None: not an MLA model)."""
+    if not latent.is_latent(model):
+        return None
+    return model.num_layers * latent.mha_values_per_token(model) * DTYPE_BYTES[dtype]
 
 
 def parameter_count(model: ModelConfig) -> int:
     """Weights of the model, from its shape (no tensors allocated): every expert of a mixture counted, a tied
     lm_head once. Each family's extra tensors as transformers holds them: q/k norms (Qwen3, Gemma 3),
-    Gemma 3's sandwich norms, gpt-oss's sinks, router bias and expert biases."""
+    Gemma 3's sandwich norms, gpt-oss's sinks, router bias and expert biases. DeepSeek (MLA) and Qwen3-Next (linear
+    attention): harness/kv/latent_params.py."""
+    if latent_params.counts_here(model):
+        return latent_params.parameter_count(model)
     h = model.hidden_size
     attn = h * model.q_size + 2 * h * model.kv_size + model.q_size * h
     if model.qkv_bias:
@@ -77,7 +102,10 @@ def expert_parameters(model: ModelConfig) -> int:
 
 
 def expert_matrix_parameters(model: ModelConfig) -> int:
-    """A layer's expert weight matrices: the tensors an MXFP4 checkpoint stores at 4 bits."""
+    """A layer's expert weight matrices: the tensors an MXFP4 checkpoint stores at 4 bits (DeepSeek's dense first
+    layers have none: a mean over its layers, harness/kv/latent_params.py)."""
+    if latent_params.counts_here(model):
+        return latent_params.expert_matrix_parameters(model) // model.num_layers
     return model.num_experts * 3 * model.hidden_size * model.moe_intermediate_size
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "gpt_oss")
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "gpt_oss", "deepseek_v2",
+                 "deepseek_v3", "qwen3_next")
 # The architectures harness/model/llama.py computes token for token; the others (and any model whose layers
 # include sliding windows shorter than the run's context) load for capacity and simulated serving only.
 COMPUTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma3_text")
 WEIGHT_SOURCES = ("dummy", "path")
-LAYER_TYPES = ("full_attention", "sliding_attention")
+LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 ROPE_TYPES = ("llama3", "linear", "yarn")
 HIDDEN_ACTS = ("silu", "gelu_pytorch_tanh")
 # How the routed experts' weights are stored: "dtype" the run's dtype; "mxfp4" 4-bit values with one 8-bit
@@ -84,6 +85,28 @@ class ModelConfig:
     rope_local_theta: Optional[float] = None
     attn_logit_softcapping: Optional[float] = None
     final_logit_softcapping: Optional[float] = None
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2; harness/kv/latent.py): kv_lora_rank > 0 caches, per
+    # token and layer, a latent of kv_lora_rank values and a rotary key of qk_rope_head_dim shared by every head
+    # (head_dim is qk_rope_head_dim, as transformers sets it); a head's K is qk_nope + qk_rope, its V v_head_dim;
+    # q_lora_rank null: the queries in one projection (V2-Lite). 0: ordinary attention.
+    kv_lora_rank: int = 0
+    q_lora_rank: Optional[int] = None
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # DeepSeek's mixture: the first first_k_dense_replace layers have a dense MLP of intermediate_size, the others
+    # the routed experts plus n_shared_experts always-on experts of moe_intermediate_size.
+    first_k_dense_replace: int = 0
+    n_shared_experts: int = 0
+    # Qwen3-Next: one gated shared expert of this size beside the routed ones (0: none).
+    shared_expert_intermediate_size: int = 0
+    # Qwen3-Next's Gated DeltaNet ("linear_attention" layers): key and value heads and sizes, and the width of its
+    # short convolution. A sequence keeps a fixed state per such layer (harness/kv/latent.py), no K/V per token.
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
     # "dummy": seeded random weights; "path": safetensors from ``path``.
     weights: str = "dummy"
     # Local Hugging Face folder (config.json + *.safetensors). Setting it

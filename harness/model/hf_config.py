@@ -94,7 +94,7 @@ def read_hf_config(path: str) -> ModelConfig:
         num_heads=heads,
     )
     theta, scaling = _rope(raw, path, ROPE_KINDS.get(arch, DEFAULT_ROPE_KINDS))
-    return ModelConfig(
+    shared = dict(
         name=folder.resolve().name,
         architecture=arch,
         num_kv_heads=size("num_key_value_heads", _or(raw, "num_key_value_heads", heads)),
@@ -112,8 +112,9 @@ def read_hf_config(path: str) -> ModelConfig:
         weights="path",
         path=str(path),
         **fields,
-        **family_fields(arch, raw, fields["num_layers"], path),
     )
+    # A family's reader may replace a shared key as transformers derives it (DeepSeek's head_dim).
+    return ModelConfig(**{**shared, **family_fields(arch, raw, fields["num_layers"], path)})
 
 
 def _or(raw: dict[str, Any], key: str, default: Any) -> Any:

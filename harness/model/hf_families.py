@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from kvbench.harness.errors import ConfigError, finite_number, whole_number
+from kvbench.harness.model import hf_latent
 from kvbench.harness.model.config import LAYER_TYPES
 
 # config.json's model_type -> ModelConfig.architecture. A Gemma 3 checkpoint with a vision tower ("gemma3")
 # nests its language model under text_config; kvbench models that language model.
 MODEL_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
-               "qwen3_moe": "qwen3_moe", "gemma3": "gemma3_text", "gemma3_text": "gemma3_text", "gpt_oss": "gpt_oss"}
+               "qwen3_moe": "qwen3_moe", "gemma3": "gemma3_text", "gemma3_text": "gemma3_text", "gpt_oss": "gpt_oss",
+               **hf_latent.MODEL_TYPES}  # DeepSeek-V2/V3, Kimi-K2, Qwen3-Next: harness/model/hf_latent.py
 
 # transformers' class defaults for the keys a published config.json of the family omits (Gemma 3's
 # text_config leaves out its vocabulary and RoPE bases, gpt-oss its head_dim ...).
@@ -32,9 +34,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                     "rope_local_base_freq": 10_000.0},
     "gpt_oss": {"head_dim": 64, "sliding_window": 128, "rms_norm_eps": 1e-5, "attention_bias": True,
                 "num_experts_per_tok": 4, "swiglu_limit": 7.0, "max_position_embeddings": 131_072},
+    **hf_latent.DEFAULTS,
 }
 # The RoPE scalings each family ships (others are refused when read).
-ROPE_KINDS = {"gemma3_text": ("default", "linear"), "gpt_oss": ("default", "yarn")}
+ROPE_KINDS = {"gemma3_text": ("default", "linear"), "gpt_oss": ("default", "yarn"), **hf_latent.ROPE_KINDS}
 DEFAULT_ROPE_KINDS = ("default", "llama3")
 
 Fields = dict[str, Any]
@@ -182,4 +185,4 @@ def _optional_positive(raw: dict[str, Any], key: str, what: str) -> float | None
 
 _READERS: dict[str, Callable[[dict[str, Any], int, str], Fields]] = {
     "llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
-    "gemma3_text": _gemma3, "gpt_oss": _gpt_oss}
+    "gemma3_text": _gemma3, "gpt_oss": _gpt_oss, **hf_latent.READERS}

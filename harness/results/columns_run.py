@@ -73,10 +73,20 @@ RUN_COLUMNS = [
     ),
     *group(
         _M, "KV accounting",
-        C("kv_bytes_per_token", "int", "bytes", "2 x layers x kv_heads x head_dim x dtype bytes; a quantized "
-          "kv_dtype counts one byte an element and, at kv_scale=token_head, the scales"),
+        C("kv_bytes_per_token", "int", "bytes", "what one token keeps over the layers that keep tokens: 2 x layers "
+          "x kv_heads x head_dim x dtype bytes, or an MLA model's layers x (kv_lora_rank + qk_rope_head_dim) x dtype "
+          "bytes (its latent, as every engine caches it); a quantized kv_dtype counts one byte an element and, at "
+          "kv_scale=token_head, the scales; a linear-attention layer keeps no token (state_bytes_per_seq)"),
         C("kv_groups", "str", None, "each KV-cache group's attention kind and layer count, e.g. "
           "full:10,sliding1024:52"),
+        C("state_bytes_per_seq", "int", "bytes", "capacity: the fixed state one sequence keeps whatever its length: "
+          "linear-attention layers x (recurrent state num_v_heads x key_dim x value_dim + convolution state "
+          "(conv_kernel - 1) x conv channels) x dtype bytes (Qwen3-Next); 0 for a model without one. Its pool "
+          "holds it in whole pages (kv_bytes_reserved counts the padding)"),
+        C("kv_bytes_per_token_mha", "int", "bytes", "capacity, MLA models: the same model cached as ordinary "
+          "attention, layers x heads x (qk_nope + qk_rope + v_head_dim) x dtype bytes: a comparison figure"),
+        C("max_concurrency_mha_analytic", "int", None, "capacity, MLA models: max_concurrency_analytic with "
+          "kv_bytes_per_token_mha instead (the same budget, the model cached as ordinary attention)"),
         C("kv_pool_bytes", "int", "bytes", "the KV pool's size"),
         C("kv_bytes_reserved", "int", "bytes", "KV memory reserved, peak over the run", key=True),
         C("kv_bytes_used", "int", "bytes", "KV memory holding real token states, peak over the run", key=True),

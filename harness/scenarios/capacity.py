@@ -77,6 +77,7 @@ def _concurrency_points(job: JobRun, kv_bytes: int) -> pd.DataFrame:
     import pandas as pd
 
     from kvbench.harness.kv.factory import pool_spec, usage_unit_bytes
+    from kvbench.harness.kv.groups import state_refusal
     from kvbench.harness.serving.simulator import simulate
     from kvbench.harness.serving.workload import generate_requests
     from kvbench.impls.kinds import cache_kind
@@ -88,6 +89,8 @@ def _concurrency_points(job: JobRun, kv_bytes: int) -> pd.DataFrame:
     for n_req in points:
         reqs = pool[:n_req]
         for variant, (kind, shares, apart) in POINT_VARIANTS.items():
+            if state_refusal(cfg.model, cfg.kv_manager, kind) is not None:  # lanes hold no linear layer's state
+                continue
             run_reqs = _unshared(reqs) if apart else reqs
             spec = replace(pool_spec(None, cfg, kv_bytes), prefix_caching=shares)
             lens = [r.total_len for r in run_reqs for _ in range(r.n)]
@@ -106,6 +109,24 @@ def _concurrency_points(job: JobRun, kv_bytes: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def cache_by_kind(cfg, impl: ImplConfig, kv_bytes: int, tokens_per_request: int) -> dict:
+    """The cache by what it is, beside ``kv_bytes_per_token`` (the per-token part): the fixed state of a sequence
+    (linear-attention layers), and an MLA model cached as ordinary attention (every head's K and V) with the
+    sequences of ``tokens_per_request`` tokens that budget would hold (paged: whole blocks; contiguous: lanes)."""
+    from kvbench.harness.kv.sizes import mha_bytes_per_token, state_bytes_per_seq
+    from kvbench.impls.sizing import blocks_for_tokens
+
+    mha = mha_bytes_per_token(cfg.model, cfg.dtype)
+    if mha is None:
+        held = None
+    elif impl.cache == "paged":
+        held = kv_bytes // (blocks_for_tokens(tokens_per_request, cfg.block_size) * cfg.block_size * mha)
+    else:
+        held = kv_bytes // (cfg.max_seq_len * mha)
+    return {"state_bytes_per_seq": state_bytes_per_seq(cfg.model, cfg.dtype), "kv_bytes_per_token_mha": mha,
+            "max_concurrency_mha_analytic": held}
+
+
 def run(job: JobRun, workload: JobWorkload, out: Outputs, impl: ImplConfig) -> list[dict]:
     return [simulated_row(job, workload, out, impl, points=True)]
 
@@ -117,6 +138,7 @@ def simulated_row(job: JobRun, workload: JobWorkload, out: Outputs, impl: ImplCo
     tables). ``points``: add the memory-vs-concurrency table."""
     from kvbench.harness.kv.budget import kv_budget
     from kvbench.harness.kv.factory import analytic_max_concurrency, build_allocator, usage_unit_bytes
+    from kvbench.harness.kv.latent import tp_note
     from kvbench.harness.measure.metrics import per_second
     from kvbench.harness.serving.clocks import outside_note, step_clock
     from kvbench.harness.serving.closed_loop import unsent_note
@@ -127,7 +149,13 @@ def simulated_row(job: JobRun, workload: JobWorkload, out: Outputs, impl: ImplCo
     from kvbench.harness.serving.timeline import append_table, requests_table, steps_table
     from kvbench.kernels.read_pattern import reads_padded
 
+    from kvbench.harness.errors import ConfigError
+    from kvbench.harness.kv.groups import state_refusal
+
     cfg = job.cfg
+    refusal = state_refusal(cfg.model, cfg.kv_manager, impl.cache)  # a state only hybrid's grouped pool holds
+    if refusal is not None:
+        raise ConfigError(refusal)
     requests = workload.requests
     # Weights from the shape, activations estimated; nothing is allocated.
     budget = kv_budget(cfg, prompt_lens=[len(r.prompt_ids) for r in requests])
@@ -173,7 +201,10 @@ def simulated_row(job: JobRun, workload: JobWorkload, out: Outputs, impl: ImplCo
     rejected = "; ".join(f"request {s.request_id} rejected: {why}" for s, why in sim.rejected[:5])
     outside = outside_note(clock)
     unsent = unsent_note(len(requests), len(served))  # a closed loop's turns after a rejected one
-    notes = " | ".join(workload.notes + [n for n in (rejected, unsent, outside) if n]) or None
+    # A pool with a linear layer's state shares no prefix (impls/group_pool.py); how TP splits a latent or a state.
+    cache_notes = (getattr(allocator, "prefix_note", None),
+                   tp_note(cfg.model, cfg.gpu.count) if cfg.gpu is not None else None)
+    notes = " | ".join(workload.notes + [n for n in (rejected, unsent, outside, *cache_notes) if n]) or None
     return {
         "status": "ok",
         "notes": notes,
@@ -182,6 +213,7 @@ def simulated_row(job: JobRun, workload: JobWorkload, out: Outputs, impl: ImplCo
         # as a decode row makes them (harness/serving/served_run.py)
         **sim.bookkeeping_columns(),
         "max_concurrency_analytic": analytic_max_concurrency(impl, cfg, budget.kv_bytes, mean_len),
+        **cache_by_kind(cfg, impl, budget.kv_bytes, mean_len),
         "output_tokens": output_tokens,
         "prompt_tokens": prompt_tokens,
         **meter.columns(workload.ideal_hit_rate(), prompt_tokens),

@@ -35,6 +35,11 @@ PUBLISHED_TOTALS = {
     "gemma-3-27b": 27.0e9,  # the language model alone (the vision tower is not modelled)
     "gpt-oss-20b": 20.9e9,
     "gpt-oss-120b": 116.8e9,
+    # MLA and linear attention (harness/kv/latent_params.py; DeepSeek-V3 without its multi-token-prediction layer)
+    "deepseek-v3": 671e9,
+    "kimi-k2": 1.03e12,
+    "deepseek-v2-lite": 15.7e9,
+    "qwen3-next-80b-a3b": 79.7e9,
 }
 
 
