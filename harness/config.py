@@ -157,18 +157,35 @@ class GpuConfig:
     fp8_tflops: Optional[float] = None
     bw_efficiency: Optional[float] = None
     flops_efficiency: Optional[float] = None
-    step_overhead_us: Optional[float] = None
     interconnect_gbps: Optional[float] = None  # per GPU and direction, GB/s
     interconnect_latency_us: Optional[float] = None
     # Roofline version 2 and later (harness/serving/cost_model.py): a measured copy bandwidth (null: none known),
-    # decode attention's fraction of it, a per-layer cost of every step, a small prefill's floor.
+    # decode attention's fraction of it, a small prefill's floor. (A step's and a layer's fixed costs are the
+    # engine's since version 6: EngineConfig.)
     copy_bandwidth_gbps: Optional[float] = None  # measured device-to-device copy, read + write, GB/s
     attn_bw_efficiency: Optional[float] = None
-    layer_overhead_us: Optional[float] = None
     prefill_weight_multiple: Optional[float] = None
     # The host link (a host tier, swap): bandwidth per direction, GB/s, and each transfer's fixed cost.
     host_link_gbps: Optional[float] = None
     host_link_latency_us: Optional[float] = None
+
+
+@dataclass
+class EngineConfig:
+    """A serving engine's host costs and scheduling mode for the simulated clock (conf/engine/NAME.yaml;
+    harness/serving/engine_profile.py). ``engine=NAME`` fills every figure left None from the file; with
+    ``gpu=NAME`` and no engine, vllm_v1's. Only the roofline reads it."""
+
+    name: str = MISSING
+    step_overhead_us: Optional[float] = None  # host: fixed cost of a step
+    seq_overhead_us: Optional[float] = None  # host: cost of each sequence in a step
+    layer_overhead_us: Optional[float] = None  # device: cost of each layer of a step
+    frontend_ms: Optional[float] = None  # a request's server, tokenize and detokenize cost: TTFT and E2EL
+    chunked_prefill: Optional[bool] = None  # the engine's default for the top-level chunked_prefill
+    async_scheduling: Optional[bool] = None  # price a step max(host, device), not host + device
+    scheduler_steps: Optional[int] = None  # decode steps a scheduling pass runs (V0's --num-scheduler-steps)
+    # No front-end cost: an offline batch. null: offline when every request arrives at t=0 (arrival=burst).
+    offline: Optional[bool] = None
 
 
 @dataclass
@@ -215,6 +232,7 @@ class Config:
     slo: SloConfig = field(default_factory=SloConfig)
     impl: Optional[ImplConfig] = None  # absent: every impl in conf/impl/ (and on Hydra's search path)
     gpu: Optional[GpuConfig] = None  # the simulated clock's GPU (gpu=NAME); absent: no clock
+    engine: Optional[EngineConfig] = None  # the serving engine the roofline prices (engine=NAME; gpu=NAME: vllm_v1)
     # The simulated clock priced from a measured profile instead of the roofline: a scenario=profile
     # run folder (or its profile.csv / .parquet); harness/serving/profiled_clock.py. The impl's own
     # profile is used, or ``clock_profile_impl``'s.
@@ -231,7 +249,8 @@ class Config:
     # Schedule as vLLM's current engine: each step gives every running sequence its decode token, then
     # computes prompt chunks under the token budget (a mixed step, one forward), instead of a prefill
     # step of whole prompts that stalls every decode (harness/serving/scheduler.py). Both clocks.
-    chunked_prefill: bool = False
+    # null: the engine's default with gpu=NAME (conf/engine/), else false.
+    chunked_prefill: Optional[bool] = None
     seed: int = 0
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | float16 | bfloat16
     max_seq_len: int = 1024

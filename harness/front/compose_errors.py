@@ -31,7 +31,7 @@ def _first_line(text: str) -> str:
 
 # The config groups with no option chosen by default (conf/config.yaml): a key of any other
 # group sets a key of its default option, which Hydra handles.
-UNCHOSEN_BY_DEFAULT = ("gpu", "impl")
+UNCHOSEN_BY_DEFAULT = ("gpu", "impl", "engine")
 
 
 def _unchosen_group_key(overrides: list[str]) -> str | None:

@@ -76,11 +76,19 @@ def _saved(path: Path) -> dict:
 
 def upgraded(data: dict) -> dict:
     """A config saved by an older kvbench, in today's keys, meaning the same: ``gpu.memory_gb`` (decimal GB, before
-    roofline v5) becomes the ``gpu.memory_mib`` of the same bytes, so a replay prices the memory the run priced."""
+    roofline v5) becomes the ``gpu.memory_mib`` of the same bytes, so a replay prices the memory the run priced; the
+    GPU's ``step_overhead_us`` and ``layer_overhead_us`` (before v6) become an engine of those figures."""
     gpu = data.get("gpu")
     if isinstance(gpu, dict) and "memory_gb" in gpu and "memory_mib" not in gpu:
         gb = gpu.pop("memory_gb")
         gpu["memory_mib"] = None if gb is None else float(gb) * 1e9 / 2**20
+    if isinstance(gpu, dict) and "step_overhead_us" in gpu and data.get("engine") is None:
+        # Before roofline v6 the GPU file held the host's costs: the same prices from an engine of those figures
+        # (in series, nothing per sequence or request), the run's chunked_prefill as it ran.
+        data["engine"] = {"name": "vllm_v1", "step_overhead_us": gpu.pop("step_overhead_us"),
+                          "layer_overhead_us": gpu.pop("layer_overhead_us", 0.0), "seq_overhead_us": 0.0,
+                          "frontend_ms": 0.0, "async_scheduling": False, "scheduler_steps": 1,
+                          "chunked_prefill": bool(data.get("chunked_prefill"))}
     return data
 
 

@@ -11,10 +11,11 @@ fail fast. The options of conf/'s groups and the impls are read in harness/front
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.harness.config import DEVICES, DTYPES, ISOLATIONS, Config, GpuConfig
+from kvbench.harness.config import DEVICES, DTYPES, ISOLATIONS, Config, EngineConfig, GpuConfig
 from kvbench.harness.errors import ConfigError
 from kvbench.harness.front.checks import check, check_int_ranges, choices, one_of
 from kvbench.harness.front.groups import load_group
@@ -30,6 +31,7 @@ from kvbench.harness.model.support import compute_refusal
 from kvbench.harness.scenarios.kernel import KernelScenario
 from kvbench.harness.scenarios.max_rate import MaxRateScenario
 from kvbench.harness.serving.cost_model import GpuSpec, gpu_spec
+from kvbench.harness.serving.engine_profile import DEFAULT_ENGINE, engine_spec, is_offline
 from kvbench.kernels.cuda_available import cuda_available
 from kvbench.kernels.kv_formats import KV_DTYPES, KV_SCALES
 
@@ -69,6 +71,7 @@ def resolve(raw: DictConfig | Config) -> Config:
         cfg.workload.num_requests = cfg.workload.users * cfg.workload.turns  # checked in validate_reuse_keys
     if cfg.workload.num_requests is None and cfg.workload.distribution != "trace":
         cfg.workload.num_requests = cfg.batch  # a trace's default is its file's row count (describe_trace)
+    _resolve_engine(cfg)  # before validate: the engine's chunked_prefill default is checked there
     validate(cfg)  # the keys that do not depend on the device, before the device is looked for
     if cfg.device.name == "auto":
         cfg.device.name = "cuda" if cuda_available() else "cpu"
@@ -142,6 +145,28 @@ def describe_trace(cfg: Config) -> None:
 def _simulated_gpu(cfg: Config) -> bool:
     """A GPU spec is chosen and the scenario runs bookkeeping only (no real device memory)."""
     return cfg.gpu is not None and cfg.scenario.bookkeeping
+
+
+def _resolve_engine(cfg: Config) -> None:
+    """Fill the engine's figures from conf/engine/NAME.yaml (a key already set wins; gpu=NAME and no engine:
+    vllm_v1) and check them; ``chunked_prefill`` left null takes the engine's default in a bookkeeping scenario (the
+    roofline prices its steps), false elsewhere. No gpu=NAME: no engine, the CPU paths as they were."""
+    if cfg.engine is None and cfg.gpu is not None:
+        cfg.engine = EngineConfig(name=DEFAULT_ENGINE)
+    engine = cfg.engine
+    if engine is None:
+        cfg.chunked_prefill = bool(cfg.chunked_prefill)
+        return
+    check(cfg.gpu is not None, f"engine={engine.name} prices the simulated clock's steps on a GPU's roofline: it "
+                               "needs gpu=NAME (conf/gpu/)")
+    one_of("engine.name", engine.name, choices("engine"))
+    spec_file = load_group("engine", engine.name, EngineConfig)
+    for f in dataclasses.fields(EngineConfig):
+        if getattr(engine, f.name) is None:
+            setattr(engine, f.name, getattr(spec_file, f.name))
+    engine_spec(engine, is_offline(cfg))  # a figure out of range is a ConfigError naming its key and range
+    if cfg.chunked_prefill is None:
+        cfg.chunked_prefill = bool(engine.chunked_prefill) and cfg.scenario.bookkeeping
 
 
 def _resolve_gpu(cfg: Config) -> None:

@@ -1,4 +1,4 @@
-"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 5).
+"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 6).
 
 Every input is a plain number; conf/gpu/*.yaml gives them per GPU, each with its source.
 Symbols (bytes, seconds, FLOP):
@@ -10,8 +10,8 @@ Symbols (bytes, seconds, FLOP):
     ea    the fraction of A that decode attention reaches reading the KV cache (``attn_bw_efficiency``)
     F     dense bf16/fp16 peak per GPU, FLOP/s (``fp8_tflops`` at weight_dtype=fp8 where the GPU has fp8
           tensor cores)    ef  its efficiency, in (0, 1]
-    o     fixed cost of a step (host scheduling, input preparation), s
-    lo    fixed cost of each layer of a step (kernel launches and tails, syncs), s
+    o     fixed cost of a step (host scheduling, input preparation), s: the engine's (``engine.step_overhead_us``)
+    lo    fixed cost of each layer of a step (kernel launches and tails, syncs), s: the engine's
     mp    a prefill costs at least mp weight reads (``prefill_weight_multiple``, >= 1)
     W     weight bytes a step streams: every weight as stored (``weight_dtype``), less an untied embedding table
           (a lookup reads a row a token); a tied one is the LM head and is read
@@ -26,7 +26,7 @@ the model sees n*A bytes/s and n*F*ef FLOP/s; each GPU still runs every layer, s
 do not shrink. Each layer all-reduces its attention output and its MLP output (Megatron-style):
 2*L ring all-reduces of m = tokens*h*e bytes, each lat + 2*(n-1)/n * m / link.
 
-    fixed(T)       = o + L*lo + comm(T)
+    fixed(T)       = o + L*lo + comm(T)     (version 6: o is the engine's, harness/serving/engine_profile.py)
     comm(T)        = 0 if n == 1, else 2*L * (lat + 2*(n-1)/n * T*h*e / link)
     decode_s(B, R) = fixed(B) + max(W / (n*A),  2*(P + H)*B / (n*F*ef)) + R*kvb / (n*A*ea)
         B sequences make one token each; R = KV tokens the step's attention reads
@@ -65,8 +65,10 @@ layers and dense MLPs is priced as by version 3. Version 5 (2026-12-06) counts t
 the non-embedding parameters' plus the LM head's per row of logits (version 4 counted 2*params a token, the
 embedding lookup as a matmul: +15% for an 8B model's prefill); a decode step streams no embedding table (version 4
 read it every step: +6.5% for an 8B model); weights are priced at ``weight_dtype`` (fp8: a byte a value, computed
-at ``fp8_tflops``); a GPU's memory is its driver-reported MiB (``memory_mib``), not decimal GB.
-``ROOFLINE_VERSION`` is part of every roofline-priced job's identity
+at ``fp8_tflops``); a GPU's memory is its driver-reported MiB (``memory_mib``), not decimal GB. Version 6 (2026-12-06)
+takes the host's costs from the engine (``engine=NAME``, conf/engine/): o, a cost per sequence, lo, async scheduling
+(max of host and device), multi-step (host / k) and a request's front-end cost on its TTFT and E2EL (version 5:
+o = 500 us, lo = 30 us in every GPU file, in series). ``ROOFLINE_VERSION`` is in every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 
 A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
@@ -104,18 +106,19 @@ from kvbench.harness.kv.sizes import (
     parameter_count, stored_weight_bytes, weight_bytes,
 )
 from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.serving.engine_profile import EngineSpec, engine_spec, is_offline
 from kvbench.harness.serving.layer_terms import (
     Experts, WindowShare, window_shares, windowed_read, windowed_read_over_steps,
 )
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 5
+ROOFLINE_VERSION = 6
 
 # Figures that divide or scale the cost: 0 or below has no meaning.
 _POSITIVE = ("memory_mib", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
              "attn_bw_efficiency")
 # Added times: 0 is a valid idealisation (no overhead, no latency).
-_NON_NEGATIVE = ("step_overhead_us", "interconnect_latency_us", "layer_overhead_us", "host_link_latency_us")
+_NON_NEGATIVE = ("interconnect_latency_us", "host_link_latency_us")
 _FRACTIONS = ("bw_efficiency", "flops_efficiency", "attn_bw_efficiency")
 
 
@@ -123,9 +126,8 @@ _FRACTIONS = ("bw_efficiency", "flops_efficiency", "attn_bw_efficiency")
 class GpuSpec:
     """One GPU model's figures (datasheet, measurements, modelling assumptions), and how many work together.
 
-    The figures after ``count`` have neutral defaults (no per-layer cost, a prefill floor of one
-    weight read, attention at the weights' rate, no copy measurement) for hand-built specs;
-    conf/gpu/*.yaml sets every one of them."""
+    The figures after ``count`` have neutral defaults (a prefill floor of one weight read, attention at the
+    weights' rate, no copy measurement) for hand-built specs; conf/gpu/*.yaml sets every one of them."""
 
     name: str
     memory_mib: float  # per GPU, MiB = 2**20 bytes: the total the driver reports (``memory_bytes``)
@@ -133,13 +135,11 @@ class GpuSpec:
     tflops: float  # dense bf16/fp16 tensor-core peak per GPU, TFLOP/s
     bw_efficiency: float  # fraction of bandwidth_gbps a stream reaches, where no copy bandwidth is measured
     flops_efficiency: float  # fraction of peak a prefill's matmuls reach
-    step_overhead_us: float  # fixed cost of every step
     interconnect_gbps: float  # GPU-to-GPU bandwidth per GPU and direction, GB/s
     interconnect_latency_us: float  # per collective
     count: int = 1  # tensor-parallel GPUs
     copy_bandwidth_gbps: float | None = None  # measured device-to-device copy (read + write), GB/s; None: unknown
     attn_bw_efficiency: float = 1.0  # fraction of the achievable bandwidth decode attention reaches
-    layer_overhead_us: float = 0.0  # fixed cost of each layer of every step
     prefill_weight_multiple: float = 1.0  # a prefill costs at least this many weight reads
     host_link_gbps: float | None = None  # host <-> device per GPU and direction, GB/s; None: unknown
     host_link_latency_us: float = 0.0  # fixed cost of one host <-> device transfer
@@ -220,6 +220,7 @@ class CostModel:
     gpu: GpuSpec
     model: ModelCost
     per_block: bool = False  # host copies: a transfer per block (host_copy=per_block), else one per direction
+    engine: EngineSpec = EngineSpec()  # the host's costs and scheduling (neutral: none, in series)
 
     # The rates and fixed costs below are derived from the frozen figures once (cached_property
     # writes the instance's __dict__, which a frozen dataclass allows): a simulation prices
@@ -239,8 +240,12 @@ class CostModel:
         return g.count * peak * 1e12 * g.flops_efficiency
 
     @cached_property
-    def overhead_s(self) -> float:  # o + L*lo
-        return (self.gpu.step_overhead_us + self.model.num_layers * self.gpu.layer_overhead_us) * 1e-6
+    def layers_s(self) -> float:  # L*lo: device time
+        return self.engine.layers_s(self.model.num_layers)
+
+    @property
+    def frontend_s(self) -> float:  # fe: each request's TTFT and E2EL gain it (0 offline)
+        return self.engine.frontend_s
 
     @cached_property
     def _attn_s_per_token(self) -> float:  # kvb / (n*A*ea)
@@ -248,15 +253,15 @@ class CostModel:
 
     @cached_property
     def _decode_fixed(self) -> dict[int, float]:
-        """batch -> fixed(B) + max(W / (n*A), 2*P*B / (n*F*ef)): the part of a decode step its KV read
-        does not change, memoized per batch."""
+        """batch -> L*lo + comm(B) + max(W / (n*A), 2*P*B / (n*F*ef)): the device time of a decode step its KV
+        read does not change (the host's is the engine's), memoized per batch."""
         return {}
 
     def _decode_base_s(self, batch: int) -> float:
         base = self._decode_fixed.get(batch)
         if base is None:
             compute = self.model.flops(batch, batch) / self.flops_per_s
-            base = self._decode_fixed[batch] = (self.overhead_s + self.comm_s(batch)
+            base = self._decode_fixed[batch] = (self.layers_s + self.comm_s(batch)
                                                 + max(self.weights_s(batch), compute))
         return base
 
@@ -284,7 +289,8 @@ class CostModel:
         """``tokens`` prompt tokens of ``prompts`` prompts (each one row of logits) in one forward."""
         compute = self.model.flops(tokens, prompts) / self.flops_per_s
         floor = self.gpu.prefill_weight_multiple * self.weights_s(tokens)
-        return self.overhead_s + max(compute, floor) + self.comm_s(tokens)
+        device = self.layers_s + max(compute, floor) + self.comm_s(tokens)
+        return self.engine.step_s(self.engine.host_s(prompts, decode=False), device)
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
         """``stores`` blocks device -> host then ``loads`` host -> device, of ``block_tokens`` tokens: not
@@ -308,20 +314,23 @@ class CostModel:
         rows = tokens + batch
         compute = self.model.flops(rows, batch + 1) / self.flops_per_s  # the decodes' logits and one prompt's
         floor = self.gpu.prefill_weight_multiple * self.weights_s(rows)
-        return self.overhead_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
+        device = self.layers_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
+        return self.engine.step_s(self.engine.host_s(batch + 1, decode=False), device)  # the decodes and a prompt
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """``steps`` decode steps of ``batch`` sequences; the first reads ``kv_tokens_read`` KV tokens,
-        each later one ``batch`` more."""
+        each later one ``batch`` more. In series each costs host + device; under async scheduling the first
+        ``hidden`` cost the host's time (their device time is shorter), the rest their device time."""
         if steps < 1:
             raise ValueError(f"steps={steps} must be >= 1")
-        per_token = self._attn_s_per_token
-        if self.model.windows:  # a sliding layer's read stops growing at its window
-            return (steps * self._decode_base_s(batch)
-                    + windowed_read_over_steps(self.model.windows, batch, kv_tokens_read, steps) * per_token)
-        one = self._decode_base_s(batch) + kv_tokens_read * per_token
-        # Step j reads j*batch more tokens than step 0: sum of j over 0..steps-1 = steps*(steps-1)/2.
-        return steps * one + batch * per_token * steps * (steps - 1) / 2
+        host, base = self.engine.host_s(batch), self._decode_base_s(batch)
+        hidden = self.engine.host_bound_steps(  # async: the first steps, as a step's device time grows with its read
+            host, lambda j: base + self.attention_s(kv_tokens_read + j * batch, batch), steps)
+        rest = steps - hidden
+        in_series = 0.0 if self.engine.async_scheduling else host
+        # Step j reads j*batch more tokens than step 0 (a sliding layer's read stops growing at its window).
+        read = windowed_read_over_steps(self.model.windows, batch, kv_tokens_read + hidden * batch, rest)
+        return hidden * host + rest * (base + in_series) + read * self._attn_s_per_token
 
     def decode_price_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """``decode_s`` (the roofline counts nothing, so the two are one)."""
@@ -330,13 +339,13 @@ class CostModel:
     def decode_steps_s(self, batch: int, kv_tokens_read: int, steps: int) -> list[float]:
         """Each of ``steps`` decode steps' own price: ``decode_s(batch, kv_tokens_read + j*batch)`` for
         j < steps, the inter-token gaps of a jump."""
-        per_token = self._attn_s_per_token
-        base = self._decode_base_s(batch)
+        host, base, step = self.engine.host_s(batch), self._decode_base_s(batch), self.engine.step_s
         if self.model.windows:
-            return [base + self.attention_s(kv_tokens_read + j * batch, batch) for j in range(steps)]
+            return [step(host, base + self.attention_s(kv_tokens_read + j * batch, batch)) for j in range(steps)]
+        per_token = self._attn_s_per_token
         one = base + kv_tokens_read * per_token
         grow = batch * per_token
-        return [one + j * grow for j in range(steps)]
+        return [step(host, one + j * grow) for j in range(steps)]
 
 def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor",
                weight_dtype: str = "auto") -> ModelCost:
@@ -385,5 +394,6 @@ def cost_model_for(cfg: Config) -> CostModel:
     """The clock of a resolved ``Config`` whose ``gpu`` is set."""
     if cfg.gpu is None:
         raise ConfigError("the simulated clock needs a GPU: gpu=NAME (conf/gpu/)")
+    engine = EngineSpec() if cfg.engine is None else engine_spec(cfg.engine, is_offline(cfg))  # None: unresolved
     return CostModel(gpu_spec(cfg.gpu), model_cost(cfg.model, cfg.dtype, cfg.kv_dtype, cfg.kv_scale, cfg.weight_dtype),
-                     per_block=cfg.host_copy == "per_block")
+                     per_block=cfg.host_copy == "per_block", engine=engine)

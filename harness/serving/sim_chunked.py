@@ -81,9 +81,9 @@ class ChunkedSteps:
                         if s.admitted_s is None:
                             s.admitted_s = c.seq.admitted_s
                         if s.first_token_s is None:
-                            s.first_token_s = self.now
+                            s.first_token_s = self.now + self.frontend_s  # the engine's front-end (sim_run.py)
             for s in finished:
-                s.finish_s = self.now
+                s.finish_s = self.now + self.frontend_s
         if self.observer is not None:
             self.observer(rec, plan, finished)
         for s in finished:

@@ -29,6 +29,9 @@ class Run(ChunkedSteps, ClockedSteps):
                  chunked_prefill: bool = False) -> None:
         self.alloc, self.vocab, self.bpt = allocator, vocab, bytes_per_token
         self.clock, self.observer = clock, observer
+        # A request's front-end cost (server, tokenize, detokenize: harness/serving/engine_profile.py) reaches the
+        # user after the engine's step: its first token and its end are stamped that much later (0 offline).
+        self.frontend_s = getattr(clock, "frontend_s", 0.0)
         self.sched = Scheduler(allocator, max_num_seqs, max_num_batched_tokens, token_source=self._source,
                                max_seq_tokens=allocator.max_sequence_tokens(), settle=self._settle_now,
                                chunked_prefill=chunked_prefill)
@@ -190,9 +193,9 @@ class Run(ChunkedSteps, ClockedSteps):
                 if s.admitted_s is None:
                     s.admitted_s = rec.start_s
                 if s.first_token_s is None:
-                    s.first_token_s = self.now
+                    s.first_token_s = self.now + self.frontend_s
             for s in finished:
-                s.finish_s = self.now
+                s.finish_s = self.now + self.frontend_s
             self._stalls.append((rec.duration_s, len(seqs) - len(finished) + len(plan.resumed)))
         if self.observer is not None:
             self.observer(rec, plan, finished)
@@ -234,7 +237,7 @@ class Run(ChunkedSteps, ClockedSteps):
         if self.clock is not None:
             self._gaps(batch, kv_first, steps, host_s)
             for s in finished:
-                s.finish_s = self.now
+                s.finish_s = self.now + self.frontend_s
         if self.observer is not None:
             self.observer(rec, plan, finished)
         for s in finished:

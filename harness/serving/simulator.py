@@ -120,7 +120,8 @@ def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, by
         allocator.on_expose = None
     timed = clock is not None
     return Simulation(finished=len(sched.finished), itl=(run.itl_gaps, run.itl_counts), prefill_steps=run.prefill_steps,
-                      records=run.records, elapsed_s=run.now if timed else None,
+                      # the last response leaves the front-end after the engine's last step (sim_run.py frontend_s)
+                      records=run.records, elapsed_s=run.now + run.frontend_s if timed else None,
                       cache_hit_tokens=allocator.cache_hit_tokens,
                       counters=getattr(allocator, "host_counters", dict)(), peaks=run.peaks, peak_running=sched.peak_running,
                       max_concurrency=sched.max_concurrency, preemptions=sched.num_preemptions,

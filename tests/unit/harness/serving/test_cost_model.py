@@ -8,17 +8,21 @@ from __future__ import annotations
 import pytest
 
 from kvbench.harness.serving.cost_model import CostModel, GpuSpec, ModelCost
+from kvbench.harness.serving.engine_profile import EngineSpec
 from kvbench.harness.errors import ConfigError
 
 # 1 GFLOP-per-token model: 1e9 parameters, 2 GB of weights, 100 kB of KV per token.
 MODEL = ModelCost(params=10**9, weight_bytes=2 * 10**9, kv_bytes_per_token=10**5, num_layers=4, hidden_size=512,
                   elem_bytes=2)
 FIGURES = dict(memory_mib=80_000, bandwidth_gbps=1000, tflops=100, bw_efficiency=0.5, flops_efficiency=0.5,
-               step_overhead_us=100, interconnect_gbps=50, interconnect_latency_us=5)
+               interconnect_gbps=50, interconnect_latency_us=5)
+ENGINE = dict(step_overhead_us=100)  # the engine's figures (version 6): in series, no per-sequence cost
 
 
 def clock(count: int = 1, **changes) -> CostModel:
-    return CostModel(GpuSpec("hand", **{**FIGURES, **changes}, count=count), MODEL)
+    engine = {k: changes.pop(k) for k in ("step_overhead_us", "layer_overhead_us") if k in changes}
+    return CostModel(GpuSpec("hand", **{**FIGURES, **changes}, count=count), MODEL,
+                     engine=EngineSpec("hand", **{**ENGINE, **engine}))
 
 
 def test_one_gpu_steps_by_hand():
@@ -107,9 +111,9 @@ def test_a_measured_copy_bandwidth_replaces_the_datasheet_times_efficiency():
 
 @pytest.mark.parametrize("key,value", [("bandwidth_gbps", 0), ("tflops", -1), ("memory_mib", 0),
                                        ("bw_efficiency", 0), ("flops_efficiency", 1.5),
-                                       ("interconnect_gbps", 0), ("step_overhead_us", -1),
+                                       ("interconnect_gbps", 0),
                                        ("interconnect_latency_us", -0.5), ("attn_bw_efficiency", 0),
-                                       ("attn_bw_efficiency", 1.2), ("layer_overhead_us", -1),
+                                       ("attn_bw_efficiency", 1.2),
                                        ("prefill_weight_multiple", 0.9), ("copy_bandwidth_gbps", 0),
                                        ("fp8_tflops", 0)])
 def test_a_figure_out_of_range_names_its_key(key, value):

@@ -14,14 +14,17 @@ from kvbench.harness.front.resolve import resolve
 from kvbench.harness.kv.sizes import stored_weight_bytes
 from kvbench.harness.model.config import ModelConfig
 from kvbench.harness.serving.cost_model import CostModel, cost_model_for, gpu_spec, model_cost
+from kvbench.harness.serving.engine_profile import EngineSpec
 
 P8B, T8B = 8_030_261_248, 525_336_576
 P05, T05 = 494_032_768, 136_134_656
 
 
 def _clock(gpu: str, model: str = "llama-3.1-8b", weight_dtype: str = "auto") -> CostModel:
+    # Version 5's host costs (o = 500 us, lo = 30 us, in series), the engine's since version 6: the figures below.
     return CostModel(gpu_spec(load_group("gpu", gpu, GpuConfig)),
-                     model_cost(load_group("model", model, ModelConfig), "bfloat16", weight_dtype=weight_dtype))
+                     model_cost(load_group("model", model, ModelConfig), "bfloat16", weight_dtype=weight_dtype),
+                     engine=EngineSpec("v5", step_overhead_us=500, layer_overhead_us=30))
 
 
 def test_an_untied_model_streams_no_embedding_and_counts_its_head_per_row():

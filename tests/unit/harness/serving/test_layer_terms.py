@@ -55,7 +55,7 @@ def test_expected_distinct_experts_match_sampled_routing():
 
 
 H100 = GpuSpec("h", memory_mib=81559, bandwidth_gbps=3350, tflops=989, bw_efficiency=0.8, flops_efficiency=0.6,
-               step_overhead_us=0, interconnect_gbps=450, interconnect_latency_us=10)
+               interconnect_gbps=450, interconnect_latency_us=10)
 
 
 def test_a_mixture_reads_the_experts_its_batch_routes_to():

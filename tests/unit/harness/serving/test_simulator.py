@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvbench.harness.serving.cost_model import CostModel, GpuSpec, ModelCost
+from kvbench.harness.serving.engine_profile import EngineSpec
 from kvbench.harness.measure.kv_peaks import KVPeaks
 from kvbench.harness.front.job import run_job
 from kvbench.harness.serving.scheduler import Scheduler
@@ -188,9 +189,9 @@ TINY = ModelCost(params=10**9, weight_bytes=2 * 10**9, kv_bytes_per_token=10**5,
 
 def tiny_clock(count: int) -> CostModel:
     gpu = GpuSpec("test", memory_mib=24564, bandwidth_gbps=1000, tflops=100, bw_efficiency=0.5, flops_efficiency=0.5,
-                  step_overhead_us=100, interconnect_gbps=50, interconnect_latency_us=5, count=count,
+                  interconnect_gbps=50, interconnect_latency_us=5, count=count,
                   host_link_gbps=20, host_link_latency_us=5)
-    return CostModel(gpu, TINY)
+    return CostModel(gpu, TINY, engine=EngineSpec("test", step_overhead_us=100))
 
 
 def chunk_budget(max_num_seqs: int, max_tokens: int) -> int:

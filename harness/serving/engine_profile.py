@@ -1,0 +1,118 @@
+"""Engine profiles: what a serving engine adds to the GPU's work on the simulated clock (conf/engine/NAME.yaml).
+
+The roofline (harness/serving/cost_model.py) prices what the GPU does in a step. A serving engine adds host
+work around it, and how that work lines up with the GPU's is the engine's, not the card's (issue 46: vLLM's V0
+engine shows about 2.6 ms of fixed cost a step on an A100, its V1 engine about 1.0 ms, on the same card):
+
+    o     fixed host cost of a step (scheduling, input preparation, output processing), s  ``step_overhead_us``
+    c     host cost of each sequence in a step (its block table, its sampling and stop checks), s  ``seq_overhead_us``
+    lo    device cost of each layer of a step (kernel launches and tails the engine's graphs leave), s
+    k     steps one scheduling pass runs (V0's ``--num-scheduler-steps``): a decode step's host cost is 1/k of it
+    fe    a request's front-end cost (HTTP server, tokenize, detokenize, stream), s: added to its TTFT and E2EL
+          (not to TPOT: every later token pays it in parallel with the engine), zero for an offline run
+
+    host(S)        = (o + c*S) / k       S sequences in the step (k = 1 for a step that computes prompts)
+    step(S, dev)   = host(S) + dev       synchronous: the GPU waits for the host, then the host for the GPU
+                   = max(host(S), dev)   async scheduling (vLLM V1's ``--async-scheduling``, SGLang's overlap
+                                         scheduler, TensorRT-LLM's): the next step's host work runs under this
+                                         step's GPU work, so the slower of the two sets the pace
+
+``dev`` is the roofline's step, ``L*lo`` included. A run is offline when ``engine.offline`` says so, or, left
+null, when every request is there at t=0 (``arrival=burst``: an offline batch, as ``vllm bench throughput`` and
+``LLM.generate`` run it, with no server in front).
+Plain numbers only (no torch): the clock prices millions of steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable
+
+from kvbench.harness.errors import ConfigError
+
+DEFAULT_ENGINE = "vllm_v1"
+# Upper bounds that catch a unit slip (ms written as us, s as ms) while leaving room for slow hosts.
+_TIME_LIMITS = {"step_overhead_us": 100_000.0, "seq_overhead_us": 10_000.0, "layer_overhead_us": 10_000.0,
+                "frontend_ms": 10_000.0}
+MAX_SCHEDULER_STEPS = 256
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine's host costs and scheduling mode; the defaults are neutral (no host cost, synchronous), for
+    hand-built clocks."""
+
+    name: str = "none"
+    step_overhead_us: float = 0.0  # o
+    seq_overhead_us: float = 0.0  # c
+    layer_overhead_us: float = 0.0  # lo
+    frontend_ms: float = 0.0  # fe, before ``offline`` is applied
+    async_scheduling: bool = False
+    scheduler_steps: int = 1  # k
+    offline: bool = True  # no front-end: fe does not apply
+
+    def __post_init__(self) -> None:
+        for key, top in _TIME_LIMITS.items():
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= top:
+                raise ConfigError(f"engine.{key}={value} must be a number in [0, {top:g}] (engine={self.name})")
+        k = self.scheduler_steps
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SCHEDULER_STEPS:
+            raise ConfigError(f"engine.scheduler_steps={k} must be an integer in [1, {MAX_SCHEDULER_STEPS}] "
+                              f"(1: a scheduling pass a step; V0's --num-scheduler-steps) (engine={self.name})")
+        for key in ("async_scheduling", "offline"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"engine.{key}={getattr(self, key)} must be true or false (engine={self.name})")
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @property
+    def frontend_s(self) -> float:
+        """fe: what each request's TTFT and E2EL gain; zero offline."""
+        return 0.0 if self.offline else self.frontend_ms * 1e-3
+
+    def layers_s(self, layers: int) -> float:
+        """L*lo: device time of a step's per-layer costs."""
+        return layers * self.layer_overhead_us * 1e-6
+
+    def host_s(self, seqs: int, decode: bool = True) -> float:
+        """host(S): a decode step's share of its scheduling pass (1/k), or a prompt step's whole one."""
+        host = (self.step_overhead_us + self.seq_overhead_us * seqs) * 1e-6
+        return host / self.scheduler_steps if decode else host
+
+    def step_s(self, host: float, device: float) -> float:
+        """A step of ``host`` seconds of host work and ``device`` seconds of GPU work."""
+        return max(host, device) if self.async_scheduling else host + device
+
+    def host_bound_steps(self, host: float, device_at: Callable[[int], float], steps: int) -> int:
+        """Of ``steps`` decode steps whose device time ``device_at(j)`` (j = 0..steps-1) does not fall with j, how
+        many are shorter than ``host``: async scheduling prices those at the host's time (in series: none)."""
+        if not self.async_scheduling:
+            return 0
+        lo, hi = 0, steps  # the first step whose device time reaches the host's (a jump prices thousands at once)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if device_at(mid) >= host:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
+def engine_spec(engine, offline: bool) -> EngineSpec:
+    """A resolved ``EngineConfig`` (harness/config.py: every figure filled) as a validated spec; ``offline``:
+    the run's (``engine.offline``, or derived from its arrivals)."""
+    figures = {key: getattr(engine, key) for key in EngineSpec.field_names() if key != "offline"}
+    unset = [key for key, value in figures.items() if value is None]
+    if unset:
+        raise ConfigError(f"engine={engine.name}: {', '.join(f'engine.{k}' for k in unset)} not set; "
+                          f"conf/engine/{engine.name}.yaml (or the command line) must give each")
+    return EngineSpec(**figures, offline=offline)
+
+
+def is_offline(cfg) -> bool:
+    """``engine.offline``, or, left null, whether every request arrives at t=0 (``arrival=burst``)."""
+    chosen = cfg.engine.offline if cfg.engine is not None else None
+    return cfg.arrival.name == "burst" if chosen is None else chosen
