@@ -62,7 +62,9 @@ def validate(cfg: Config) -> None:
 
 def validate_kv_manager(cfg: Config) -> None:
     """``kv_manager``, ``swa_full_tokens_ratio`` and the model's layer kinds they group (harness/kv/groups.py)."""
-    from kvbench.harness.kv.groups import KV_MANAGERS, PREFIX_CACHING_MANAGERS, has_one_kind, prefix_caching_refusal
+    from kvbench.harness.kv.groups import (
+        KV_MANAGERS, PREFIX_CACHING_MANAGERS, has_one_kind, prefix_caching_refusal, state_refusal,
+    )
 
     one_of("kv_manager", cfg.kv_manager, KV_MANAGERS)
     r = cfg.swa_full_tokens_ratio
@@ -73,6 +75,9 @@ def validate_kv_manager(cfg: Config) -> None:
         one = has_one_kind(cfg.model)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.impl is not None:  # a linear-attention layer's state needs hybrid's grouped pool (harness/kv/groups.py)
+        refusal = state_refusal(cfg.model, cfg.kv_manager, cfg.impl.cache)
+        check(refusal is None, str(refusal))
     prefix = cfg.impl is not None and cfg.impl.cache == "paged" and cfg.impl.prefix_caching
     check(one or cfg.kv_manager in PREFIX_CACHING_MANAGERS or not prefix,
          prefix_caching_refusal(cfg.kv_manager, cfg.model.name))
