@@ -18,10 +18,10 @@ CPU_TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_FROM := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: setup test test-fast sweep report bench gpu-check wheels clean help
+.PHONY: setup test test-fast sweep report bench clock-check gpu-check wheels clean help
 
 help:
-	@echo "make setup | test | sweep | report | bench | gpu-check | clean"
+	@echo "make setup | test | sweep | report | bench | clock-check | gpu-check | clean"
 
 setup: $(STAMP)
 
@@ -71,7 +71,7 @@ FRESH ?=
 # output printed whole when it ends, taken in this order: the longest first (49 s down to 5 s on the
 # 2-core AMD machine), so that the last to start are short and the cores finish together.
 # tests/unit/harness/front/test_resolve_every_sweep.py keeps this list equal to the sweeps whose jobs say so.
-BOOKKEEPING := cpu_hybrid_capacity cpu_reuse cpu_fig12_max_rate cpu_fig12_block_size cpu_fig12_plan_70b cpu_fig12_alpaca \
+BOOKKEEPING := cpu_hybrid_capacity cpu_latent_capacity cpu_reuse cpu_fig12_max_rate cpu_fig12_block_size cpu_fig12_plan_70b cpu_fig12_alpaca \
   cpu_fig12_sharegpt cpu_reuse_policies cpu_chunked_prefill cpu_swap cpu_kv_dtype_capacity cpu_capacity
 SWEEP_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 TIMED_SWEEPS := $(filter-out $(BOOKKEEPING),$(SWEEPS))
@@ -97,6 +97,11 @@ sweep: setup
 
 report: setup  # the published report, results/REPORT.md (python -m harness.report alone reads your runs/)
 	$(PY) -m harness.report results/
+
+# The simulated clock priced against published real-GPU figures (docs/validation/published_points.csv):
+# writes docs/clock_validation.md and docs/validation/clock_errors.csv (a few minutes on 2 cores).
+clock-check: setup
+	$(PY) -m harness.front.clock_check
 
 bench: setup
 	$(PY) -m pytest tests/bench --benchmark-enable -q

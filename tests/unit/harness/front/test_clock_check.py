@@ -1,0 +1,30 @@
+"""The clock check's command line: its arguments, and the tables it writes."""
+
+import csv
+
+from kvbench.harness.front.clock_check import main
+
+
+def test_bad_arguments_exit_2_naming_the_value(tmp_path, capsys):
+    assert main(["--cap", "0", "--csv", str(tmp_path / "e.csv"), "--md", str(tmp_path / "e.md")]) == 2
+    assert "--cap=0" in capsys.readouterr().err
+    assert main(["--only", "nope", "--csv", str(tmp_path / "e.csv"), "--md", str(tmp_path / "e.md")]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert not (tmp_path / "e.md").exists()
+
+
+def test_a_bad_set_exits_2(tmp_path, capsys):
+    bad = tmp_path / "set.csv"
+    bad.write_text("id,source_url\nx,https://a\n")
+    assert main(["--set", str(bad), "--csv", str(tmp_path / "e.csv"), "--md", str(tmp_path / "e.md")]) == 2
+    assert "missing columns" in capsys.readouterr().err
+
+
+def test_only_the_chosen_points_are_written_with_the_unpriced_reason(tmp_path):
+    ids = "q72-h100tp2-128-ttft,q72-h100tp2-128-tpot"  # no model conf: priced without a run
+    assert main(["--only", ids, "--csv", str(tmp_path / "e.csv"), "--md", str(tmp_path / "e.md")]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "e.csv")))
+    assert [r["id"] for r in rows] == ids.split(",")
+    assert all("qwen2.5-72b" in r["reason"] and r["simulated"] == "" for r in rows)
+    text = (tmp_path / "e.md").read_text()
+    assert "Priced 0 of 2 points." in text and "python -m harness.front.clock_check" in text
