@@ -24,6 +24,7 @@ PUBLISHED_PARAMETERS = {
     "mistral-7b": 7_241_732_096,
     "qwen2.5-0.5b": 494_032_768,
     "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-72b": 72_706_203_648,  # the model card: 72.7B
 }
 
 
