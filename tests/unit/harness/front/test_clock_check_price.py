@@ -79,6 +79,8 @@ def test_a_priced_closed_loop_at_concurrency_one_is_back_to_back():
 
 
 def test_a_point_without_a_model_conf_is_not_priced_and_says_why():
-    got = price(_point("q72-h100tp2-128-ttft"))
-    assert got.simulated is None and "conf/model/qwen2.5-72b.yaml" in got.reason
-    assert "model=qwen2.5-72b" in got.command and "gpu.count=2" in got.command
+    from dataclasses import replace
+
+    got = price(replace(_point("q72-h100tp2-128-ttft"), model="qwen9-999b"))  # a model kvbench has no conf for
+    assert got.simulated is None and "conf/model/qwen9-999b.yaml" in got.reason
+    assert "model=qwen9-999b" in got.command and "gpu.count=2" in got.command
