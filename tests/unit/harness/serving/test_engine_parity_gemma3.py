@@ -6,77 +6,19 @@ prompts and generations longer than the window, whole and in chunks across the w
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import torch
 
-from kvbench.harness.model.config import ModelConfig
-from kvbench.harness.model.hf_config import resolve_model_config
-from kvbench.harness.model.weights import build_model
-from kvbench.harness.serving.engine import Engine
-from kvbench.harness.serving.request import Request
-from kvbench.impls.base import KVCache, layer_windows
-from kvbench.impls.kinds import PoolSpec, TensorSpec, cache_kind
-from tests.helpers.models import make_hf_model
+from tests.helpers.parity import generate as _generate
+from tests.helpers.parity import hf_tokens as _hf_tokens
+from tests.helpers.parity import parity_case, random_requests as _requests, uniform_cache as _cache
 
 pytest.importorskip("transformers")
-
-MAX_SEQ_LEN = 128
-# impl -> (cache kind, kernel), as conf/impl/ names them
-IMPLS = {"contiguous": ("contiguous", "sdpa"), "paged_torch": ("paged", "torch"), "paged_cuda": ("paged", "cuda"),
-         "paged_triton": ("paged", "triton"), "paged_flex": ("paged", "flex")}
-# (prompt, output) lengths: prompts shorter than, across and past the 24-token window, and generations that cross it
-SHAPES = [(30, 20), (7, 26), (50, 9), (24, 3)]
-
-
-def _cache(cfg: ModelConfig, impl: str, block_size: int, scale: float | None = None, windows: bool = True) -> KVCache:
-    kind, kernel = IMPLS[impl]
-    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
-    spec = PoolSpec(kv_bytes=4 * MAX_SEQ_LEN * per_token, bytes_per_token=per_token, max_seq_len=MAX_SEQ_LEN,
-                    block_size=block_size, max_num_seqs=4, min_tokens=1, watermark=0.0, prefix_caching=False)
-    tensors = TensorSpec(num_layers=cfg.num_layers, num_heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
-                         head_dim=cfg.head_dim, dtype=torch.float32, device=torch.device("cpu"),
-                         scale=cfg.softmax_scale if scale is None else scale)
-    cache = cache_kind(kind).cache(spec, tensors, kernel)
-    if windows:
-        cache.set_layer_windows(layer_windows(cfg.layer_types, cfg.sliding_window))
-    return cache
-
-
-def _requests(vocab: int, shapes) -> list[Request]:
-    gen = torch.Generator().manual_seed(5)
-    return [Request(i, tuple(torch.randint(0, vocab, (p,), generator=gen).tolist()), o)
-            for i, (p, o) in enumerate(shapes)]
-
-
-def _generate(model, cache: KVCache, requests: list[Request], chunked: bool = False) -> dict[int, list[int]]:
-    engine = Engine(model, cache, 4, 16 if chunked else 512, chunked_prefill=chunked)
-    return {s.request_id: list(s.output_ids) for s in engine.run(requests).sequences}
-
-
-def _hf_tokens(hf, requests: list[Request]) -> dict[int, list[int]]:
-    out = {}
-    for r in requests:
-        ids = torch.tensor([r.prompt_ids])
-        with torch.no_grad():
-            ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=r.output_len,
-                              min_new_tokens=r.output_len, do_sample=False, pad_token_id=0)
-        out[r.request_id] = ref[0, ids.shape[1]:].tolist()
-    return out
 
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory):
     """(model config, our model, transformers' model, the requests, transformers' tokens)."""
-    folder: Path = tmp_path_factory.mktemp("gemma3-sliding")
-    hf = make_hf_model("gemma3-sliding", seed=3)
-    hf.save_pretrained(folder)
-    hf.generation_config.eos_token_id = None
-    cfg = resolve_model_config(ModelConfig(path=str(folder)))
-    model = build_model(cfg, torch.float32, "cpu", seed=0)
-    requests = _requests(cfg.vocab_size, SHAPES)
-    return cfg, model, hf, requests, _hf_tokens(hf, requests)
+    return parity_case("gemma3-sliding", tmp_path_factory.mktemp("gemma3-sliding"))
 
 
 def test_the_checkpoint_reads_as_gemma3_with_both_kinds(gemma):

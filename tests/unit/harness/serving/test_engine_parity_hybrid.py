@@ -9,40 +9,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench.harness.kv.groups import kv_groups, layer_bytes_per_token, split_pool_bytes
-from kvbench.harness.model.config import ModelConfig
 from kvbench.harness.serving.engine import Engine
 from kvbench.harness.serving.request import Request
-from kvbench.impls.base import layer_windows
-from kvbench.impls.group_pool import NULL, PoolGroup
+from kvbench.impls.group_pool import NULL
 from kvbench.impls.grouped_paged import GroupedPagedCache
-from kvbench.impls.kinds import PoolSpec, TensorSpec, cache_kind
 from tests.helpers.models import GEMMA3_CASES, GPT_OSS_CASES, WINDOW_CASES
-from tests.unit.harness.serving.test_engine_parity_window import (
-    MAX_SEQ_LEN, SHAPES, _cache, _generate, _hf_tokens, _model_and_hf, _requests,
-)
+from tests.helpers.parity import SHAPES, model_and_hf, parity_case
+from tests.helpers.parity import generate as _generate
+from tests.helpers.parity import grouped_cache as _grouped_cache
+from tests.helpers.parity import hf_tokens as _hf_tokens
+from tests.helpers.parity import random_requests as _requests
+from tests.helpers.parity import uniform_cache as _cache
 
 pytest.importorskip("transformers")
-
-
-def _grouped_cache(cfg: ModelConfig, manager: str, kernel: str, block_size: int) -> GroupedPagedCache:
-    """The cache the factory builds under ``manager`` (harness/kv/factory.py grouped_layout), for one kind too:
-    Mistral's one sliding group frees its blocks as the window passes."""
-    groups = kv_groups(cfg, manager)
-    layer = layer_bytes_per_token(cfg, "float32")
-    kv_bytes = 4 * MAX_SEQ_LEN * cfg.num_layers * layer
-    pools = split_pool_bytes(groups, kv_bytes, 1.0, layer) if manager == "split_pools" else [kv_bytes]
-    spec = PoolSpec(kv_bytes=kv_bytes, bytes_per_token=cfg.num_layers * layer, max_seq_len=MAX_SEQ_LEN,
-                    block_size=block_size, max_num_seqs=4, min_tokens=1, watermark=0.0, prefix_caching=False,
-                    groups=tuple(PoolGroup(g.kind, g.num_layers, g.page_layers, g.pool) for g in groups),
-                    pool_kv_bytes=tuple(pools), layer_bytes=layer, group_layers=tuple(g.layers for g in groups))
-    tensors = TensorSpec(num_layers=cfg.num_layers, num_heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
-                         head_dim=cfg.head_dim, dtype=torch.float32, device=torch.device("cpu"),
-                         scale=cfg.softmax_scale)
-    cache = cache_kind("paged").cache(spec, tensors, kernel)
-    assert isinstance(cache, GroupedPagedCache)
-    cache.set_layer_windows(layer_windows(cfg.layer_types, cfg.sliding_window))
-    return cache
 
 
 class _Dropping:
@@ -61,9 +40,7 @@ class _Dropping:
 
 @pytest.fixture(scope="module", params=sorted(WINDOW_CASES))
 def family(request, tmp_path_factory):
-    cfg, model, hf = _model_and_hf(request.param, tmp_path_factory.mktemp(request.param))
-    requests = _requests(cfg.vocab_size, SHAPES)
-    return cfg, model, hf, requests, _hf_tokens(hf, requests)
+    return parity_case(request.param, tmp_path_factory.mktemp(request.param))
 
 
 @pytest.mark.parametrize("manager", ["hybrid", "split_pools"])
@@ -121,7 +98,7 @@ def test_parallel_samples_copy_on_write_as_the_uniform_cache(family):
 @pytest.fixture(scope="module", params=sorted({**GEMMA3_CASES, **GPT_OSS_CASES}))
 def both_kinds(request, tmp_path_factory):
     """(model config, our model, the requests, transformers' tokens) of a Gemma 3 or gpt-oss checkpoint."""
-    cfg, model, hf = _model_and_hf(request.param, tmp_path_factory.mktemp(request.param))
+    cfg, model, hf = model_and_hf(request.param, tmp_path_factory.mktemp(request.param))
     if cfg.sliding_window is None:
         pytest.skip(f"{request.param} has no sliding layer")
     requests = _requests(cfg.vocab_size, SHAPES)
