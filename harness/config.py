@@ -103,6 +103,9 @@ class ArrivalConfig:
     rate: Optional[float] = None  # offered requests per second (poisson, gamma, constant)
     burstiness: float = 1.0  # gamma shape; 1 is Poisson, smaller is burstier
     time_scale: float = 1.0  # trace: multiply the file's arrival times
+    # A client's cap on requests in flight (vllm bench serve --max-concurrency): a request is sent when one of the C
+    # before it has come back whole, and no earlier than its arrival (harness/serving/client_cap.py). None: no cap.
+    max_concurrency: Optional[int] = None
 
 
 @dataclass

@@ -6,9 +6,10 @@ from the run's requests table (``requests.csv``), computed as the published tool
 
 - offline or a Poisson rate: a request's latencies start at its arrival;
 - a closed loop at ``max_concurrency`` C (``vllm bench serve --max-concurrency C``): the client holds back
-  request C+1 until one finishes, so its clock starts when it is sent. kvbench runs it as every request
-  arriving at once with at most C running (``batch=C``); a request's latencies start when it is admitted,
-  the time the client would have sent it;
+  request C+1 until one has come back whole, so its clock starts when it is sent. kvbench runs the same
+  client (``arrival.max_concurrency=C``, harness/serving/client_cap.py) in front of a server that pays the
+  engine profile's front-end cost (``engine.offline=false``: every request is there at t=0, but through a
+  server); a request's latencies start when the client sends it (its ``arrival_s``);
 - TPOT = (E2EL - TTFT) / (output tokens - 1), per request; ITL is taken as the run's decode time over its
   decode tokens (mean) or the median TPOT (p50): the requests table has no per-token times;
 - output tok/s and req/s: totals over the time from the first arrival to the last finish.
@@ -85,7 +86,7 @@ def overrides(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, fits: int
 
     ``fits``: how many whole sequences the KV cache holds (an offline point's probe), else None."""
     if point.max_concurrency is not None:
-        batch = point.max_concurrency
+        batch = max(ONLINE_BATCH, point.max_concurrency)  # the server's cap; the client's is arrival.max_concurrency
     elif is_offline(point):
         batch = min(OFFLINE_BATCH, fits) if fits else OFFLINE_BATCH
     else:
@@ -98,6 +99,8 @@ def overrides(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, fits: int
             f"batch={batch}", "+impl=paged", "seed=0"]
     if math.isinf(point.request_rate):
         args.append("arrival=burst")
+        if point.max_concurrency is not None:  # a client in front: every request pays the server's front-end cost
+            args += [f"arrival.max_concurrency={point.max_concurrency}", "engine.offline=false"]
     else:
         args += ["arrival=poisson", f"arrival.rate={point.request_rate:g}"]
     if point.weight_dtype:
@@ -118,11 +121,11 @@ def read_requests(path: Path) -> list[RequestTimes]:
                 for r in csv.DictReader(f) if r["finish_s"] not in ("", "nan")]
 
 
-def metric_value(metric: str, reqs: list[RequestTimes], closed_loop: bool) -> float:
+def metric_value(metric: str, reqs: list[RequestTimes]) -> float:
     """The published statistic from a run's requests (module docstring: how each is computed)."""
     if not reqs:
         raise ValueError("no finished requests to measure")
-    start = [r.admitted_s if closed_loop else r.arrival_s for r in reqs]
+    start = [r.arrival_s for r in reqs]
     if metric in ("output_tok_s", "req_s"):
         span = max(r.finish_s for r in reqs) - min(r.arrival_s for r in reqs)
         total = sum(r.output_len for r in reqs) if metric == "output_tok_s" else len(reqs)
@@ -163,7 +166,7 @@ def price(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, timeout_s: fl
             return Priced(None, command, error)
         reqs = read_requests(Path(tmp) / "run" / "requests.csv")
     try:
-        return Priced(metric_value(point.metric, reqs, point.max_concurrency is not None), command, "", len(reqs))
+        return Priced(metric_value(point.metric, reqs), command, "", len(reqs))
     except ValueError as e:
         return Priced(None, command, str(e))
 

@@ -116,6 +116,15 @@ def validate_arrival(cfg: Config) -> None:
     check(math.isfinite(a.burstiness) and a.burstiness > 0,
           f"arrival.burstiness={a.burstiness} must be > 0 (1 is Poisson, smaller is burstier)")
     check(math.isfinite(a.time_scale) and a.time_scale > 0, f"arrival.time_scale={a.time_scale} must be > 0")
+    if a.max_concurrency is not None:
+        check(isinstance(a.max_concurrency, int) and not isinstance(a.max_concurrency, bool) and a.max_concurrency >= 1,
+              f"arrival.max_concurrency={a.max_concurrency} must be a whole number >= 1 (a client's requests in "
+              "flight, as vllm bench serve --max-concurrency), or null for no cap")
+        check(cfg.scenario.name in CLOSED_LOOP_SCENARIOS,
+              f"arrival.max_concurrency (a closed loop) runs in scenario={'|'.join(CLOSED_LOOP_SCENARIOS)}, "
+              f"not scenario={cfg.scenario.name}")
+        check(cfg.workload.kind != "multi_turn", "arrival.max_concurrency and workload.kind=multi_turn are two closed "
+                                                 "loops: a conversation's users are its clients (leave the cap null)")
     check(a.name != "trace" or cfg.workload.distribution == "trace",
           f"arrival=trace needs arrival times from a file (workload=trace with a workload.columns.arrival_s "
           f"column); workload={cfg.workload.name} has none")

@@ -12,6 +12,7 @@ from kvbench.harness.serving.arrivals import arrival_times, ignored_rate_note
 from kvbench.harness.serving.workload import Request, Workload, draw_workload, workload_digest
 
 if TYPE_CHECKING:
+    from kvbench.harness.serving.client_cap import CappedClientSource
     from kvbench.harness.serving.closed_loop import ClosedLoopSource
 
 
@@ -52,10 +53,17 @@ class JobWorkload:
             return made
         return workload_digest(self.requests)
 
-    def request_source(self) -> ClosedLoopSource | None:
-        """A fresh closed-loop source for one run of the requests (harness/serving/closed_loop.py), or
-        None where every arrival is known in advance (the run takes ``requests`` as they are)."""
+    def request_source(self) -> ClosedLoopSource | CappedClientSource | None:
+        """A fresh closed-loop source for one run of the requests: the turns of conversations
+        (harness/serving/closed_loop.py), or a client's cap on requests in flight (``arrival.max_concurrency``,
+        harness/serving/client_cap.py); None where every arrival is known in advance (the run takes
+        ``requests`` as they are)."""
         wl = self.drawn
+        cap = self.cfg.arrival.max_concurrency
+        if cap is not None and wl.conversations is None:
+            from kvbench.harness.serving.client_cap import CappedClientSource
+
+            return CappedClientSource(self.requests, cap)
         if wl.conversations is None:
             return None
         from kvbench.harness.serving.closed_loop import ClosedLoopSource

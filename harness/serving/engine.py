@@ -29,7 +29,7 @@ import torch
 from kvbench.harness.model.compiled import CompiledDecode
 from kvbench.harness.model.llama import LlamaModel
 from kvbench.harness.model.piecewise import PiecewiseDecode
-from kvbench.harness.serving.request_source import OpenLoopSource, RequestSource
+from kvbench.harness.serving.request_source import OpenLoopSource, RequestSource, tell_rejected
 from kvbench.harness.serving.scheduler import Admission, Scheduler, StepPlan
 from kvbench.harness.serving.served_run import ServedRun
 from kvbench.harness.serving.simulator import StepObserver
@@ -174,6 +174,7 @@ class Engine:
             source = OpenLoopSource(requests)  # stable: a burst keeps request order
         run = _RunState(time.perf_counter(), KVPeaks(cache.bytes_per_token))
         self.piecewise_steps = 0
+        told = 0  # rejections the source was told of
         while source.next_arrival() is not None or not sched.done:
             now = run.clock()
             for req in source.due(now):
@@ -185,6 +186,7 @@ class Engine:
             ts = time.perf_counter()
             preempted_before = sched.num_preemptions
             plan = sched.schedule()
+            told = tell_rejected(source, sched.rejected, told, run.clock())
             if plan.host_copies:  # host tier (device.host_kv_gb): done first, inside the step's time
                 cache.copy_host(plan.host_copies)
             if plan.chunks:  # chunked_prefill: prompt chunks, with the decodes if any (a mixed step)

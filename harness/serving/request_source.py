@@ -50,3 +50,12 @@ class OpenLoopSource:
 
     def finished(self, seqs: Seq[Sequence]) -> None:
         pass  # open loop: finishes change no arrival
+
+
+def tell_rejected(source: RequestSource, rejected: Seq[tuple[Sequence, str]], told: int, now: float) -> int:
+    """Tell ``source`` of the requests rejected since the first ``told`` of the scheduler's ``rejected`` list, if it
+    listens (a client's cap frees their slots: harness/serving/client_cap.py); returns how many are told now."""
+    hook = getattr(source, "rejected", None)
+    if hook is not None and len(rejected) > told:
+        hook([seq for seq, _ in rejected[told:]], now)
+    return len(rejected)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence as Seq
 
-from kvbench.harness.serving.request_source import OpenLoopSource, RequestSource
+from kvbench.harness.serving.request_source import OpenLoopSource, RequestSource, tell_rejected
 from kvbench.harness.serving.scheduler import StepPlan
 from kvbench.harness.serving.served_run import ServedRun
 from kvbench.harness.serving.sequence import Sequence
@@ -98,6 +98,7 @@ def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, by
     run = Run(allocator, max_num_seqs, max_num_batched_tokens, vocab, bytes_per_token, clock, _told(source, observer),
               chunked_prefill)
     sched = run.sched
+    told = 0  # rejections the source was told of
     while True:
         for req in source.due(run.now):
             sched.add_request(req)
@@ -116,6 +117,7 @@ def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, by
             run.prefill(plan)
         else:
             run.decode(plan, run.listed, next_arrival)
+        told = tell_rejected(source, sched.rejected, told, run.now)
     if run.ride is allocator:  # a fast path's: the run is over, nothing owes tokens any more
         allocator.on_expose = None
     timed = clock is not None
