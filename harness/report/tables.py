@@ -64,7 +64,9 @@ def cell(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT:
         return "–"
     if isinstance(v, float):
-        return f"{v:.0f}" if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
+        # a whole number, or one of five digits or more, in plain digits (4 significant digits printed 32,370
+        # tokens a second as 3.237e+04); a smaller one to 4 significant digits
+        return f"{v:.0f}" if (v.is_integer() or abs(v) >= 1e4) and abs(v) < 1e15 else f"{v:.4g}"
     if isinstance(v, Markdown):
         return _LINE_BREAK.sub(" ", v.text)
     return md_text(v)
