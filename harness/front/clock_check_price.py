@@ -99,10 +99,10 @@ def overrides(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, fits: int
             f"batch={batch}", "+impl=paged", "seed=0"]
     if math.isinf(point.request_rate):
         args.append("arrival=burst")
-        if point.max_concurrency is not None:  # a client in front: every request pays the server's front-end cost
-            args += [f"arrival.max_concurrency={point.max_concurrency}", "engine.offline=false"]
     else:
         args += ["arrival=poisson", f"arrival.rate={point.request_rate:g}"]
+    if point.max_concurrency is not None:  # a client in front: every request pays the server's front-end cost
+        args += [f"arrival.max_concurrency={point.max_concurrency}", "engine.offline=false"]
     if point.weight_dtype:
         args.append(f"weight_dtype={point.weight_dtype}")
     if point.kv_dtype:
@@ -155,13 +155,13 @@ def price(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, timeout_s: fl
         if is_offline(point):
             probe = overrides(point, 1, repo)
             probe = [a for a in probe if not a.startswith("workload.num_requests=")] + ["workload.num_requests=1"]
-            rows, error = _run(probe, Path(tmp) / "probe", repo, timeout_s)
+            rows, error = run_args(probe, Path(tmp) / "probe", repo, timeout_s)
             if error:
                 return Priced(None, "python -m harness " + " ".join(probe), error)
             fits = int(float(rows[0]["max_concurrency_analytic"]))
         args = overrides(point, cap, repo, fits)
         command = "python -m harness " + " ".join(args)
-        _, error = _run(args, Path(tmp) / "run", repo, timeout_s)
+        _, error = run_args(args, Path(tmp) / "run", repo, timeout_s)
         if error:
             return Priced(None, command, error)
         reqs = read_requests(Path(tmp) / "run" / "requests.csv")
@@ -171,7 +171,7 @@ def price(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, timeout_s: fl
         return Priced(None, command, str(e))
 
 
-def _run(args: list[str], folder: Path, repo: Path, timeout_s: float) -> tuple[list[dict], str]:
+def run_args(args: list[str], folder: Path, repo: Path, timeout_s: float) -> tuple[list[dict], str]:
     """One kvbench run into ``folder``: its rows, and its error ('' when it ran and every row is ok)."""
     run = subprocess.run([sys.executable, "-m", "harness", *args, f"hydra.run.dir={folder}"], cwd=repo,
                          capture_output=True, text=True, timeout=timeout_s)

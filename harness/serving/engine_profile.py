@@ -32,7 +32,7 @@ from kvbench.harness.errors import ConfigError
 
 DEFAULT_ENGINE = "vllm_v1"
 # Upper bounds that catch a unit slip (ms written as us, s as ms) while leaving room for slow hosts.
-_TIME_LIMITS = {"step_overhead_us": 100_000.0, "seq_overhead_us": 10_000.0, "layer_overhead_us": 10_000.0,
+TIME_LIMITS = {"step_overhead_us": 100_000.0, "seq_overhead_us": 10_000.0, "layer_overhead_us": 10_000.0,
                 "frontend_ms": 10_000.0}
 MAX_SCHEDULER_STEPS = 256
 
@@ -52,7 +52,7 @@ class EngineSpec:
     offline: bool = True  # no front-end: fe does not apply
 
     def __post_init__(self) -> None:
-        for key, top in _TIME_LIMITS.items():
+        for key, top in TIME_LIMITS.items():
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= top:
                 raise ConfigError(f"engine.{key}={value} must be a number in [0, {top:g}] (engine={self.name})")

@@ -32,7 +32,8 @@ def _comment_of(text: list[str], i: int) -> str:
 
 
 def test_the_four_engines_are_there():
-    assert ENGINES == ["sglang", "trtllm", "vllm_v0", "vllm_v1"]
+    # at least these: a user's own profile (kvbench calibrate writes conf/engine/NAME_calibrated.yaml) is one more
+    assert {"sglang", "trtllm", "vllm_v0", "vllm_v1"} <= set(ENGINES)
 
 
 @pytest.mark.parametrize("name", ENGINES)
