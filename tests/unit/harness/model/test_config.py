@@ -57,7 +57,7 @@ def test_named_config_loads_and_validates(path: Path) -> None:
 
 def test_named_config_spot_checks() -> None:
     assert set(PUBLISHED_PARAMETERS) | set(PUBLISHED_TOTALS) | {
-        "tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-gemma3", "llama-58m"} == {
+        "tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-gemma3", "tiny-gpt-oss", "llama-58m"} == {
         p.stem for p in MODEL_YAMLS}
     # issue 23's second CPU shape: hidden 512, 8 layers, 8/4 heads, vocab 32000, 58M parameters
     m58 = resolve_model_config(load_named("llama-58m"))
