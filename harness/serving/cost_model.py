@@ -28,7 +28,10 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
 
     fixed(T)       = o + L*lo + comm(T)     (version 6: o is the engine's, harness/serving/engine_profile.py)
     comm(T)        = 0 if n == 1, else 2*L * (lat + 2*(n-1)/n * T*h*e / link)
-    decode_s(B, R) = fixed(B) + max(W / (n*A),  2*(P + H)*B / (n*F*ef)) + R*kvb / (n*A*ea)
+    decode_s(B, R) = fixed(B) + max(W / (n*A),  2*(P + H)*B / (n*F*ef)) + R*a + 2*B*sb / (n*A)
+        a = max(kvb / (n*A*ea),  af / (n*F*ef)): attention's KV read, or its FLOPs (af a KV token, every layer:
+        harness/serving/model_cost.py; only MLA's absorbed attention reaches them, version 7); sb: a sequence's
+        linear-attention state, read and rewritten each step (Qwen3-Next; 0 for every other model)
         B sequences make one token each; R = KV tokens the step's attention reads
         (every sequence's context, its new token included; a slab cache reads B x the
         longest of them, version 3 below). The matmuls stream the
@@ -68,7 +71,12 @@ read it every step: +6.5% for an 8B model); weights are priced at ``weight_dtype
 at ``fp8_tflops``); a GPU's memory is its driver-reported MiB (``memory_mib``), not decimal GB. Version 6 (2026-12-06)
 takes the host's costs from the engine (``engine=NAME``, conf/engine/): o, a cost per sequence, lo, async scheduling
 (max of host and device), multi-step (host / k) and a request's front-end cost on its TTFT and E2EL (version 5:
-o = 500 us, lo = 30 us in every GPU file, in series). ``ROOFLINE_VERSION`` is in every roofline-priced job's identity
+o = 500 us, lo = 30 us in every GPU file, in series). Version 7 (2026-12-06) prices the caches that are not K and V
+(issue 45): decode attention costs the larger of its KV read and its FLOPs (MLA's absorbed attention, 242 FLOPs a
+byte for DeepSeek-V3 in bf16, is compute-bound where GQA's 8-16 is memory-bound: harness/serving/model_cost.py),
+and a linear-attention layer reads and rewrites each sequence's state every step (a prefill, once a prompt). Every
+model of K/V layers is priced as by version 6 (its attention, 1-16 FLOPs a byte, stays under a tenth of any
+GPU file's ridge, 200-500 FLOPs a byte). ``ROOFLINE_VERSION`` is in every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 
 A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
@@ -101,18 +109,14 @@ from functools import cached_property
 
 from kvbench.harness.config import Config, GpuConfig
 from kvbench.harness.errors import ConfigError
-from kvbench.harness.kv.sizes import (
-    DTYPE_BYTES, MIB, WEIGHT_DTYPE_BYTES, embedding_parameters, expert_matrix_parameters, kv_bytes_per_token,
-    parameter_count, stored_weight_bytes, weight_bytes,
-)
-from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.kv.sizes import MIB
 from kvbench.harness.serving.engine_profile import EngineSpec, engine_spec, is_offline
-from kvbench.harness.serving.layer_terms import (
-    Experts, WindowShare, window_shares, windowed_read, windowed_read_over_steps,
-)
+from kvbench.harness.serving.layer_terms import windowed_read, windowed_read_over_steps
+# What the clock needs of a model: its own module; named here too, where the clock's callers have always found them.
+from kvbench.harness.serving.model_cost import ModelCost, model_cost  # noqa: F401
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 6
+ROOFLINE_VERSION = 7
 
 # Figures that divide or scale the cost: 0 or below has no meaning.
 _POSITIVE = ("memory_mib", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
@@ -186,34 +190,6 @@ class GpuSpec:
 
 
 @dataclass(frozen=True)
-class ModelCost:
-    """What the clock needs of a model (harness/kv/sizes.py computes these from its shape)."""
-
-    params: int  # every parameter (an untied LM head and the embedding table both counted)
-    weight_bytes: int  # W: what one step streams (an untied embedding table is a lookup, not read)
-    kv_bytes_per_token: int
-    num_layers: int
-    hidden_size: int
-    elem_bytes: int  # activations' dtype
-    windows: tuple[WindowShare, ...] = ()  # sliding layers' share of the KV, per window (none: all full)
-    experts: Experts = Experts()  # routed experts (none: a dense model)
-    head_params: int = 0  # H: the LM head (vocab x hidden), the embedding table's shape (0: none counted apart)
-    tied_head: bool = False  # the LM head is the embedding table (``params`` counts it once)
-    fp8: bool = False  # weights at fp8: the matmuls run at the GPU's fp8 peak where it has one
-
-    @property
-    def active_params(self) -> int:
-        """P: parameters each token multiplies by (a mixture's dense part and k experts), less the embedding table
-        (a lookup) and the LM head (computed per row of logits: ``head_params``)."""
-        tables = self.head_params * (1 if self.tied_head else 2)
-        return self.params - self.experts.inactive_params - tables
-
-    def flops(self, tokens: int, logits_rows: int) -> float:
-        """2*P a token and 2*H a row of logits."""
-        return 2.0 * (self.active_params * tokens + self.head_params * logits_rows)
-
-
-@dataclass(frozen=True)
 class CostModel:
     """Prices the scheduler's steps: ``prefill_s(tokens)`` and ``decode_s(batch, kv_tokens_read, steps)``."""
 
@@ -248,8 +224,18 @@ class CostModel:
         return self.engine.frontend_s
 
     @cached_property
-    def _attn_s_per_token(self) -> float:  # kvb / (n*A*ea)
-        return self.model.kv_bytes_per_token / self.attn_bytes_per_s
+    def attn_flops_per_s(self) -> float:  # n*F*ef at the dense (bf16) peak: attention runs at the activations' dtype
+        g = self.gpu
+        return g.count * g.tflops * 1e12 * g.flops_efficiency
+
+    @cached_property
+    def _attn_s_per_token(self) -> float:  # max(kvb / (n*A*ea), af / (n*F*ef)): MLA's absorbed attention is the FLOPs
+        m = self.model
+        return max(m.kv_bytes_per_token / self.attn_bytes_per_s, m.attn_flops_per_token / self.attn_flops_per_s)
+
+    def state_s(self, seqs: int) -> float:
+        """``seqs`` sequences' linear-attention state read and rewritten once each (2*S*sb / (n*A)); 0 without one."""
+        return 2 * seqs * self.model.state_bytes_per_seq / self.bytes_per_s
 
     @cached_property
     def _decode_fixed(self) -> dict[int, float]:
@@ -262,7 +248,7 @@ class CostModel:
         if base is None:
             compute = self.model.flops(batch, batch) / self.flops_per_s
             base = self._decode_fixed[batch] = (self.layers_s + self.comm_s(batch)
-                                                + max(self.weights_s(batch), compute))
+                                                + max(self.weights_s(batch), compute) + self.state_s(batch))
         return base
 
     def comm_s(self, tokens: int) -> float:
@@ -289,7 +275,7 @@ class CostModel:
         """``tokens`` prompt tokens of ``prompts`` prompts (each one row of logits) in one forward."""
         compute = self.model.flops(tokens, prompts) / self.flops_per_s
         floor = self.gpu.prefill_weight_multiple * self.weights_s(tokens)
-        device = self.layers_s + max(compute, floor) + self.comm_s(tokens)
+        device = self.layers_s + max(compute, floor) + self.comm_s(tokens) + self.state_s(prompts)
         return self.engine.step_s(self.engine.host_s(prompts, decode=False), device)
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
@@ -314,7 +300,8 @@ class CostModel:
         rows = tokens + batch
         compute = self.model.flops(rows, batch + 1) / self.flops_per_s  # the decodes' logits and one prompt's
         floor = self.gpu.prefill_weight_multiple * self.weights_s(rows)
-        device = self.layers_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
+        device = (self.layers_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
+                  + self.state_s(batch + 1))  # the decodes' states and the prompt's
         return self.engine.step_s(self.engine.host_s(batch + 1, decode=False), device)  # the decodes and a prompt
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
@@ -346,36 +333,6 @@ class CostModel:
         one = base + kv_tokens_read * per_token
         grow = batch * per_token
         return [step(host, one + j * grow) for j in range(steps)]
-
-def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor",
-               weight_dtype: str = "auto") -> ModelCost:
-    """A model config's figures for ``dtype``, its KV cache stored as ``kv_dtype`` and its weights as ``weight_dtype``
-    (harness/kv/sizes.py): a step streams every stored weight but an untied embedding table."""
-    stored = stored_weight_bytes(model, dtype, weight_dtype)
-    table = embedding_parameters(model)
-    streamed = stored - (0 if model.tie_word_embeddings else table * DTYPE_BYTES[dtype])
-    matrices = dtype if weight_dtype == "auto" else weight_dtype
-    return ModelCost(params=parameter_count(model), weight_bytes=streamed,
-                     kv_bytes_per_token=kv_bytes_per_token(model, dtype, kv_dtype, kv_scale),
-                     num_layers=model.num_layers,
-                     hidden_size=model.hidden_size, elem_bytes=DTYPE_BYTES[dtype],
-                     windows=window_shares(model.layer_types, model.sliding_window),
-                     experts=_experts(model, matrices), head_params=table, tied_head=model.tie_word_embeddings,
-                     fp8=matrices == "fp8")
-
-
-def _experts(model: ModelConfig, dtype: str) -> Experts:
-    """A mixture's routed experts as stored at ``dtype`` (MXFP4 experts at their packed size); none for a dense
-    model."""
-    if not model.is_moe:
-        return Experts()
-    matrix = expert_matrix_parameters(model)  # one layer's, every expert
-    stored = (weight_bytes(model, dtype)
-              - (parameter_count(model) - model.num_layers * matrix) * WEIGHT_DTYPE_BYTES[dtype])
-    return Experts(layers=model.num_layers, count=model.num_experts, per_token=model.num_experts_per_tok,
-                   expert_bytes=round(stored / (model.num_layers * model.num_experts)),
-                   expert_params=matrix // model.num_experts)
-
 
 def gpu_spec(gpu: GpuConfig) -> GpuSpec:
     """A resolved ``GpuConfig`` (harness/config.py: every figure filled) as a validated spec."""
