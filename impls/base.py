@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -50,6 +50,39 @@ def query_slices(spans: Sequence[PrefillSpan]) -> list[slice]:
         out.append(slice(first, first + span.num_tokens))
         first += span.num_tokens
     return out
+
+
+@dataclass(frozen=True)
+class StateRows:
+    """One linear-attention layer's per-sequence state for one step (``KVCache.linear_state``), the narrow
+    interface between a state-keeping layer (harness/model/gated_delta.py) and the cache that holds its state.
+
+    ``lengths``: each sequence's rows of the step's flat batch, in row order (a decode's 1). ``read()`` gives one
+    flat row of ``capacity`` values per sequence, in the cache's dtype: the sequence's state as the last step left
+    it, zeros at its first write (a new or recomputed sequence); the layer decides how its state is laid out in
+    the row. ``write(rows)`` stores ``[N, <= capacity]`` values back (the rest of the region zeroed). A paged
+    grouped cache keeps these values in the sequence's state pages of the pool (impls/state_pages.py)."""
+
+    lengths: tuple[int, ...]
+    capacity: int
+    read: Callable[[], torch.Tensor]
+    write: Callable[[torch.Tensor], None]
+
+    @staticmethod
+    def join(parts: Sequence[StateRows]) -> StateRows:
+        """Several parts of one step (a mixed step's decodes, then its prompt chunks) as one, rows in order."""
+        if len(parts) == 1:
+            return parts[0]
+        counts = [len(p.lengths) for p in parts]
+        if len({p.capacity for p in parts}) != 1:
+            raise ValueError(f"the parts of a step hold one state size, got {[p.capacity for p in parts]}")
+
+        def write(rows: torch.Tensor) -> None:
+            for part, chunk in zip(parts, rows.split(counts)):
+                part.write(chunk)
+
+        return StateRows(tuple(n for p in parts for n in p.lengths), parts[0].capacity,
+                         lambda: torch.cat([p.read() for p in parts]), write)
 
 
 # Copies that start on a block boundary and fit in one block go block by block up to this
@@ -112,8 +145,14 @@ class KVCache(ABC):
         kv_dtype: str = "auto",
         kv_scale: str = "tensor",
         scale: float | None = None,
+        latent: bool = False,
     ) -> None:
         self.allocator = allocator
+        # MLA's latent (harness/model/deepseek.py): one kv head whose key and value are the same stored vector, so
+        # the V store IS the K store (``self.v[l] is self.k[l]``, its scales too): the bytes are the latent's, once.
+        # Every kernel attends as over any K/V pool; the model keeps the output's first kv_lora_rank values. The
+        # one cost: a write stores the rows twice into the same memory (the kernels' write takes K and V).
+        self.latent = latent
         self.bytes_per_token = bytes_per_token
         self.device = device
         # The softmax scale of every layer's attention: the model's (ModelConfig.softmax_scale), else head_dim ** -0.5.
@@ -126,7 +165,7 @@ class KVCache(ABC):
         self.kv_dtype = kv_dtype
         store = storage_dtype(kv_dtype) if is_quantized(kv_dtype) else dtype
         self.k = [torch.zeros(shape, dtype=store, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=store, device=device) for _ in range(num_layers)]
+        self.v = list(self.k) if latent else [torch.zeros(shape, dtype=store, device=device) for _ in range(num_layers)]
         # A quantized store's scales per layer (kernels/quant.py); static ones are set by the layer's
         # first write (``layer_scales``), a host flag per layer, so no step reads the device.
         self.scales: list[KVScales] | None = None
@@ -139,6 +178,8 @@ class KVCache(ABC):
         self.sinks: list[torch.Tensor | None] = [None] * num_layers
         if is_quantized(kv_dtype):
             self.scales = [KVScales.allocate(kv_scale, shape, device) for _ in range(num_layers)]
+            if latent:  # the latent's one scale (a tensor's, or a token's): K's and V's are the same rows
+                self.scales = [KVScales(sc.k, sc.k, sc.dynamic) for sc in self.scales]
 
     def set_layer_windows(self, windows: Sequence[int]) -> None:
         """Each layer's sliding window (``layer_windows``; 0: full attention), before the first step."""
@@ -236,8 +277,15 @@ class KVCache(ABC):
             write_quantized_ref(k, v, self.k[layer], self.v[layer], slot_mapping, scales)
             return k_flat, v_flat
         k_flat[slot_mapping] = k
-        v_flat[slot_mapping] = v
+        if not self.latent:  # a latent's V store is its K store, written above
+            v_flat[slot_mapping] = v
         return k_flat, v_flat
+
+    def linear_state(self, layer: int, meta: Any) -> StateRows:
+        """Linear-attention layer ``layer``'s state rows for the step ``meta`` (a ``prepare_*``'s) describes:
+        only a cache with state groups holds one (impls/grouped_paged.py under kv_manager=hybrid)."""
+        raise NotImplementedError(f"{type(self).__name__} holds no linear-attention state (layer {layer}): a "
+                                  "linear_attention layer needs a paged impl with kv_manager=hybrid")
 
     def warmup(self) -> None:
         """Compile every kernel variant a run can meet, before anything is timed (default: none)."""
@@ -253,6 +301,8 @@ class KVCache(ABC):
         """Every per-block store, ``[blocks, block_len, ...]``: K and V of every layer, and a quantized
         cache's per-token scales (a static scale is one per layer, set once: no block's own). What a
         copy-on-write and the host tier copy."""
+        if self.latent:  # the V stores and scales are the K ones: copied once
+            return [*self.k, *(sc.k for sc in self.scales or () if sc.dynamic)]
         dynamic = [t for sc in self.scales or () if sc.dynamic for t in (sc.k, sc.v)]
         return [*self.k, *self.v, *dynamic]
 
@@ -260,3 +310,29 @@ class KVCache(ABC):
         """A host tier's copies (impls/host_tier.py), stores first; only a paged cache has a tier."""
         if copies:
             raise NotImplementedError(f"{type(self).__name__} has no host tier")
+
+
+class StepAttention:
+    """What a model's layers call during one forward (harness/serving/engine.py builds one a step): ``(layer, q,
+    k, v) -> out`` attends through the cache's ``forward_prefill`` or ``forward_decode`` with the step's metadata,
+    and ``linear_state(layer)`` gives a linear-attention layer its sequences' state (``StateRows``).
+
+    ``parts``: ``(forward, meta, rows)`` in row order; a mixed step has two (its decodes' ``rows``, then its prompt
+    chunks', ``rows`` None: the rest), and each attends its own rows of q, k and v."""
+
+    def __init__(self, cache: KVCache, parts: Sequence[tuple[Callable[..., torch.Tensor], Any, int | None]]) -> None:
+        self.cache, self.parts = cache, list(parts)
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if len(self.parts) == 1:
+            forward, meta, _ = self.parts[0]
+            return forward(layer, q, k, v, meta)
+        outs, first = [], 0
+        for forward, meta, rows in self.parts:
+            end = q.shape[0] if rows is None else first + rows
+            outs.append(forward(layer, q[first:end], k[first:end], v[first:end], meta))
+            first = end
+        return torch.cat(outs)
+
+    def linear_state(self, layer: int) -> StateRows:
+        return StateRows.join([self.cache.linear_state(layer, meta) for _, meta, _ in self.parts])

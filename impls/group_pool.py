@@ -293,11 +293,17 @@ class GroupedBlockPool(GroupAdmission, GroupPrefix, FastPath):
         return self.lengths[seq_id]
 
     def max_sequence_tokens(self) -> int:
-        """A prompt is written in one chunk, into every group at once: the pool with the most groups bounds it."""
-        groups = [0] * len(self.pools)
+        """A prompt is written in one chunk, into every group at once: the pool with the most groups bounds it. A
+        state group takes its state's pages whatever the length: they come off its pool before the token groups share
+        the rest."""
+        bs = self.block_size
+        groups, states = [0] * len(self.pools), [0] * len(self.pools)
         for g in self.groups:
-            groups[g.pool] += 1
-        return min(p.num_blocks // k for p, k in zip(self.pools, groups)) * self.block_size
+            if g.kind.state_tokens is not None:
+                states[g.pool] += g.kind.state_blocks(bs)
+            else:
+                groups[g.pool] += 1
+        return min((p.num_blocks - s) // k for p, k, s in zip(self.pools, groups, states) if k) * bs
 
     def usage(self) -> CacheUsage:
         return self.usage_plus_written(0)

@@ -14,6 +14,8 @@ block). A window masks it anyway, and it holds no garbage to leak through a mask
 The device block tables start out on the null page too, so the entries past a short table of a batch read it.
 
 Each step's metadata is PagedCache's, one per group; a layer's ``forward_*`` runs PagedCache's with its group's.
+A state group (``LinearState``: Qwen3-Next's linear layers) writes no K/V: its pages hold each sequence's state,
+which a layer reads and writes through ``linear_state`` (impls/state_pages.py); its metadata stages those pages.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from typing import Sequence
 import torch
 
 from kvbench.impls.allocator import SlotCopy
-from kvbench.impls.base import KVCache, PrefillSpan, apply_slot_copies, query_slices
+from kvbench.impls.base import KVCache, PrefillSpan, StateRows, apply_slot_copies, query_slices
 from kvbench.impls.device_block_tables import DeviceBlockTables, StagedTables
 from kvbench.impls.group_pool import NULL, GroupedBlockPool
 from kvbench.impls.host_tier import HostCopies
 from kvbench.impls.paged import PagedCache, _Decode, _Prefill, _PrefillSeq
 from kvbench.impls.staging import StagingBuffer
+from kvbench.impls.state_pages import StatePages, stage_states, state_pages, state_rows
 from kvbench.kernels.quant import KVScales
 from kvbench.kernels.registry import PagedKernel
 from kvbench.kernels.validate import KernelArgumentError
@@ -37,12 +40,14 @@ from kvbench.kernels.validate import KernelArgumentError
 
 @dataclass
 class _GroupedPrefill:
-    groups: list[_Prefill]  # PagedCache's metadata of each group
+    groups: list[_Prefill]  # PagedCache's metadata of each group (a state group's has no slots: no K/V written)
+    states: StatePages | None = None  # the spans' state pages, where the pool has state groups
 
 
 @dataclass
 class _GroupedDecode:
     groups: list[_Decode]
+    states: StatePages | None = None
 
 
 class _NullMapped:
@@ -140,6 +145,8 @@ class GroupedPagedCache(PagedCache):
         self._allocate(group_layers, kv_heads, head_dim, kv_scale)
         self.windows = [getattr(groups[g].kind, "window", None) or 0 for g in self.group_of]
         self.tables_of = [_GroupTables(self.device, allocator.pools[g.pool].num_blocks) for g in groups]
+        # Groups whose pages hold a linear-attention state, not K/V per token (impls/state_pages.py).
+        self.state_groups = [g for g, group in enumerate(groups) if group.kind.state_tokens is not None]
 
     def _allocate(self, group_layers: Sequence[Sequence[int]], kv_heads: int, head_dim: int, kv_scale: str) -> None:
         """Each pool's page-layer tensors, with the null page; every layer's stores are views of its page layer's."""
@@ -151,11 +158,16 @@ class GroupedPagedCache(PagedCache):
         for p in self.allocator.pools:
             shape = (p.num_blocks + 1, bs, kv_heads, head_dim)
             k = [torch.zeros(shape, dtype=store, device=self.device) for _ in range(p.page_layers)]
-            v = [torch.zeros(shape, dtype=store, device=self.device) for _ in range(p.page_layers)]
+            # MLA's latent: the V stores are the K stores (impls/base.py KVCache), allocated and copied once
+            v = list(k) if self.latent else [torch.zeros(shape, dtype=store, device=self.device)
+                                             for _ in range(p.page_layers)]
             # Per-token scales live with their page's rows; a static scale is each layer's own (the base's).
             scales = [KVScales.allocate(kv_scale, shape, self.device) for _ in range(p.page_layers)] if dynamic else []
+            if self.latent:
+                scales = [KVScales(sc.k, sc.k, True) for sc in scales]
             pages.append((k, v, scales))
-            self.pool_stores.append([*k, *v, *(t for sc in scales for t in (sc.k, sc.v))])
+            own = (t for sc in scales for t in ((sc.k,) if self.latent else (sc.k, sc.v)))
+            self.pool_stores.append([*k, *([] if self.latent else v), *own])
         for group, ls in zip(self.allocator.groups, group_layers):
             k, v, scales = pages[group.pool]
             for j, layer in enumerate(ls):
@@ -212,17 +224,20 @@ class GroupedPagedCache(PagedCache):
         planned = []
         for g, group in enumerate(pool.groups):
             null = pool.pools[group.pool].num_blocks
-            slots = staging.add([slot for s in spans for slot in pool.group_slots(s.seq_id, g, s.start, s.end)])
+            slots = staging.add([] if g in self.state_groups else
+                                [slot for s in spans for slot in pool.group_slots(s.seq_id, g, s.start, s.end)])
             tables = []
             for s in spans:
                 table = pool.tables[s.seq_id][g]
                 tables.append(staging.add(_NullMapped(table, null)[:], torch.int32))
             planned.append((slots, tables))
+        staged = stage_states([pool.tables[s.seq_id] for s in spans], self.state_groups,
+                              [s.num_tokens for s in spans], [s.start == 0 for s in spans], staging)
         staging.upload()
         queries = query_slices(spans)
         return _GroupedPrefill([
             _Prefill(staging[slots], [_PrefillSeq(q, staging[t], s.end) for s, q, t in zip(spans, queries, tables)])
-            for slots, tables in planned])
+            for slots, tables in planned], state_pages(staged, staging))
 
     def prepare_decode(self, seq_ids: Sequence[int], staging: StagingBuffer | None = None) -> _GroupedDecode:
         pool, bs = self.allocator, self.allocator.block_size
@@ -233,12 +248,26 @@ class GroupedPagedCache(PagedCache):
         planned = []
         for g in range(len(pool.groups)):
             tables = [t[g] for t, _ in held]
-            slots = staging.add([t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)])
+            slots = staging.add([] if g in self.state_groups else
+                                [t[(n - 1) // bs] * bs + (n - 1) % bs for t, n in zip(tables, lens)])
             planned.append((slots, self.tables_of[g].stage_group(seq_ids, tables, [d[g] for _, d in held], staging)))
+        states = stage_states([t for t, _ in held], self.state_groups, [1] * len(seq_ids), [False] * len(seq_ids),
+                              staging)
         staging.upload()
         return _GroupedDecode([
             _Decode(staging[slots], self.tables_of[g].apply(staged, staging), staging[context_lens], max(lens))
-            for g, (slots, staged) in enumerate(planned)])
+            for g, (slots, staged) in enumerate(planned)], state_pages(states, staging))
+
+    # ---- a linear-attention layer's state: its sequences' state pages (impls/state_pages.py) -------------------
+    def linear_state(self, layer: int, meta: _GroupedPrefill | _GroupedDecode) -> StateRows:
+        g = self.group_of[layer]
+        if meta.states is None or g not in meta.states.pages:
+            kind = self.allocator.groups[g].kind.label
+            raise ValueError(f"layer {layer} is in a {kind} group, which keeps no linear-attention state")
+        if self.scales is not None:
+            raise ValueError(f"kv_dtype={self.kv_dtype} quantizes the pool, and a linear-attention state is kept at "
+                             "the model's dtype; allowed: kv_dtype=auto for a model with linear_attention layers")
+        return state_rows(self.k[layer], self.v[layer], meta.states, g)
 
     # ---- attention: PagedCache's, with the layer's group's metadata -------------------------------------------
     def forward_prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

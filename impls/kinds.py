@@ -63,6 +63,8 @@ class TensorSpec:
     kv_dtype: str = "auto"  # the store's format (kernels/kv_formats.py); auto: ``dtype``
     kv_scale: str = "tensor"
     scale: float | None = None  # attention's softmax scale (ModelConfig.softmax_scale); None: head_dim ** -0.5
+    # MLA's latent (impls/base.py KVCache): kv_heads 1, head_dim kv_lora_rank + qk_rope_head_dim, V aliased to K
+    latent: bool = False
 
 
 @dataclass(frozen=True)

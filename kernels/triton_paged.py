@@ -10,6 +10,11 @@ is cut into ``num_splits`` ranges; each writes a partial (max, sum, unnormalised
 fp32 scratch and ``_combine_splits_kernel`` merges them. With one split the first
 kernel writes the output directly (no scratch traffic).
 
+A head_dim that is not a power of two is padded to the next one in registers (masked loads): MLA's latent
+(576 values as one kv head, harness/model/deepseek.py) runs as 1024 lanes, 44% of them idle, and its group of
+every query head (128 for DeepSeek-V3) makes a [128, 1024] fp32 accumulator per program: more registers than a GPU
+program keeps, so it spills (a kernel shaped for MLA, as FlashMLA is, tiles the heads and the latent).
+
 Import as ``kernels.triton_paged`` (the package turns on the interpreter on CPU).
 """
 

@@ -15,7 +15,9 @@ import torch
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # The quantized stores (kernels/kv_formats.py), read only by kernels that take ``scales``.
 QUANTIZED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
-SUPPORTED_HEAD_DIMS = (64, 80, 96, 128, 256)
+# 576: MLA's latent as one kv head (DeepSeek-V2/V3, Kimi-K2: kv_lora_rank 512 + qk_rope_head_dim 64; FlashMLA's d),
+# harness/model/deepseek.py. Triton pads it to 1024 lanes (its tiles are powers of two).
+SUPPORTED_HEAD_DIMS = (64, 80, 96, 128, 256, 576)
 
 
 class KernelArgumentError(ValueError):

@@ -78,6 +78,11 @@ def validate_kv_manager(cfg: Config) -> None:
     if cfg.impl is not None:  # a linear-attention layer's state needs hybrid's grouped pool (harness/kv/groups.py)
         refusal = state_refusal(cfg.model, cfg.kv_manager, cfg.impl.cache)
         check(refusal is None, str(refusal))
+    if cfg.cuda_graph or cfg.cpu_compile:  # a linear layer's state is the eager forward's (harness/model/support.py)
+        from kvbench.harness.model.support import traced_decode_refusal
+
+        traced = traced_decode_refusal(cfg.model)
+        check(traced is None, str(traced))
     prefix = cfg.impl is not None and cfg.impl.cache == "paged" and cfg.impl.prefix_caching
     check(one or cfg.kv_manager in PREFIX_CACHING_MANAGERS or not prefix,
          prefix_caching_refusal(cfg.kv_manager, cfg.model.name))

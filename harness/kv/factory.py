@@ -15,6 +15,7 @@ from kvbench.harness.kv.budget import (
 from kvbench.harness.config import Config, ImplConfig
 from kvbench.harness.errors import ConfigError
 from kvbench.harness.kv.sizes import DTYPE_BYTES, GB, kv_bytes_per_token, torch_dtype
+from kvbench.harness.model.config import ModelConfig
 from kvbench.impls.allocator import KVAllocator
 from kvbench.impls.kinds import PoolSpec, TensorSpec, cache_kind
 from kvbench.impls.sizing import CacheSizeError
@@ -106,11 +107,28 @@ def build_allocator(impl: ImplConfig, cfg: Config, kv_bytes: int) -> KVAllocator
     return _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.allocator(spec))
 
 
+def cache_tensors(model: ModelConfig, dtype: str, device: torch.device | str, kv_dtype: str = "auto",
+                  kv_scale: str = "tensor") -> TensorSpec:
+    """The tensors a cache allocates for ``model``: K and V of every kv head, or an MLA model's latent as one kv
+    head of ``kv_lora_rank + qk_rope_head_dim`` values stored once (``latent``: V aliases K, impls/base.py;
+    harness/model/deepseek.py attends through it), at the model's softmax scale."""
+    import torch
+
+    from kvbench.harness.kv.latent import is_latent, latent_values_per_token
+    from kvbench.harness.model.config import softmax_scale
+
+    latent = is_latent(model)
+    return TensorSpec(num_layers=model.num_layers, num_heads=model.num_heads,
+                      kv_heads=1 if latent else model.num_kv_heads,
+                      head_dim=latent_values_per_token(model) if latent else model.head_dim,
+                      dtype=torch_dtype(dtype), device=torch.device(device), kv_dtype=kv_dtype, kv_scale=kv_scale,
+                      scale=softmax_scale(model), latent=latent)
+
+
 def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.device) -> KVCache:
     import torch
 
     from kvbench.impls.base import layer_windows
-    from kvbench.harness.model.config import softmax_scale
 
     free = psutil.virtual_memory().available
     in_ram = torch.device(device).type == "cpu"
@@ -119,9 +137,7 @@ def build_cache(impl: ImplConfig, cfg: Config, kv_bytes: int, device: torch.devi
     if impl.cache == "paged":  # its host tier is allocated in RAM too (pinned on a GPU), after the pool
         check_host_tier_ram(cfg, free, kv_bytes if in_ram else 0)
     m = cfg.model
-    tensors = TensorSpec(num_layers=m.num_layers, num_heads=m.num_heads, kv_heads=m.num_kv_heads,
-                         head_dim=m.head_dim, dtype=torch_dtype(cfg.dtype), device=torch.device(device),
-                         kv_dtype=cfg.kv_dtype, kv_scale=cfg.kv_scale, scale=softmax_scale(m))
+    tensors = cache_tensors(m, cfg.dtype, device, cfg.kv_dtype, cfg.kv_scale)
     cache = _sized(impl, cfg, kv_bytes, lambda kind, spec: kind.cache(spec, tensors, impl.kernel))
     windows = layer_windows(m.layer_types, m.sliding_window)
     if windows is not None:  # a sliding layer's kernels read only its window (every block kept under uniform)

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from kvbench.harness.model.llama import AttentionFn, LlamaModel, prepack_supported
+from kvbench.harness.model.support import traced_decode_refusal
 
 # Models above this many parameters are GEMM-bound: the element-wise work inductor
 # fuses is a small share of their step, and their compile is longer.
@@ -124,6 +125,8 @@ def auto_compile(model: LlamaModel, device: torch.device, decode_tokens: int) ->
     """
     if device.type != "cpu":
         return False, f"device {device.type}: cuda_graph is the GPU's way"
+    if traced_decode_refusal(model.cfg) is not None:
+        return False, "linear_attention layers: their state is read and written by the eager forward"
     if model.dtype != torch.float32:
         return False, f"dtype {model.dtype}: measured at float32 only"
     if model.fused and model.packed_kind == "kvbench":

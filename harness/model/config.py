@@ -6,14 +6,17 @@ local checkpoint folder produce the same object.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import List, Optional
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "gpt_oss", "deepseek_v2",
                  "deepseek_v3", "qwen3_next")
-# The architectures harness/model/llama.py computes token for token; the others (and any model whose layers
-# include sliding windows shorter than the run's context) load for capacity and simulated serving only.
-COMPUTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma3_text")
+# The architectures harness/model/llama.py (or a family's own module, harness/model/families.py) computes token for
+# token; the others (and any model whose layers include sliding windows shorter than the run's context) load for
+# capacity and simulated serving only.
+COMPUTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma3_text", "qwen3_next",
+                         "deepseek_v2", "deepseek_v3")
 WEIGHT_SOURCES = ("dummy", "path")
 LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 ROPE_TYPES = ("llama3", "linear", "yarn")
@@ -37,6 +40,10 @@ class RopeScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     truncate: bool = True
+    # DeepSeek's yarn: cos/sin scaled by mscale(mscale) / mscale(mscale_all_dim), the softmax scale by
+    # mscale(mscale_all_dim) squared (transformers' yarn_get_mscale, yarn_apply_mscale); 0: unset.
+    mscale: float = 0.0
+    mscale_all_dim: float = 0.0
 
 
 @dataclass
@@ -98,6 +105,14 @@ class ModelConfig:
     # the routed experts plus n_shared_experts always-on experts of moe_intermediate_size.
     first_k_dense_replace: int = 0
     n_shared_experts: int = 0
+    # DeepSeek's router (harness/model/deepseek_moe.py): the experts in n_group groups, only the topk_group best
+    # groups' experts chosen (V3 always; V2 under topk_method group_limited_greedy), the weights times
+    # routed_scaling_factor. rope_interleave: V3's rotary part in interleaved pairs (V2's always is).
+    n_group: int = 1
+    topk_group: int = 1
+    topk_method: str = "greedy"
+    routed_scaling_factor: float = 1.0
+    rope_interleave: bool = True
     # Qwen3-Next: one gated shared expert of this size beside the routed ones (0: none).
     shared_expert_intermediate_size: int = 0
     # Qwen3-Next's Gated DeltaNet ("linear_attention" layers): key and value heads and sizes, and the width of its
@@ -107,6 +122,8 @@ class ModelConfig:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
+    # Qwen3-Next: RoPE rotates the first head_dim * partial_rotary_factor dims of each q and k head (1.0: all).
+    partial_rotary_factor: float = 1.0
     # "dummy": seeded random weights; "path": safetensors from ``path``.
     weights: str = "dummy"
     # Local Hugging Face folder (config.json + *.safetensors). Setting it
@@ -137,6 +154,19 @@ class ModelConfig:
 
 def softmax_scale(model: ModelConfig) -> float:
     """The attention scores' scale, which the KV cache applies: ``query_pre_attn_scalar ** -0.5`` (Gemma 3), else
-    ``head_dim ** -0.5``. A function too, for a config still in its OmegaConf form (no properties there)."""
+    ``head_dim ** -0.5``; MLA's (DeepSeek): ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``, times yarn's
+    mscale(mscale_all_dim) squared where set. A function too, for a config still in its OmegaConf form (no
+    properties there)."""
+    if getattr(model, "kv_lora_rank", 0) > 0:
+        scaling = model.rope_scaling
+        scale = (model.qk_nope_head_dim + model.qk_rope_head_dim) ** -0.5
+        if scaling is not None and scaling.rope_type != "default" and scaling.mscale_all_dim:
+            scale *= yarn_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
+        return scale
     scalar = model.head_dim if model.query_pre_attn_scalar is None else model.query_pre_attn_scalar
     return scalar**-0.5
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """transformers' ``yarn_get_mscale``: ``0.1 mscale ln(factor) + 1`` (1 for a factor of 1 or less)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0

@@ -13,6 +13,9 @@ import importlib
 FAMILY_CLASSES: dict[str, str] = {}
 FAMILY_CLASSES["gpt_oss"] = "kvbench.harness.model.gpt_oss:GptOssModel"
 FAMILY_CLASSES["gemma3_text"] = "kvbench.harness.model.gemma3:Gemma3Model"
+FAMILY_CLASSES["deepseek_v2"] = "kvbench.harness.model.deepseek:DeepseekModel"
+FAMILY_CLASSES["deepseek_v3"] = "kvbench.harness.model.deepseek:DeepseekModel"
+FAMILY_CLASSES["qwen3_next"] = "kvbench.harness.model.qwen3_next:Qwen3NextModel"
 LLAMA = "kvbench.harness.model.llama:LlamaModel"
 
 

@@ -65,12 +65,17 @@ def _buffers(model: LlamaModel, size: int) -> _Buffers:
     def zeros(*shape: int, dt: torch.dtype = dtype) -> torch.Tensor:
         return torch.zeros(*shape, dtype=dt, device=device)
 
+    # What the cache's attention takes and gives: K and V of every kv head, or MLA's absorbed form (one kv head
+    # of the latent and its rotary key, harness/model/deepseek.py); RoPE's cos and sin stay at head_dim (MLA's
+    # rotary part).
+    latent = cfg.kv_lora_rank > 0
+    kv_heads, width = (1, cfg.kv_lora_rank + cfg.qk_rope_head_dim) if latent else (cfg.num_kv_heads, cfg.head_dim)
     return _Buffers(
         ids=zeros(size, dt=torch.long), positions=zeros(size, dt=torch.long),
         cos=zeros(size, cfg.head_dim), sin=zeros(size, cfg.head_dim),
         hidden=(zeros(size, cfg.hidden_size), zeros(size, cfg.hidden_size)),
-        q=zeros(size, cfg.num_heads, cfg.head_dim), k=zeros(size, cfg.num_kv_heads, cfg.head_dim),
-        v=zeros(size, cfg.num_kv_heads, cfg.head_dim), attn=zeros(size, cfg.num_heads, cfg.head_dim),
+        q=zeros(size, cfg.num_heads, width), k=zeros(size, kv_heads, width),
+        v=zeros(size, kv_heads, width), attn=zeros(size, cfg.num_heads, width),
         logits=zeros(size, cfg.vocab_size, dt=torch.float32),
     )
 

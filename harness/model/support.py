@@ -28,6 +28,19 @@ FAMILY_ROPE_TYPES["gpt_oss"] = ("yarn",)
 # Gemma 3 (harness/model/gemma3.py); attn_logit_softcapping (null in every Gemma 3) stays refused: no kernel computes it
 FAMILY_COMPUTES["gemma3_text"] = ("query_pre_attn_scalar", "rope_local_theta", "final_logit_softcapping", "hidden_act")
 FAMILY_ROPE_TYPES["gemma3_text"] = ("linear",)
+# DeepSeek-V2/V3, Kimi-K2 (harness/model/deepseek.py): MLA in the absorbed formulation, yarn with mscale
+FAMILY_ROPE_TYPES["deepseek_v2"] = FAMILY_ROPE_TYPES["deepseek_v3"] = ("yarn",)
+
+
+def traced_decode_refusal(cfg: ModelConfig) -> str | None:
+    """Why the model's decode cannot run traced (cuda_graph's pieces, cpu_compile's graph); None if it can. A
+    linear_attention layer (Qwen3-Next) reads and rewrites its sequences' state in the cache's pages inside the
+    layer, which neither trace holds: those models decode eagerly."""
+    if cfg.layer_types is not None and "linear_attention" in cfg.layer_types:
+        return (f"model={cfg.name} has linear_attention layers, whose state the cache hands each step to the eager "
+                "forward (harness/model/qwen3_next.py): a traced decode holds no state; allowed: cuda_graph=false "
+                "and cpu_compile=false or null")
+    return None
 
 
 def compute_refusal(cfg: ModelConfig) -> str | None:

@@ -58,6 +58,14 @@ def _dummy_std(name: str, cfg: ModelConfig) -> float | None:
         return BIAS_STD
     if name.endswith("self_attn.sinks"):
         return SINK_STD
+    if cfg.linear_num_value_heads:  # Qwen3-Next (harness/model/qwen3_next.py, gated_delta.py)
+        linear = _linear_attention_std(name, cfg)
+        if linear is not None:
+            return linear
+    if cfg.kv_lora_rank:  # MLA (harness/model/deepseek.py): each projection by its own fan-in
+        latent = _latent_std(name, cfg)
+        if latent is not None:
+            return latent
     if name == "embed_tokens.weight":
         return head_std if cfg.tie_word_embeddings else EMBED_STD
     if name == "lm_head.weight":
@@ -74,6 +82,43 @@ def _dummy_std(name: str, cfg: ModelConfig) -> float | None:
     raise AssertionError(f"no dummy scale for {name}")
 
 
+def _linear_attention_std(name: str, cfg: ModelConfig) -> float | None:
+    """Qwen3-Next's DeltaNet projections, convolution and decay parameters, and its gated shared expert (None:
+    the shared rules apply). A_log ~ N(0, BIAS_STD^2) decays the state by about exp(-softplus(a + dt_bias)) a
+    token: it forgets over a few tokens, so the state matters and stays bounded."""
+    if name.endswith(("linear_attn.A_log", "linear_attn.dt_bias")):
+        return BIAS_STD
+    if name.endswith("linear_attn.conv1d.weight"):
+        return 1.0 / math.sqrt(cfg.linear_conv_kernel_dim)
+    if name.endswith(("in_proj_qkvz.weight", "in_proj_ba.weight", "shared_expert_gate.weight",
+                      "shared_expert.gate_proj.weight", "shared_expert.up_proj.weight")):
+        return 1.0 / math.sqrt(cfg.hidden_size)
+    if name.endswith("linear_attn.out_proj.weight"):
+        values = cfg.linear_num_value_heads * cfg.linear_value_head_dim
+        return BRANCH_GAIN / math.sqrt(values * 2 * cfg.num_layers)
+    if name.endswith("shared_expert.down_proj.weight"):
+        return BRANCH_GAIN / math.sqrt(cfg.shared_expert_intermediate_size * 2 * cfg.num_layers)
+    return None
+
+
+def _latent_std(name: str, cfg: ModelConfig) -> float | None:
+    """MLA's projections and DeepSeek's router bias and shared experts (None: the shared rules apply)."""
+    if name.endswith("e_score_correction_bias"):
+        return BIAS_STD
+    if name.endswith(("q_proj.weight", "q_a_proj.weight", "kv_a_proj_with_mqa.weight",
+                      "shared_experts.gate_proj.weight", "shared_experts.up_proj.weight")):
+        return 1.0 / math.sqrt(cfg.hidden_size)
+    if name.endswith("q_b_proj.weight"):
+        return 1.0 / math.sqrt(cfg.q_lora_rank or cfg.hidden_size)
+    if name.endswith("kv_b_proj.weight"):
+        return 1.0 / math.sqrt(cfg.kv_lora_rank)
+    if name.endswith("self_attn.o_proj.weight"):
+        return BRANCH_GAIN / math.sqrt(cfg.num_heads * cfg.v_head_dim * 2 * cfg.num_layers)
+    if name.endswith("shared_experts.down_proj.weight"):
+        return BRANCH_GAIN / math.sqrt(max(1, cfg.moe_intermediate_size * cfg.n_shared_experts) * 2 * cfg.num_layers)
+    return None
+
+
 def init_dummy_weights(model: LlamaModel, seed: int) -> None:
     """Seeded, in place, on the model's device: same seed + device => same weights.
 
@@ -85,7 +130,8 @@ def init_dummy_weights(model: LlamaModel, seed: int) -> None:
     for name, param in model.named_parameters():
         std = _dummy_std(name, model.cfg)
         if std is None:  # a unit norm: weight 1, or 0 where the norm scales by 1 + weight (Gemma's UNIT_NORM_WEIGHT)
-            param.fill_(getattr(model, "UNIT_NORM_WEIGHT", 1.0))
+            per_norm = getattr(model, "unit_norm_weight", None)  # a family whose norms differ (Qwen3-Next)
+            param.fill_(per_norm(name) if per_norm is not None else getattr(model, "UNIT_NORM_WEIGHT", 1.0))
         else:
             param.normal_(0.0, std, generator=gen)
 
@@ -132,9 +178,10 @@ def _target(hf_name: str, cfg: ModelConfig) -> tuple[str, int, int | None]:
     """
     name = hf_name.removeprefix("model.")
     m = re.fullmatch(r"(layers\.\d+\.self_attn)\.([qkv])_proj\.(weight|bias)", name)
-    if m:
-        start = {"q": 0, "k": cfg.q_size, "v": cfg.q_size + cfg.kv_size}[m[2]]
-        rows = cfg.q_size if m[2] == "q" else cfg.kv_size
+    if m and not cfg.kv_lora_rank:  # MLA's q_proj (V2-Lite) is its own module (harness/model/deepseek.py)
+        q_rows = cfg.q_size * (2 if cfg.architecture == "qwen3_next" else 1)  # Qwen3-Next: each head's query and gate
+        start = {"q": 0, "k": q_rows, "v": q_rows + cfg.kv_size}[m[2]]
+        rows = q_rows if m[2] == "q" else cfg.kv_size
         return f"{m[1]}.qkv_proj.{m[3]}", start, rows
     m = re.fullmatch(r"(layers\.\d+\.mlp)\.(gate|up)_proj\.weight", name)
     if m:
@@ -149,6 +196,13 @@ def _target(hf_name: str, cfg: ModelConfig) -> tuple[str, int, int | None]:
             return f"{m[1]}.down_proj", expert * cfg.hidden_size, cfg.hidden_size
         return f"{m[1]}.gate_up_proj", expert * 2 * size + (size if m[3] == "up" else 0), size
     return name, 0, None
+
+
+def _extra_layer(hf_name: str, cfg: ModelConfig) -> bool:
+    """A DeepSeek-V3 tensor of a layer past num_hidden_layers (the published checkpoint's layer 61 is its
+    multi-token-prediction module, which transformers' ``_keys_to_ignore_on_load_unexpected`` skips)."""
+    m = re.match(r"model\.layers\.(\d+)\.", hf_name)
+    return cfg.architecture == "deepseek_v3" and m is not None and int(m[1]) >= cfg.num_layers
 
 
 @contextlib.contextmanager
@@ -181,6 +235,8 @@ def load_safetensors_weights(model: LlamaModel, path: str) -> None:
             for hf_name in f.keys():
                 if hf_name.endswith("rotary_emb.inv_freq") or hf_name.startswith(VISION_PREFIXES):
                     continue  # derived from the config, saved by old transformers; a vision tower kvbench runs not
+                if _extra_layer(hf_name, cfg):
+                    continue  # DeepSeek-V3's multi-token-prediction layer: transformers does not load it either
                 target, start, rows = _target(_language_model_name(hf_name), cfg)
                 if target == "lm_head.weight" and cfg.tie_word_embeddings:
                     continue  # some tied checkpoints store a copy of the embedding

@@ -37,7 +37,7 @@ from kvbench.harness.serving.sequence import Sequence
 from kvbench.harness.serving.timeline import StepRecord
 from kvbench.harness.serving.workload import Request
 from kvbench.harness.measure.kv_peaks import KVPeaks
-from kvbench.impls.base import KVCache, PrefillSpan
+from kvbench.impls.base import KVCache, PrefillSpan, StepAttention
 from kvbench.impls.staging import StagingBuffer
 
 # (the sequences of a step, their logits rows) -> the token each one is fed next
@@ -119,7 +119,7 @@ class Engine:
         """The model over staged ``ids`` and ``positions`` (``staging`` uploaded); every layer attends
         through ``attend`` (the cache's ``forward_prefill`` or ``forward_decode``) with ``meta``."""
         at = staging[logits_at] if logits_at is not None else None
-        return self.model(staging[ids], staging[positions], lambda layer, q, k, v: attend(layer, q, k, v, meta), at)
+        return self.model(staging[ids], staging[positions], StepAttention(self.cache, [(attend, meta, None)]), at)
 
     def _decode_forward(self, staging: StagingBuffer, ids: int, positions: int, meta: Any, batch: int):
         if self.compiled is not None:
@@ -274,12 +274,10 @@ class Engine:
             # Two metadata uploads: the decode's with the step's own fields, then the chunks'.
             decode_meta = self.cache.prepare_decode([s.seq_id for s in decodes], staging)
             prefill_meta = self.cache.prepare_prefill(spans, StagingBuffer(self.device))
-            b, cache = len(decodes), self.cache
-
-            def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return torch.cat([cache.forward_decode(layer, q[:b], k[:b], v[:b], decode_meta),
-                                  cache.forward_prefill(layer, q[b:], k[b:], v[b:], prefill_meta)])
-
+            cache = self.cache
+            # the decodes' rows first, then the chunks': each part attends its own through its kernel
+            attend = StepAttention(cache, [(cache.forward_decode, decode_meta, len(decodes)),
+                                           (cache.forward_prefill, prefill_meta, None)])
             logits = self.model(staging[ids_h], staging[positions_h], attend, staging[rows_h])
         else:
             meta = self.cache.prepare_prefill(spans, staging)

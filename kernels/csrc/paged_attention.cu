@@ -179,6 +179,7 @@ int dispatch_head_dim(int head_dim, const DecodeParams& p, int batch, int kv_hea
     case 96: return dispatch_heads<T, C, 96>(p, batch, kv_heads, stream);
     case 128: return dispatch_heads<T, C, 128>(p, batch, kv_heads, stream);
     case 256: return dispatch_heads<T, C, 256>(p, batch, kv_heads, stream);
+    case 576: return dispatch_heads<T, C, 576>(p, batch, kv_heads, stream);  // MLA's latent + rotary key, one kv head
     default: return kErrHeadDim;
   }
 }

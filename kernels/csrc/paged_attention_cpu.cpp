@@ -78,6 +78,7 @@ KVBENCH_INLINE float dot(const float* __restrict__ a, const float* __restrict__ 
     case 96: return dot_fixed<96>(a, b);
     case 128: return dot_fixed<128>(a, b);
     case 256: return dot_fixed<256>(a, b);
+    case 576: return dot_fixed<576>(a, b);  // MLA's latent + rotary key (DeepSeek)
     default: {
       float s = 0.f;
       for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
@@ -93,6 +94,7 @@ KVBENCH_INLINE void axpy(float* __restrict__ y, float a, const float* __restrict
     case 96: return axpy_fixed<96>(y, a, x);
     case 128: return axpy_fixed<128>(y, a, x);
     case 256: return axpy_fixed<256>(y, a, x);
+    case 576: return axpy_fixed<576>(y, a, x);
     default:
       for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
   }

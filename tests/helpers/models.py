@@ -84,6 +84,37 @@ GEMMA3_CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                            rope_local_base_freq=2000.0, final_logit_softcapping=30.0,
                                            rope_scaling=dict(rope_type="linear", factor=4.0))),
 }
+# Qwen3-Next token for token (harness/model/qwen3_next.py): three Gated DeltaNet layers and a gated full-attention one
+# (full_attention_interval 4), head_dim 64 for the kernels, RoPE on a quarter of it, value heads twice the key heads
+# with a value size (24) that is not the key size (16), and 2 of 6 experts a token beside the gated shared expert.
+QWEN3_NEXT_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen3-next": ("qwen3_next", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_hidden_layers=4,
+                                      linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                                      linear_value_head_dim=24, linear_conv_kernel_dim=4, num_experts=6,
+                                      num_experts_per_tok=2, moe_intermediate_size=24,
+                                      shared_expert_intermediate_size=32, norm_topk_prob=True)),
+}
+# DeepSeek token for token (harness/model/deepseek.py): MLA with a latent of 64 and a rotary key of 16 (the cache's one
+# kv head of 80 values), K 32 + 16 and V 24 per head; V3 with a q latent, interleaved rotary pairs, yarn with both
+# mscale keys, 2 of 8 experts in 4 groups (2 groups kept) plus a shared expert after one dense layer; V2-Lite-like
+# with one q_proj, 2 heads, softmax greedy routing over 6 experts and 2 shared ones.
+DEEPSEEK_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "deepseek-v3": ("deepseek_v3", dict(num_attention_heads=4, num_hidden_layers=3, q_lora_rank=48, kv_lora_rank=64,
+                                        qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=24, n_routed_experts=8,
+                                        num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
+                                        moe_intermediate_size=24, first_k_dense_replace=1, routed_scaling_factor=2.5,
+                                        norm_topk_prob=True, rope_interleave=True,
+                                        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                                             original_max_position_embeddings=128, mscale=0.9,
+                                                             mscale_all_dim=0.8))),
+    "deepseek-v2-lite": ("deepseek_v2", dict(num_attention_heads=2, num_hidden_layers=2, q_lora_rank=None,
+                                             kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=24,
+                                             n_routed_experts=6, num_experts_per_tok=2, n_shared_experts=2,
+                                             moe_intermediate_size=24, first_k_dense_replace=1, topk_method="greedy",
+                                             rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                                                  original_max_position_embeddings=128, mscale=0.707,
+                                                                  mscale_all_dim=0.707))),
+}
 HF_CLASSES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
@@ -92,6 +123,9 @@ HF_CLASSES = {
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
     "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
+    "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM"),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM"),
 }
 
 
@@ -100,7 +134,8 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
     every logit ~0 and the comparison vacuous); norms random too, to catch swaps."""
     import transformers
 
-    arch, extra = {**HF_CASES, **SIZE_CASES, **WINDOW_CASES, **GPT_OSS_CASES, **GEMMA3_CASES}[case]
+    arch, extra = {**HF_CASES, **SIZE_CASES, **WINDOW_CASES, **GPT_OSS_CASES, **GEMMA3_CASES,
+                    **QWEN3_NEXT_CASES, **DEEPSEEK_CASES}[case]
     config_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
     shape = dict(
         vocab_size=160,
@@ -118,7 +153,9 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_((0.0 if gemma else 1.0) + 0.3 * torch.randn_like(p))
+                # Qwen3-Next's norms scale by 1 + w too, but for its DeltaNet's gated norm (a plain weight)
+                centred = gemma or (arch == "qwen3_next" and not name.endswith("linear_attn.norm.weight"))
+                p.copy_((0.0 if centred else 1.0) + 0.3 * torch.randn_like(p))
             elif name.endswith(".bias"):
                 p.normal_(0.0, 0.3)
             elif "embed_tokens" in name:
@@ -127,6 +164,9 @@ def make_hf_model(case: str, seed: int = 0) -> Any:
                 p.normal_(0.0, 0.3)
             else:
                 p.normal_(0.0, p.shape[1] ** -0.5)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek-V3's router bias (a buffer: zeros otherwise)
+                b.normal_(0.0, 0.3)
     return model
 
 

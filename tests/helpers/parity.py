@@ -7,11 +7,13 @@ checkpoint case (tests/helpers/models.py) and its assertions."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from kvbench.harness.kv.factory import cache_tensors
 from kvbench.harness.kv.groups import kv_groups, layer_bytes_per_token, split_pool_bytes
 from kvbench.harness.model.config import ModelConfig
 from kvbench.harness.model.hf_config import resolve_model_config
@@ -41,23 +43,30 @@ def model_and_hf(case: str, folder: Path):
     return cfg, build_model(cfg, torch.float32, "cpu", seed=0), hf
 
 
-def _tensors(cfg: ModelConfig, scale: float | None) -> TensorSpec:
-    return TensorSpec(num_layers=cfg.num_layers, num_heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
-                      head_dim=cfg.head_dim, dtype=torch.float32, device=torch.device("cpu"),
-                      scale=cfg.softmax_scale if scale is None else scale)
+def _tensors(cfg: ModelConfig, scale: float | None, kv_dtype: str = "auto") -> TensorSpec:
+    """What the factory allocates for ``cfg`` (an MLA model's latent as one kv head, stored once), at float32."""
+    spec = cache_tensors(cfg, "float32", "cpu", kv_dtype)
+    return spec if scale is None else replace(spec, scale=scale)
+
+
+def _set_windows(cache: KVCache, cfg: ModelConfig) -> None:
+    """The model's sliding windows, if it has a sliding layer (None: every layer attends to every key)."""
+    windows = layer_windows(cfg.layer_types, cfg.sliding_window)
+    if windows is not None:
+        cache.set_layer_windows(windows)
 
 
 def uniform_cache(cfg: ModelConfig, impl: str, block_size: int, scale: float | None = None,
-                  windows: bool = True) -> KVCache:
-    """``impl``'s cache with every layer cached whole (kv_manager=uniform); the model's windows mask unless
-    ``windows`` is False; the model's softmax scale unless ``scale`` is given."""
+                  windows: bool = True, kv_dtype: str = "auto") -> KVCache:
+    """``impl``'s cache with every layer cached whole (kv_manager=uniform), four sequences of MAX_SEQ_LEN tokens;
+    the model's windows mask unless ``windows`` is False; the model's softmax scale unless ``scale`` is given."""
     kind, kernel = IMPLS[impl]
-    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
+    per_token = cfg.num_layers * layer_bytes_per_token(cfg, "float32", kv_dtype)
     spec = PoolSpec(kv_bytes=4 * MAX_SEQ_LEN * per_token, bytes_per_token=per_token, max_seq_len=MAX_SEQ_LEN,
                     block_size=block_size, max_num_seqs=4, min_tokens=1, watermark=0.0, prefix_caching=False)
-    cache = cache_kind(kind).cache(spec, _tensors(cfg, scale), kernel)
+    cache = cache_kind(kind).cache(spec, _tensors(cfg, scale, kv_dtype), kernel)
     if windows:
-        cache.set_layer_windows(layer_windows(cfg.layer_types, cfg.sliding_window))
+        _set_windows(cache, cfg)
     return cache
 
 
@@ -73,7 +82,7 @@ def grouped_cache(cfg: ModelConfig, manager: str, kernel: str, block_size: int) 
                     pool_kv_bytes=tuple(pools), layer_bytes=layer, group_layers=tuple(g.layers for g in groups))
     cache = cache_kind("paged").cache(spec, _tensors(cfg, None), kernel)
     assert isinstance(cache, GroupedPagedCache)
-    cache.set_layer_windows(layer_windows(cfg.layer_types, cfg.sliding_window))
+    _set_windows(cache, cfg)
     return cache
 
 

@@ -56,7 +56,9 @@ def test_deepseek_fields_are_transformers(tmp_path: Path, config_class: str, arc
         assert getattr(cfg, key) == getattr(hf, key), key
     assert cfg.num_experts == hf.n_routed_experts and cfg.norm_topk_prob == bool(hf.norm_topk_prob)
     assert cfg.layer_types is None  # every layer caches a latent
-    assert compute_refusal(cfg) is not None and "scenario=capacity" in compute_refusal(cfg)
+    assert (cfg.n_group, cfg.topk_group) == ((hf.n_group, hf.topk_group) if arch == "deepseek_v3" else (1, 1))
+    assert cfg.routed_scaling_factor == hf.routed_scaling_factor
+    assert compute_refusal(cfg) is None  # harness/model/deepseek.py computes it
 
 
 def test_kimi_k2s_model_type_reads_as_deepseek_v3(tmp_path: Path) -> None:
@@ -86,7 +88,8 @@ def test_qwen3_next_fields_are_transformers(tmp_path: Path) -> None:
                 "linear_conv_kernel_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                 "shared_expert_intermediate_size", "head_dim", "num_kv_heads"):
         assert getattr(cfg, key) == getattr(hf, {"num_kv_heads": "num_key_value_heads"}.get(key, key)), key
-    assert cfg.qk_norm and compute_refusal(cfg) is not None
+    assert cfg.qk_norm and compute_refusal(cfg) is None  # computed: harness/model/qwen3_next.py
+    assert cfg.partial_rotary_factor == hf.rope_parameters["partial_rotary_factor"] == 0.25
 
 
 def test_qwen3_next_interval_without_layer_types(tmp_path: Path) -> None:
@@ -100,6 +103,8 @@ def test_qwen3_next_interval_without_layer_types(tmp_path: Path) -> None:
     ({"mlp_only_layers": [0]}, "mlp_only_layers"),
     ({"linear_num_value_heads": 3}, "multiple of linear_num_key_heads"),
     ({"linear_conv_kernel_dim": 0}, "linear_conv_kernel_dim=0"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1e-4}},
+     r"partial_rotary_factor=0.0001: RoPE must rotate an even number of dims"),
 ])
 def test_qwen3_next_refusals_name_the_key(tmp_path: Path, change: dict, match: str) -> None:
     raw = {**TINY, **NEXT, "model_type": "qwen3_next", **change}
@@ -118,4 +123,6 @@ def test_named_configs_load_for_sizing_only(name: str) -> None:
     arch, layers, latent, linear = PUBLISHED[name]
     assert (cfg.architecture, cfg.num_layers, cfg.kv_lora_rank) == (arch, layers, latent)
     assert sum(t == "linear_attention" for t in cfg.layer_types or ()) == linear
-    assert "scenario=capacity" in compute_refusal(cfg)
+    # every family here is computed token for token now (harness/model/deepseek.py, qwen3_next.py)
+    assert compute_refusal(cfg) is None
+    assert cfg.partial_rotary_factor == (0.25 if arch == "qwen3_next" else 1.0)
