@@ -46,8 +46,7 @@ def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     keys = _keys(wall, PAIR)
     keys = [k for k in keys if k in sim] + ["request_rate"]
     cols = [c for c in (*FIGURES, "achieved_rps", "preemptions", "run_dir") if c in wall]
-    both = wall[keys + cols].merge(sim[keys + [c for c in (*FIGURES, "clock_source", "run_dir", "machine_speed")
-                                               if c in sim]], on=keys,
+    both = wall[keys + cols].merge(sim[keys + [c for c in (*FIGURES, "clock_source", "run_dir") if c in sim]], on=keys,
                                    suffixes=("_wall", "_sim"))
     if both.empty:
         return both
@@ -155,19 +154,6 @@ def _drift_lines(rows: pd.DataFrame) -> list[str]:
             f"less 1, median over the points) was: {said}.\n"]
 
 
-def _speed_lines(pairs: pd.DataFrame) -> list[str]:
-    """What the machine speed column means, where a pair has one."""
-    if pairs.empty or "machine_speed" not in pairs or pairs["machine_speed"].isna().all():
-        return []
-    speeds = pairs["machine_speed"].dropna()
-    return [f"Machine speed: a validating job times a few points of its grid right before its first wall run and "
-            f"after each one, and prices that run's simulated twin on its profile times the machine's speed around "
-            f"it (harness/scenarios/machine_speed.py: on these shared machines the same steps ran 1.4x slower in "
-            f"one run than in the next, at every batch size). Here it ranged x{speeds.min():.2f}-x{speeds.max():.2f}: "
-            f"what the errors above measure is the clock's own (interpolation, batch composition, the queue), not "
-            f"the machine's.\n"]
-
-
 def step_prices(steps: pd.DataFrame) -> pd.DataFrame:
     """Per validating job, impl, scheduling and step kind (over its rates): its wall runs' steps as the
     profile the same job measured priced them (``price_s``, written by the job), against each step's wall
@@ -238,20 +224,18 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
                             ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
                          saturated=pairs["saturated"].map({True: "yes", False: "no"}),
                          one_process=pairs["same_process"].map({True: "yes", False: "no"}),
-                         drift_said=_drift_said(pairs),
-                         speed=pairs.get("machine_speed", pd.Series(float("nan"), index=pairs.index)).map(
-                             lambda v: "–" if pd.isna(v) else f"x{v:.2f}"))
+                         drift_said=_drift_said(pairs))
         parts.append(md_table(pick(t, {
             "device_slug": "device", "model": "model", "impl": "impl", "chunked": "chunked prefill",
             "request_rate": "offered req/s",
             "achieved_rps": "achieved req/s", "saturated": "saturated", "one_process": "one process",
-            "drift_said": "drift", "speed": "machine speed",
+            "drift_said": "drift",
             "tpot_ms_p50_wall": "TPOT p50 ms wall", "tpot_ms_p50_sim": "simulated", "tpot_ms_p50 err": "error",
             "e2el_ms_p50_wall": "E2EL p50 ms wall", "e2el_ms_p50_sim": "simulated", "e2el_ms_p50 err": "error ",
             "ttft_ms_p50_wall": "TTFT p50 ms wall", "ttft_ms_p50_sim": "simulated", "ttft_ms_p50 err": "error  ",
             "tpot_ms_p99 err": "TPOT p99 error", "e2el_ms_p99 err": "E2EL p99 error", "ttft_ms_p99 err": "TTFT p99 error",
         })))
-    parts += _drift_lines(rows) + _speed_lines(pairs)
+    parts += _drift_lines(rows)
     if steps is not None:
         parts += _step_lines(steps)
     if not rates.empty:

@@ -50,10 +50,6 @@ SERVICE_COLUMNS = [
           "largest batch x context"),
         C("profile_drift", "float", "fraction", "scenario=profile with scenario.wall: re-timed points over first "
           "timed ones, less 1, at the job's end"),
-        C("machine_speed", "float", "ratio", "scenario=profile with scenario.wall, a simulated row: the machine's "
-          "step times around the wall run it is compared with, over the whole profile's (a few grid points timed "
-          "before and after that run; harness/scenarios/machine_speed.py); every step was priced at the profile "
-          "times this"),
     ),
     *group(
         _M, "KV data type accuracy",

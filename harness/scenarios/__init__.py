@@ -4,8 +4,8 @@ A scenario's ``run`` receives the pieces of its job that its signature names (co
 ``job`` (job_run.py: config, run folder, memo, identifiers), ``workload`` (job_workload.py), ``compute``
 (compute.py: the model), ``budget`` (job_budget.py: the measured KV budget), ``out`` (outputs.py: side
 tables and tokens); context.py assembles them. profile_grid.py holds the grid scenario=profile measures
-and how; wall_check.py, the wall runs a validating profile job serves, and machine_speed.py, the machine's
-speed around each (scenario=profile's parts, beside it). A scenario module imports serving/, kv/, measure/, model/ and the schema at call time (its top
+and how; wall_check.py, the wall runs a validating profile job serves (scenario=profile's parts, beside
+it). A scenario module imports serving/, kv/, measure/, model/ and the schema at call time (its top
 stays light: reading a config never loads torch); nothing from job/ or front/.
 """
 
@@ -17,8 +17,7 @@ from functools import cache
 from types import ModuleType
 
 # modules of this package that are not scenarios: a job's pieces and their assembly, and scenario=profile's parts
-NOT_SCENARIOS = ("compute", "context", "job_budget", "job_run", "job_workload", "machine_speed", "outputs", "profile_grid",
-                 "wall_check")
+NOT_SCENARIOS = ("compute", "context", "job_budget", "job_run", "job_workload", "outputs", "profile_grid", "wall_check")
 
 
 def module(name: str) -> ModuleType:

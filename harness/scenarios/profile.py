@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Callable, List
 
 from kvbench.harness.config import ImplConfig, ScenarioConfig
 from kvbench.harness.errors import ConfigError
-from kvbench.harness.scenarios.machine_speed import SpeedProbe
 from kvbench.harness.scenarios.profile_grid import GridSampler, grid_batches, grid_contexts, grid_prefill, profile_grid
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
@@ -161,19 +160,16 @@ def made_by(job: JobRun, impl: ImplConfig) -> Provenance:
 
 
 def _simulated(job: JobRun, compute: Compute, impl: ImplConfig, points: ProfilePoints, rate: float,
-               chunked_budget: int | None = None, speed: float | None = None) -> dict:
+               chunked_budget: int | None = None) -> dict:
     """The job's workload at ``rate`` on the profiled clock, as a capacity run prices it; with
-    ``chunked_budget``, scheduled with chunked prefill under that many tokens a step; with ``speed``, every step
-    priced that many times its profile (the machine's speed around the wall run it is compared with:
-    harness/scenarios/machine_speed.py). The row names the profile it was priced from either way."""
+    ``chunked_budget``, scheduled with chunked prefill under that many tokens a step."""
     from kvbench.harness.scenarios.capacity import simulated_row
     from kvbench.harness.scenarios.wall_check import at_rate, probe_identifiers
-    from kvbench.harness.serving.profiled_clock import ProfiledClock, profile_id
+    from kvbench.harness.serving.profiled_clock import ProfiledClock
 
     probe = at_rate(job, compute, rate, chunked_budget)
-    clock = ProfiledClock(points if speed is None else points.scaled(speed))
-    row = probe.call(simulated_row, impl, clock=clock, source=profile_id(points))
-    return {**row, **probe_identifiers(probe, impl), **({} if speed is None else {"machine_speed": speed})}
+    clock = ProfiledClock(points)
+    return {**probe.call(simulated_row, impl, clock=clock, source=clock.id), **probe_identifiers(probe, impl)}
 
 
 def recheck(job: JobRun, workload: JobWorkload, compute: Compute, impl: ImplConfig) -> list[dict]:
@@ -223,10 +219,6 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, out: Outputs, impl
     # machine over the minutes they do (on the 2-core CPU machines its speed moved 5-15% within a job's few
     # minutes, with no other process in sight).
     tasks = walls.tasks() if sc.wall else []
-    # the machine's speed around each wall run: its simulated twin is priced at it (machine_speed.py says why)
-    speed = SpeedProbe(job, workload, compute, impl, sampler.grid) if tasks else None
-    if speed is not None:
-        tasks = speed.bracket(tasks, len(runs))
     seen: list = []  # the CPU each pass got
     measure_pass = _probed(job, sampler.measure_pass, seen)
     measure_pass()
@@ -247,8 +239,7 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, out: Outputs, impl
     for i, (rate, budget) in enumerate(runs):  # each rate on both clocks, the wall row first
         if i in walls.rows:
             result.append(walls.rows[i])
-        result.append(_simulated(job, compute, impl, points, rate, budget,
-                                 None if speed is None else speed.speed(i, rows)))
+        result.append(_simulated(job, compute, impl, points, rate, budget))
     if sc.max_rate:
         # Both searches' probes in the job's rate_probes table, told apart by ``clock``: where the two
         # clocks' verdicts part, and by how much normalized latency.

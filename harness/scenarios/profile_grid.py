@@ -123,7 +123,6 @@ class GridSampler:
     def __init__(self, job: JobRun, workload: JobWorkload, compute: Compute, impl: ImplConfig,
                  grid: tuple[list[int], list[int], list[int]]) -> None:
         batches, contexts, prefill = grid
-        self.grid = grid
         self.job, self.compute, self.impl = job, compute, impl
         self.keys: list[Key] = [("decode", b, c) for b in batches for c in contexts] + [("prefill", t, 0) for t in prefill]
         self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []

@@ -92,12 +92,6 @@ class ProfilePoints:
     decode: tuple[tuple[int, float, float], ...]  # (batch, mean context, seconds)
     prefill: tuple[tuple[int, float], ...]  # (tokens, seconds)
 
-    def scaled(self, factor: float) -> ProfilePoints:
-        """Every step ``factor`` times as long: the same machine running slower (> 1) or faster
-        (harness/scenarios/machine_speed.py)."""
-        return ProfilePoints(tuple((b, c, s * factor) for b, c, s in self.decode),
-                             tuple((t, s * factor) for t, s in self.prefill))
-
 
 def profile_id(points: ProfilePoints) -> str:
     """A short digest of the points: what a row names as its clock (the same points, the same id)."""
