@@ -8,9 +8,14 @@ tokens near-ties), so every engine's greedy tokens are decided by clear margins.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from kvbench.harness.model.config import ModelConfig
+from kvbench.harness.model.hf_config import resolve_model_config
 
 # conf/model/<name>.yaml's shapes, as transformers.LlamaConfig keywords
 SHAPES: dict[str, dict] = {
@@ -41,3 +46,15 @@ def write_llama_checkpoint(folder: Path, shape: str = "tiny-llama", seed: int = 
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     return folder
+
+
+def write_config(folder: Path, raw: dict[str, Any]) -> Path:
+    """A model folder with only ``raw`` as its config.json (what scenarios that compute nothing need)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(raw))
+    return folder
+
+
+def read_config(folder: Path) -> ModelConfig:
+    """``model.path=folder`` as kvbench reads it."""
+    return resolve_model_config(ModelConfig(path=str(folder)))

@@ -7,6 +7,7 @@ checkpoint case (tests/helpers/models.py) and its assertions."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -116,3 +117,11 @@ def parity_case(case: str, folder: Path, shapes: Sequence[tuple[int, int]] = SHA
     cfg, model, hf = model_and_hf(case, folder)
     requests = random_requests(cfg.vocab_size, shapes)
     return cfg, model, hf, requests, hf_tokens(hf, requests)
+
+
+def served_tokens(run_dir: Path) -> tuple[dict[int, list[int]], list[Request]]:
+    """A run folder's tokens.jsonl: each request's output tokens, and the requests (its prompt, its output length)
+    it served, to ask transformers for the same."""
+    records = [json.loads(line) for line in (run_dir / "tokens.jsonl").read_text().splitlines()]
+    requests = [Request(r["request_id"], tuple(r["prompt_ids"]), len(r["output_ids"])) for r in records]
+    return {r["request_id"]: r["output_ids"] for r in records}, requests

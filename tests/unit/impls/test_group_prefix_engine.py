@@ -10,14 +10,12 @@ import torch
 
 from kvbench.harness.kv.groups import kv_groups
 from kvbench.harness.model.config import ModelConfig
-from kvbench.harness.model.hf_config import resolve_model_config
-from kvbench.harness.model.weights import build_model
 from kvbench.harness.serving.engine import Engine
 from kvbench.harness.serving.request import Request
 from kvbench.impls.base import layer_windows
 from kvbench.impls.group_pool import PoolGroup
 from kvbench.impls.kinds import PoolSpec, TensorSpec, cache_kind
-from tests.helpers.models import make_hf_model
+from tests.helpers.parity import hf_tokens, model_and_hf
 
 pytest.importorskip("transformers")
 
@@ -28,23 +26,12 @@ SHAPES = [(40, 5, 20), (40, 9, 12), (33, 2, 30), (40, 0, 8), (17, 20, 10), (40, 
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gemma3-prefix")
-    hf = make_hf_model("gemma3-sliding", seed=3)
-    hf.save_pretrained(folder)
-    hf.generation_config.eos_token_id = None
-    cfg = resolve_model_config(ModelConfig(path=str(folder)))
+    cfg, model, hf = model_and_hf("gemma3-sliding", tmp_path_factory.mktemp("gemma3-prefix"))
     gen = torch.Generator().manual_seed(5)
     shared = torch.randint(0, cfg.vocab_size, (40,), generator=gen).tolist()
     requests = [Request(i, tuple(shared[:p] + torch.randint(0, cfg.vocab_size, (t,), generator=gen).tolist()), o)
                 for i, (p, t, o) in enumerate(SHAPES)]
-    want = {}
-    for r in requests:
-        ids = torch.tensor([r.prompt_ids])
-        with torch.no_grad():
-            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=r.output_len,
-                              min_new_tokens=r.output_len, do_sample=False, pad_token_id=0)
-        want[r.request_id] = out[0, ids.shape[1]:].tolist()
-    return cfg, build_model(cfg, torch.float32, "cpu", seed=0), requests, want
+    return cfg, model, requests, hf_tokens(hf, requests)
 
 
 def _cache(cfg: ModelConfig):

@@ -10,21 +10,13 @@ from typing import Any
 import pytest
 
 from kvbench.harness.errors import ConfigError
+from tests.helpers.checkpoints import read_config as read
+from tests.helpers.checkpoints import write_config as write
 from kvbench.harness.model.config import ModelConfig
 from kvbench.harness.model.hf_config import resolve_model_config
 from tests.helpers.models import HF_CASES, SIZE_CASES, make_hf_model
 
 transformers = pytest.importorskip("transformers")
-
-
-def read(folder: Path) -> ModelConfig:
-    return resolve_model_config(ModelConfig(path=str(folder)))
-
-
-def write(folder: Path, raw: dict[str, Any]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(raw))
-    return folder
 
 
 @pytest.mark.parametrize("case", ["qwen3", "qwen3-moe", *SIZE_CASES])

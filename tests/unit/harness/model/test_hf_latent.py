@@ -4,13 +4,14 @@ one clear error for what is not supported."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvbench.harness.errors import ConfigError
+from tests.helpers.checkpoints import read_config as read
+from tests.helpers.checkpoints import write_config as write
 from kvbench.harness.model.config import ModelConfig
 from kvbench.harness.model.hf_config import resolve_model_config
 from kvbench.harness.model.support import compute_refusal
@@ -26,16 +27,6 @@ MLA = dict(kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_di
 NEXT = dict(num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
             linear_key_head_dim=8, linear_value_head_dim=12, linear_conv_kernel_dim=3, num_experts=8,
             num_experts_per_tok=2, moe_intermediate_size=20, shared_expert_intermediate_size=24)
-
-
-def read(folder: Path) -> ModelConfig:
-    return resolve_model_config(ModelConfig(path=str(folder)))
-
-
-def write(folder: Path, raw: dict[str, Any]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(raw))
-    return folder
 
 
 def saved(tmp_path: Path, config_class: str, **keys: Any) -> tuple[Any, ModelConfig]:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kvbench.harness.serving.engine import Engine
-from kvbench.harness.serving.request import Request
 from tests.helpers.models import DEEPSEEK_CASES
+from tests.helpers.parity import served_tokens
 from tests.helpers.parity import generate, grouped_cache, hf_tokens, parity_case, random_requests, uniform_cache
 
 pytest.importorskip("transformers")
@@ -94,8 +94,6 @@ def test_fp8_latent_stays_close(family):
 def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family, compose, tmp_path):
     """``python -m harness +impl=paged_cuda model.path=DIR ...``: the row is ok, its KV bytes a token are the latent's,
     and every request's tokens are transformers' greedy continuation of its prompt."""
-    import json
-
     from kvbench.harness.front.job import run_job
 
     cfg, _, hf, _, _ = family
@@ -105,7 +103,6 @@ def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family
         "workload.num_requests=3"]), tmp_path)
     assert code == 0 and rows[0]["status"] == "ok", rows[0].get("error")
     assert rows[0]["kv_bytes_per_token"] == cfg.num_layers * 80 * 4
-    records = [json.loads(line) for line in (tmp_path / "tokens.jsonl").read_text().splitlines()]
-    requests = [Request(r["request_id"], tuple(r["prompt_ids"]), len(r["output_ids"])) for r in records]
+    got, requests = served_tokens(tmp_path)
     assert len(requests) == 3
-    assert {r["request_id"]: r["output_ids"] for r in records} == hf_tokens(hf, requests)
+    assert got == hf_tokens(hf, requests)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from kvbench.harness.serving.engine import Engine
-from kvbench.harness.serving.request import Request
 from tests.helpers.models import GPT_OSS_CASES
+from tests.helpers.parity import served_tokens
 from tests.helpers.parity import generate as _generate
 from tests.helpers.parity import hf_tokens as _hf_tokens
 from tests.helpers.parity import parity_case, random_requests as _requests, uniform_cache as _cache
@@ -76,8 +76,6 @@ def test_without_the_sinks_the_tokens_differ(family, monkeypatch):
 def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family, compose, tmp_path):
     """``python -m harness +impl=paged_torch model.path=DIR model.weights=path kv_manager=uniform ...``: the row is
     ok and every request's tokens (tokens.jsonl) are transformers' greedy continuation of its prompt."""
-    import json
-
     from kvbench.harness.front.job import run_job
 
     cfg, _, hf, _, _ = family
@@ -86,7 +84,6 @@ def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family
         "device=cpu", "batch=3", "max_seq_len=64", "block_size=8", "workload=fixed", "workload.prompt_len=30",
         "workload.output_len=12", "workload.num_requests=3"]), tmp_path)
     assert code == 0 and rows[0]["status"] == "ok", rows[0].get("error")
-    records = [json.loads(line) for line in (tmp_path / "tokens.jsonl").read_text().splitlines()]
-    requests = [Request(r["request_id"], tuple(r["prompt_ids"]), len(r["output_ids"])) for r in records]
+    got, requests = served_tokens(tmp_path)
     assert len(requests) == 3 and all(len(r.prompt_ids) == 30 and r.output_len == 12 for r in requests)
-    assert {r["request_id"]: r["output_ids"] for r in records} == _hf_tokens(hf, requests)
+    assert got == _hf_tokens(hf, requests)

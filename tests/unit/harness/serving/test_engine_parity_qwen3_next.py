@@ -14,6 +14,7 @@ from kvbench.harness.serving.engine import Engine
 from kvbench.harness.serving.request import Request
 from kvbench.impls.base import StateRows
 from tests.helpers.models import QWEN3_NEXT_CASES
+from tests.helpers.parity import served_tokens
 from tests.helpers.parity import generate as _generate
 from tests.helpers.parity import grouped_cache as _cache
 from tests.helpers.parity import hf_tokens as _hf_tokens
@@ -137,8 +138,6 @@ def test_parallel_samples_fork_the_state(family, broken):
 def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family, compose, tmp_path):
     """``python -m harness +impl=paged_torch model.path=DIR model.weights=path kv_manager=hybrid ...``: the row is ok
     and every request's tokens (tokens.jsonl) are transformers' greedy continuation of its prompt."""
-    import json
-
     from kvbench.harness.front.job import run_job
 
     cfg, _, hf, _, _ = family
@@ -147,7 +146,6 @@ def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family
         "device=cpu", "batch=3", "max_seq_len=64", "block_size=8", "workload=fixed", "workload.prompt_len=20",
         "workload.output_len=6", "workload.num_requests=3"]), tmp_path)
     assert code == 0 and rows[0]["status"] == "ok", rows[0].get("error")
-    records = [json.loads(line) for line in (tmp_path / "tokens.jsonl").read_text().splitlines()]
-    requests = [Request(r["request_id"], tuple(r["prompt_ids"]), len(r["output_ids"])) for r in records]
+    got, requests = served_tokens(tmp_path)
     assert len(requests) == 3 and all(len(r.prompt_ids) == 20 and r.output_len == 6 for r in requests)
-    assert {r["request_id"]: r["output_ids"] for r in records} == _hf_tokens(hf, requests)
+    assert got == _hf_tokens(hf, requests)
