@@ -66,6 +66,9 @@ class WorkloadConfig:
     output_len: float = 64
     # uniform: lengths in [mean * (1 - spread), mean * (1 + spread)]
     spread: float = 0.5
+    # uniform: the output lengths' own spread where it differs from the prompts' (None: ``spread``). A benchmark run
+    # without --ignore-eos has fixed prompts and outputs that stop at EOS or max_tokens: spread 0, output_spread > 0.
+    output_spread: Optional[float] = None
     # lognormal: sigma of log(length); the mean of the distribution stays `*_len`
     sigma: float = 0.6
     shared_prefix_len: int = 0  # tokens common to every prompt (a system prompt)
@@ -163,11 +166,10 @@ class GpuConfig:
     interconnect_gbps: Optional[float] = None  # per GPU and direction, GB/s
     interconnect_latency_us: Optional[float] = None
     # Roofline version 2 and later (harness/serving/cost_model.py): a measured copy bandwidth (null: none known),
-    # decode attention's fraction of it, a small prefill's floor. (A step's and a layer's fixed costs are the
-    # engine's since version 6: EngineConfig.)
+    # decode attention's fraction of it. (A step's and a layer's fixed costs, and the matmuls' knee, are the
+    # engine's since versions 6 and 8: EngineConfig.)
     copy_bandwidth_gbps: Optional[float] = None  # measured device-to-device copy, read + write, GB/s
     attn_bw_efficiency: Optional[float] = None
-    prefill_weight_multiple: Optional[float] = None
     # The host link (a host tier, swap): bandwidth per direction, GB/s, and each transfer's fixed cost.
     host_link_gbps: Optional[float] = None
     host_link_latency_us: Optional[float] = None
@@ -184,6 +186,7 @@ class EngineConfig:
     seq_overhead_us: Optional[float] = None  # host: cost of each sequence in a step
     layer_overhead_us: Optional[float] = None  # device: cost of each layer of a step
     frontend_ms: Optional[float] = None  # a request's server, tokenize and detokenize cost: TTFT and E2EL
+    gemm_knee: Optional[float] = None  # p of the matmuls' soft roofline (read^p + FLOPs^p)^(1/p); null in a file: max
     chunked_prefill: Optional[bool] = None  # the engine's default for the top-level chunked_prefill
     async_scheduling: Optional[bool] = None  # price a step max(host, device), not host + device
     scheduler_steps: Optional[int] = None  # decode steps a scheduling pass runs (V0's --num-scheduler-steps)

@@ -29,7 +29,8 @@ SPLITS = ("fit", "holdout")
 WEIGHT_DTYPES = ("", "float16", "bfloat16", "fp8")
 KV_DTYPES = ("", "fp8_e4m3", "fp8_e5m2", "int8")
 COLUMNS = ("id", "source_url", "source_date", "engine", "engine_version", "gpu", "gpu_count", "model",
-           "published_model", "dtype", "weight_dtype", "kv_dtype", "workload", "prompt_len", "output_len", "request_rate",
+           "published_model", "dtype", "weight_dtype", "kv_dtype", "workload", "prompt_len", "output_len", "output_len_mean",
+           "request_rate",
            "num_requests", "max_concurrency", "metric", "value", "split", "note")
 
 
@@ -51,7 +52,7 @@ class Point:
     kv_dtype: str  # '' = the model's dtype
     workload: str
     prompt_len: int
-    output_len: int
+    output_len: int  # each request's max_tokens
     request_rate: float  # math.inf: every request at once (offline, or a closed loop at max_concurrency)
     num_requests: int
     max_concurrency: int | None  # the client's cap on requests in flight (vllm bench serve --max-concurrency)
@@ -59,6 +60,9 @@ class Point:
     value: float
     split: str
     note: str
+    # None: every output is output_len tokens (--ignore-eos). Else outputs stopped at EOS or output_len, this many
+    # on average (the source's own output tok/s over its req/s): priced as lengths uniform up to output_len.
+    output_len_mean: float | None = None
 
 
 def split_for(position_in_source: int) -> str:
@@ -105,11 +109,21 @@ def parse_row(row: dict) -> Point:
     if not value > 0:
         raise _bad(rid, "value", row["value"], "a number > 0")
     conc = None if row["max_concurrency"] == "" else _int(row, "max_concurrency", 1)
+    output_len = _int(row, "output_len", 1)
+    mean = None
+    if row["output_len_mean"] != "":
+        try:
+            mean = float(row["output_len_mean"])
+        except ValueError:
+            raise _bad(rid, "output_len_mean", row["output_len_mean"], "a number, or empty") from None
+        if not (output_len + 1) / 2 <= mean <= output_len:  # uniform in [2*mean - output_len, output_len], from 1
+            raise _bad(rid, "output_len_mean", row["output_len_mean"],
+                       f"empty, or a mean in [(output_len + 1) / 2, output_len] = [{(output_len + 1) / 2:g}, {output_len}]")
     return Point(id=rid, source_url=row["source_url"], source_date=row["source_date"], engine=row["engine"],
                  engine_version=row["engine_version"], gpu=row["gpu"], gpu_count=_int(row, "gpu_count", 1),
                  model=row["model"], published_model=row["published_model"], dtype=row["dtype"],
                  weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"], workload=row["workload"],
-                 prompt_len=_int(row, "prompt_len", 1), output_len=_int(row, "output_len", 1),
+                 prompt_len=_int(row, "prompt_len", 1), output_len=output_len, output_len_mean=mean,
                  request_rate=rate, num_requests=_int(row, "num_requests", 1), max_concurrency=conc,
                  metric=row["metric"], value=value, split=row["split"], note=row["note"])
 

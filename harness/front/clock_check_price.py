@@ -92,11 +92,15 @@ def overrides(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, fits: int
     else:
         batch = ONLINE_BATCH
     n = min(point.num_requests, max(cap, WAVES * batch) if is_offline(point) else cap)
+    lengths = [f"workload={point.workload}", f"workload.prompt_len={point.prompt_len}",
+               f"workload.output_len={point.output_len}"]
+    if point.output_len_mean is not None:  # outputs stop at EOS: uniform up to max_tokens, the published mean
+        mean = point.output_len_mean
+        lengths = ["workload=uniform", "workload.spread=0", f"workload.prompt_len={point.prompt_len}",
+                   f"workload.output_len={mean:g}", f"workload.output_spread={(point.output_len - mean) / mean:.6g}"]
     args = ["scenario=capacity", f"model={point.model}", f"dtype={point.dtype}", f"gpu={point.gpu}",
-            f"gpu.count={point.gpu_count}", f"workload={point.workload}",
-            f"workload.prompt_len={point.prompt_len}", f"workload.output_len={point.output_len}",
-            f"workload.num_requests={n}", f"max_seq_len={point.prompt_len + point.output_len}",
-            f"batch={batch}", "+impl=paged", "seed=0"]
+            f"gpu.count={point.gpu_count}", *lengths, f"workload.num_requests={n}",
+            f"max_seq_len={point.prompt_len + point.output_len}", f"batch={batch}", "+impl=paged", "seed=0"]
     if math.isinf(point.request_rate):
         args.append("arrival=burst")
     else:

@@ -89,6 +89,8 @@ def upgraded(data: dict) -> dict:
                           "layer_overhead_us": gpu.pop("layer_overhead_us", 0.0), "seq_overhead_us": 0.0,
                           "frontend_ms": 0.0, "async_scheduling": False, "scheduler_steps": 1,
                           "chunked_prefill": bool(data.get("chunked_prefill"))}
+    if isinstance(gpu, dict):  # before v8 a prefill's floor of weight reads; the engine's gemm_knee replaced it
+        gpu.pop("prefill_weight_multiple", None)
     return data
 
 

@@ -28,6 +28,8 @@ def validate_workload(cfg: Config) -> None:
           f"workload.shared_prefix_len={w.shared_prefix_len} must be in [0, max_seq_len={cfg.max_seq_len})")
     check(w.sigma > 0, f"workload.sigma={w.sigma} must be > 0")
     check(0 <= w.spread < 1, f"workload.spread={w.spread} must be in [0, 1)")
+    check(w.output_spread is None or 0 <= w.output_spread < 1,
+          f"workload.output_spread={w.output_spread} must be in [0, 1), or null (the prompts' spread)")
     if w.distribution == "fixed":
         check(float(w.prompt_len).is_integer() and float(w.output_len).is_integer(),
               f"workload.prompt_len={w.prompt_len:g} and workload.output_len={w.output_len:g} "

@@ -7,6 +7,7 @@ import pandas as pd
 from kvbench.harness.report.attention_share import attention_section
 from kvbench.harness.report.chunked_prefill import chunked_section
 from kvbench.harness.report.clock_validation import clock_section
+from kvbench.harness.report.published_clock import published_clock_section
 from kvbench.harness.report.collect import Collection
 from kvbench.harness.report.caveats import contended_section, mark_flagged, stale_section, unread_section
 from kvbench.harness.report.page_one import PLOT_SENTENCES, page_one_section
@@ -327,6 +328,7 @@ def render(col: Collection, drawn: list[str], command: str, notes: dict[str, lis
         parts += [f"## {MAX_RATE_TITLE}\n", max_rate]
     parts += kv_dtype_section(rows)
     parts += clock_section(rows, col.steps)
+    parts += published_clock_section(rows)
     parts += chunked_section(rows)
     parts += attention_section(rows)
     parts += [

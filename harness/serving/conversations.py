@@ -40,7 +40,7 @@ def draw_conversations(cfg: WorkloadConfig, vocab: int, max_seq_len: int, seed: 
     users, turns = cfg.users, cfg.turns
     rng = np.random.Generator(np.random.PCG64(seed))
     message_lens = draw_lengths(cfg, cfg.prompt_len, users * turns, rng).reshape(users, turns)
-    answer_lens = draw_lengths(cfg, cfg.output_len, users * turns, rng).reshape(users, turns)
+    answer_lens = draw_lengths(cfg, cfg.output_len, users * turns, rng, output=True).reshape(users, turns)
     think = think_times(cfg, users * turns, seed).reshape(users, turns)
     token_ids = shared_ints(vocab)
     # (turn, user) -> (prompt, output length); drawn user by user, so a user's tokens do not depend on U

@@ -1,4 +1,4 @@
-"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 6).
+"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 8).
 
 Every input is a plain number; conf/gpu/*.yaml gives them per GPU, each with its source.
 Symbols (bytes, seconds, FLOP):
@@ -12,7 +12,8 @@ Symbols (bytes, seconds, FLOP):
           tensor cores)    ef  its efficiency, in (0, 1]
     o     fixed cost of a step (host scheduling, input preparation), s: the engine's (``engine.step_overhead_us``)
     lo    fixed cost of each layer of a step (kernel launches and tails, syncs), s: the engine's
-    mp    a prefill costs at least mp weight reads (``prefill_weight_multiple``, >= 1)
+    p     the matmuls' knee (``engine.gemm_knee``, >= 1): a step's matmuls take mm(w, c) = (w^p + c^p)^(1/p) for a
+          weight read of w seconds and FLOPs of c seconds; p null is max(w, c), a sharp roofline
     W     weight bytes a step streams: every weight as stored (``weight_dtype``), less an untied embedding table
           (a lookup reads a row a token); a tied one is the LM head and is read
     P     parameters a token multiplies by, less the embedding table and the LM head
@@ -28,7 +29,7 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
 
     fixed(T)       = o + L*lo + comm(T)     (version 6: o is the engine's, harness/serving/engine_profile.py)
     comm(T)        = 0 if n == 1, else 2*L * (lat + 2*(n-1)/n * T*h*e / link)
-    decode_s(B, R) = fixed(B) + max(W / (n*A),  2*(P + H)*B / (n*F*ef)) + R*a + 2*B*sb / (n*A)
+    decode_s(B, R) = fixed(B) + mm(W / (n*A),  2*(P + H)*B / (n*F*ef)) + R*a + 2*B*sb / (n*A)
         a = max(kvb / (n*A*ea),  af / (n*F*ef)): attention's KV read, or its FLOPs (af a KV token, every layer:
         harness/serving/model_cost.py; only MLA's absorbed attention reaches them, version 7); sb: a sequence's
         linear-attention state, read and rewritten each step (Qwen3-Next; 0 for every other model)
@@ -37,15 +38,15 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
         longest of them, version 3 below). The matmuls stream the
         weights or are compute-bound; attention runs in kernels of its own after them,
         so its KV read adds to the step instead of hiding under the weights' read.
-    prefill_s(T, S) = fixed(T) + max((2*P*T + 2*H*S) / (n*F*ef),  mp * W / (n*A))
+    prefill_s(T, S) = fixed(T) + mm(W / (n*A),  (2*P*T + 2*H*S) / (n*F*ef))
         T prompt tokens computed (prefix-cache hits are not) of S prompts, each one row of logits. The
         simulator passes T alone: S = 1 is assumed, which leaves out (S-1)*2*H FLOPs, under 0.1% of a prefill of
         S prompts of 100 tokens or more (H is under 1/50 of P for the models here). Matmuls of a few hundred rows
-        reach neither the streaming rate nor the FLOP rate, so a small prefill costs mp
-        weight reads, not one; large prefills are compute-bound and mp does not touch them.
-    mixed_s(T, B, R) = fixed(T+B) + max((2*P*(T+B) + 2*H*(B+1)) / (n*F*ef),  m * W / (n*A)) + R*kvb / (n*A*ea)
-        chunked prefill's step: T prompt-chunk tokens and B decodes in one forward (m = mp when
-        T > 0, else 1): one weight read serves both, the FLOPs add up, the decodes' KV read adds.
+        reach neither the streaming rate nor the FLOP rate (the knee p): a small prefill costs more than one
+        weight read; a large one is compute-bound, where the knee changes little.
+    mixed_s(T, B, R) = fixed(T+B) + mm(W / (n*A),  (2*P*(T+B) + 2*H*(B+1)) / (n*F*ef)) + R*a
+        chunked prefill's step: T prompt-chunk tokens and B decodes in one forward: one weight read serves
+        both, the FLOPs add up, the decodes' KV read adds.
         mixed_s(T, 0, 0) = prefill_s(T) and mixed_s(0, B, R) = decode_s(B, R). A chunk's attention
         over the prompt's earlier chunks is prefill attention, left out as below.
     decode_s(B, R, k) = sum over j = 0..k-1 of decode_s(B, R + j*B)
@@ -76,7 +77,13 @@ o = 500 us, lo = 30 us in every GPU file, in series). Version 7 (2026-12-06) pri
 byte for DeepSeek-V3 in bf16, is compute-bound where GQA's 8-16 is memory-bound: harness/serving/model_cost.py),
 and a linear-attention layer reads and rewrites each sequence's state every step (a prefill, once a prompt). Every
 model of K/V layers is priced as by version 6 (its attention, 1-16 FLOPs a byte, stays under a tenth of any
-GPU file's ridge, 200-500 FLOPs a byte). ``ROOFLINE_VERSION`` is in every roofline-priced job's identity
+GPU file's ridge, 200-500 FLOPs a byte). Version 8 (2026-12-06) takes the matmuls' knee from the engine
+(``gemm_knee``, conf/engine/): near the ridge a matmul reaches neither the streaming rate nor the FLOP rate, and
+the knee's shape is the GEMM kernels', which the engine picks (PyTorch's cuBLAS calls under vLLM and SGLang,
+TensorRT-LLM's own); it replaces version 7's prefill floor (a prefill cost at least 1.5 weight reads, on every GPU,
+``prefill_weight_multiple``) and its sharp max in decode. Version 8's GPU files also read the KV cache in decode
+attention at 0.9 of A (0.6 before): ea is the rate at which attention's time grows with its read, its kernels'
+fixed part being in L*lo (conf/gpu/*.yaml say from which profiles). ``ROOFLINE_VERSION`` is in every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 
 A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
@@ -116,7 +123,7 @@ from kvbench.harness.serving.layer_terms import windowed_read, windowed_read_ove
 from kvbench.harness.serving.model_cost import ModelCost, model_cost  # noqa: F401
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 7
+ROOFLINE_VERSION = 8
 
 # Figures that divide or scale the cost: 0 or below has no meaning.
 _POSITIVE = ("memory_mib", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
@@ -144,7 +151,6 @@ class GpuSpec:
     count: int = 1  # tensor-parallel GPUs
     copy_bandwidth_gbps: float | None = None  # measured device-to-device copy (read + write), GB/s; None: unknown
     attn_bw_efficiency: float = 1.0  # fraction of the achievable bandwidth decode attention reaches
-    prefill_weight_multiple: float = 1.0  # a prefill costs at least this many weight reads
     host_link_gbps: float | None = None  # host <-> device per GPU and direction, GB/s; None: unknown
     host_link_latency_us: float = 0.0  # fixed cost of one host <-> device transfer
     fp8_tflops: float | None = None  # dense fp8 tensor peak per GPU, TFLOP/s; None: no fp8 tensor cores
@@ -168,9 +174,6 @@ class GpuSpec:
         if self.host_link_gbps is not None and not self.host_link_gbps > 0:
             raise ConfigError(f"gpu.host_link_gbps={self.host_link_gbps} must be > 0, or null where none is known "
                               f"(gpu={self.name})")
-        if not self.prefill_weight_multiple >= 1:
-            raise ConfigError(f"gpu.prefill_weight_multiple={self.prefill_weight_multiple} must be >= 1 "
-                              f"(a prefill reads the weights at least once) (gpu={self.name})")
         if self.count < 1:
             raise ConfigError(f"gpu.count={self.count} must be >= 1 (gpu={self.name})")
 
@@ -239,7 +242,7 @@ class CostModel:
 
     @cached_property
     def _decode_fixed(self) -> dict[int, float]:
-        """batch -> L*lo + comm(B) + max(W / (n*A), 2*P*B / (n*F*ef)): the device time of a decode step its KV
+        """batch -> L*lo + comm(B) + mm(W / (n*A), 2*P*B / (n*F*ef)): the device time of a decode step its KV
         read does not change (the host's is the engine's), memoized per batch."""
         return {}
 
@@ -248,7 +251,8 @@ class CostModel:
         if base is None:
             compute = self.model.flops(batch, batch) / self.flops_per_s
             base = self._decode_fixed[batch] = (self.layers_s + self.comm_s(batch)
-                                                + max(self.weights_s(batch), compute) + self.state_s(batch))
+                                                + self.engine.matmul_s(self.weights_s(batch), compute)
+                                                + self.state_s(batch))
         return base
 
     def comm_s(self, tokens: int) -> float:
@@ -274,8 +278,8 @@ class CostModel:
     def prefill_s(self, tokens: int, prompts: int = 1) -> float:
         """``tokens`` prompt tokens of ``prompts`` prompts (each one row of logits) in one forward."""
         compute = self.model.flops(tokens, prompts) / self.flops_per_s
-        floor = self.gpu.prefill_weight_multiple * self.weights_s(tokens)
-        device = self.layers_s + max(compute, floor) + self.comm_s(tokens) + self.state_s(prompts)
+        device = (self.layers_s + self.engine.matmul_s(self.weights_s(tokens), compute) + self.comm_s(tokens)
+                  + self.state_s(prompts))
         return self.engine.step_s(self.engine.host_s(prompts, decode=False), device)
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
@@ -299,8 +303,7 @@ class CostModel:
             return self.decode_s(batch, kv_tokens_read) if batch else 0.0
         rows = tokens + batch
         compute = self.model.flops(rows, batch + 1) / self.flops_per_s  # the decodes' logits and one prompt's
-        floor = self.gpu.prefill_weight_multiple * self.weights_s(rows)
-        device = (self.layers_s + max(compute, floor) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
+        device = (self.layers_s + self.engine.matmul_s(self.weights_s(rows), compute) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
                   + self.state_s(batch + 1))  # the decodes' states and the prompt's
         return self.engine.step_s(self.engine.host_s(batch + 1, decode=False), device)  # the decodes and a prompt
 

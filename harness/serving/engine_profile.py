@@ -7,6 +7,8 @@ engine shows about 2.6 ms of fixed cost a step on an A100, its V1 engine about 1
     o     fixed host cost of a step (scheduling, input preparation, output processing), s  ``step_overhead_us``
     c     host cost of each sequence in a step (its block table, its sampling and stop checks), s  ``seq_overhead_us``
     lo    device cost of each layer of a step (kernel launches and tails the engine's graphs leave), s
+    p     the knee of the engine's matmuls (``gemm_knee``): w seconds of weight read and c of FLOPs take
+          (w^p + c^p)^(1/p); null: max(w, c). The GEMM kernels are the engine's choice, so the knee is too.
     k     steps one scheduling pass runs (V0's ``--num-scheduler-steps``): a decode step's host cost is 1/k of it
     fe    a request's front-end cost (HTTP server, tokenize, detokenize, stream), s: added to its TTFT and E2EL
           (not to TPOT: every later token pays it in parallel with the engine), zero for an offline run
@@ -25,6 +27,7 @@ Plain numbers only (no torch): the clock prices millions of steps.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Callable
 
@@ -47,6 +50,7 @@ class EngineSpec:
     seq_overhead_us: float = 0.0  # c
     layer_overhead_us: float = 0.0  # lo
     frontend_ms: float = 0.0  # fe, before ``offline`` is applied
+    gemm_knee: float | None = None  # p; None: max(read, FLOPs), a sharp roofline
     async_scheduling: bool = False
     scheduler_steps: int = 1  # k
     offline: bool = True  # no front-end: fe does not apply
@@ -56,6 +60,10 @@ class EngineSpec:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= top:
                 raise ConfigError(f"engine.{key}={value} must be a number in [0, {top:g}] (engine={self.name})")
+        p = self.gemm_knee
+        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 1 <= p < math.inf):
+            raise ConfigError(f"engine.gemm_knee={p} must be a finite number >= 1 (1: read and FLOPs add up; larger: "
+                              f"a sharper knee), or null in conf/engine/ for max(read, FLOPs) (engine={self.name})")
         k = self.scheduler_steps
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SCHEDULER_STEPS:
             raise ConfigError(f"engine.scheduler_steps={k} must be an integer in [1, {MAX_SCHEDULER_STEPS}] "
@@ -72,6 +80,14 @@ class EngineSpec:
     def frontend_s(self) -> float:
         """fe: what each request's TTFT and E2EL gain; zero offline."""
         return 0.0 if self.offline else self.frontend_ms * 1e-3
+
+    def matmul_s(self, read_s: float, compute_s: float) -> float:
+        """A step's matmuls of ``read_s`` seconds of weight read and ``compute_s`` of FLOPs: (w^p + c^p)^(1/p)."""
+        p = self.gemm_knee
+        if p is None or not read_s or not compute_s:
+            return max(read_s, compute_s)
+        big = max(read_s, compute_s)  # scaled, so that w^p stays finite for any p
+        return big * ((read_s / big) ** p + (compute_s / big) ** p) ** (1 / p)
 
     def layers_s(self, layers: int) -> float:
         """L*lo: device time of a step's per-layer costs."""
@@ -105,7 +121,7 @@ def engine_spec(engine, offline: bool) -> EngineSpec:
     """A resolved ``EngineConfig`` (harness/config.py: every figure filled) as a validated spec; ``offline``:
     the run's (``engine.offline``, or derived from its arrivals)."""
     figures = {key: getattr(engine, key) for key in EngineSpec.field_names() if key != "offline"}
-    unset = [key for key, value in figures.items() if value is None]
+    unset = [key for key, value in figures.items() if value is None and key != "gemm_knee"]  # null: a sharp knee
     if unset:
         raise ConfigError(f"engine={engine.name}: {', '.join(f'engine.{k}' for k in unset)} not set; "
                           f"conf/engine/{engine.name}.yaml (or the command line) must give each")

@@ -28,12 +28,15 @@ class Request:
         return len(self.prompt_ids) + self.output_len
 
 
-def draw_lengths(cfg: WorkloadConfig, mean: float, count: int, rng: np.random.Generator) -> np.ndarray:
+def draw_lengths(cfg: WorkloadConfig, mean: float, count: int, rng: np.random.Generator,
+                 output: bool = False) -> np.ndarray:
+    """``count`` lengths of mean ``mean``; ``output``: outputs' (``workload.output_spread`` where set)."""
     if cfg.distribution == "fixed":
         return np.full(count, mean, dtype=np.int64)
     if cfg.distribution == "uniform":
-        lo = max(1, round(mean * (1 - cfg.spread)))
-        hi = max(lo, round(mean * (1 + cfg.spread)))
+        spread = cfg.output_spread if output and cfg.output_spread is not None else cfg.spread
+        lo = max(1, round(mean * (1 - spread)))
+        hi = max(lo, round(mean * (1 + spread)))
         return rng.integers(lo, hi + 1, size=count)
     # lognormal with the requested mean: mu = ln(mean) - sigma^2 / 2
     mu = np.log(mean) - cfg.sigma**2 / 2

@@ -29,7 +29,7 @@ def draw_system_prompt_workload(cfg: WorkloadConfig, num_requests: int, vocab: i
     token_ids = shared_ints(vocab)
     systems = [token_ids(rng.integers(0, vocab, size=cfg.system_prompt_len)) for _ in range(cfg.system_prompts)]
     user_lens = draw_lengths(cfg, cfg.prompt_len, num_requests, rng)
-    output_lens = draw_lengths(cfg, cfg.output_len, num_requests, rng)
+    output_lens = draw_lengths(cfg, cfg.output_len, num_requests, rng, output=True)
     choice_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, CHOICE_STREAM])))
     choice = choice_rng.choice(cfg.system_prompts, size=num_requests, p=zipf_weights(cfg.system_prompts,
                                                                                       cfg.zipf_exponent))

@@ -125,7 +125,7 @@ def _draw_workload(cfg: WorkloadConfig, num_requests: int, vocab_size: int, max_
         prompt_lens, output_lens = trace.prompt_lens, trace.output_lens
     else:
         prompt_lens = draw_lengths(cfg, cfg.prompt_len, num_requests, rng)
-        output_lens = draw_lengths(cfg, cfg.output_len, num_requests, rng)
+        output_lens = draw_lengths(cfg, cfg.output_len, num_requests, rng, output=True)
     prefix = rng.integers(0, vocab, size=cfg.shared_prefix_len).tolist()
     token_ids = shared_ints(vocab)
     if trace is not None and trace.hash_ids is not None:

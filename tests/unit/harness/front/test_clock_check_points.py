@@ -69,3 +69,17 @@ def test_a_repeated_id_is_refused(tmp_path):
         w.writerows([rows[0], dict(rows[1], id=rows[0]["id"])])
     with pytest.raises(ConfigError, match="unique"):
         load_points(path)
+
+
+@pytest.mark.parametrize("mean", ["64", "129", "x"])
+def test_an_output_mean_outside_what_uniform_lengths_up_to_max_tokens_can_give_is_refused(mean):
+    row = dict(_rows()[0], output_len="128", output_len_mean=mean)
+    with pytest.raises(ConfigError, match="output_len_mean"):
+        parse_row(row)
+
+
+def test_the_rtx4090_rows_carry_the_sources_own_mean_output():
+    # The source's table: output tok/s over req/s is 100.0-100.5 tokens at every concurrency (no --ignore-eos)
+    rows = {p.id: p for p in load_points()}
+    assert rows["r4090-c4-tput"].output_len_mean == 100 and rows["r4090-c4-tput"].output_len == 128
+    assert rows["l4-c8-ttft"].output_len_mean is None  # --ignore-eos: every output whole

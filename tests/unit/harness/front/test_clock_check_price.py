@@ -88,3 +88,11 @@ def test_a_point_without_a_model_conf_is_not_priced_and_says_why():
     got = price(replace(_point("q72-h100tp2-128-ttft"), model="qwen9-999b"))  # a model kvbench has no conf for
     assert got.simulated is None and "conf/model/qwen9-999b.yaml" in got.reason
     assert "model=qwen9-999b" in got.command and "gpu.count=2" in got.command
+
+
+def test_a_row_whose_outputs_stop_at_eos_prices_fixed_prompts_and_uniform_outputs_up_to_max_tokens(tmp_path):
+    args = overrides(_point("r4090-c16-ttft"), cap=300, repo=tmp_path)
+    assert args[5:10] == ["workload=uniform", "workload.spread=0", "workload.prompt_len=256",
+                          "workload.output_len=100", "workload.output_spread=0.28"]  # outputs in [72, 128]
+    assert "max_seq_len=384" in args and not any(a.startswith("workload=fixed") for a in args)
+

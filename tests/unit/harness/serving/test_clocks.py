@@ -14,7 +14,7 @@ from kvbench.harness.serving.cost_model import CostModel
 SETUP = ["+impl=paged_torch", "scenario=capacity", "model=llama-2-13b", "max_seq_len=2048", "batch=64",
          "workload=sharegpt", "workload.num_requests=150", "timeline_tables=false", "chunked_prefill=false"]
 # Version 2's terms set to their neutral values: version 1's prices where decode is memory-bound.
-NEUTRAL = ["gpu.attn_bw_efficiency=1", "engine=vllm_v1", "engine.layer_overhead_us=0", "gpu.prefill_weight_multiple=1"]
+NEUTRAL = ["gpu.attn_bw_efficiency=1", "engine=vllm_v1", "engine.layer_overhead_us=0", "engine.gemm_knee=1000"]  # ~max
 BYTES_AND_COUNTS = ("kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", "kv_bytes_used", "kv_bytes_logical",
                     "kv_fragmentation_bytes", "kv_reservation_waste_bytes", "weight_bytes", "budget_kv_bytes",
                     "max_concurrency", "max_concurrency_analytic", "peak_concurrency", "preemptions",
@@ -23,7 +23,7 @@ BYTES_AND_COUNTS = ("kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", 
 
 def test_gpu_name_gives_the_roofline(compose):
     clock, name = step_clock(resolve(compose(SETUP + ["gpu=a100-40gb"])), "paged_torch")
-    assert isinstance(clock, CostModel) and name == ROOFLINE == "roofline-v7"
+    assert isinstance(clock, CostModel) and name == ROOFLINE == "roofline-v8"
     assert clock.engine.layer_overhead_us == 30 and clock.gpu.copy_bandwidth_gbps is None
     assert clock.engine.name == "vllm_v1"  # gpu=NAME and no engine: the default engine
     assert step_clock(resolve(compose(SETUP + ["device.memory_gb=40"])), "paged_torch") == (None, None)

@@ -1,7 +1,8 @@
-"""The simulated clock's formulas (harness/serving/cost_model.py, roofline version 5) on steps worked out by hand.
+"""The simulated clock's formulas (harness/serving/cost_model.py, roofline version 8) on steps worked out by hand.
 
 ``clock()`` leaves the version-2 terms at their neutral defaults (no per-layer cost, attention at the
-weights' rate, a prefill floor of one weight read, no copy measurement); each term has a test of its own."""
+weights' rate, a sharp roofline: max of a matmul's read and its FLOPs, no copy measurement); each term has a test
+of its own."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ ENGINE = dict(step_overhead_us=100)  # the engine's figures (version 6): in seri
 
 
 def clock(count: int = 1, **changes) -> CostModel:
-    engine = {k: changes.pop(k) for k in ("step_overhead_us", "layer_overhead_us") if k in changes}
+    engine = {k: changes.pop(k) for k in ("step_overhead_us", "layer_overhead_us", "gemm_knee") if k in changes}
     return CostModel(GpuSpec("hand", **{**FIGURES, **changes}, count=count), MODEL,
                      engine=EngineSpec("hand", **{**ENGINE, **engine}))
 
@@ -88,14 +89,22 @@ def test_the_per_layer_cost_does_not_vanish_at_small_batch():
             == pytest.approx(1e-4, rel=1e-9))
 
 
-def test_a_small_prefill_costs_at_least_the_stated_multiple_of_a_weight_read():
-    c = clock(prefill_weight_multiple=1.5)
-    # 10 tokens: 4e-4 s of compute; the floor is 1.5 weight reads, 1.5 * 4e-3 s.
-    assert c.prefill_s(10) == pytest.approx(1e-4 + 6e-3, rel=1e-12)
-    # 1000 tokens: compute (4e-2 s) is above the floor, which then changes nothing.
-    assert c.prefill_s(1000) == pytest.approx(clock().prefill_s(1000), rel=1e-12)
-    # Flat up to 150 tokens, where compute (2e9 * T / 5e13) reaches the floor, then compute-bound.
-    assert c.prefill_s(1) == c.prefill_s(150) < c.prefill_s(151)
+def test_the_knee_adds_the_read_and_the_flops_near_the_ridge_and_leaves_the_far_sides_alone():
+    sharp, soft, added = clock(), clock(gemm_knee=1.5), clock(gemm_knee=1)
+    # 100 tokens: 4e-3 s of weight read and 4e-3 s of FLOPs (the ridge): max, 2^(2/3) of it at p = 1.5, the sum at 1.
+    assert sharp.prefill_s(100) == pytest.approx(4e-3 + 1e-4, rel=1e-12)
+    assert soft.prefill_s(100) == pytest.approx(2 ** (2 / 3) * 4e-3 + 1e-4, rel=1e-12)
+    assert added.prefill_s(100) == pytest.approx(8e-3 + 1e-4, rel=1e-12)
+    # Far from the ridge the larger term sets the pace whatever the knee: 10,000 tokens' 0.4 s of FLOPs, 1 token's read.
+    for tokens in (1, 10_000):
+        assert soft.prefill_s(tokens) == pytest.approx(sharp.prefill_s(tokens), rel=0.01)
+    # Decode too: 100 sequences with no context sit on the ridge.
+    assert soft.decode_s(100, 0) == pytest.approx(2 ** (2 / 3) * 4e-3 + 1e-4, rel=1e-12)
+    assert soft.decode_s(100, 0) > sharp.decode_s(100, 0)
+    # A step's price never falls as its tokens grow, at any knee.
+    for c in (sharp, soft, added):
+        prices = [c.prefill_s(t) for t in range(1, 400, 7)]
+        assert prices == sorted(prices)
 
 
 def test_a_measured_copy_bandwidth_replaces_the_datasheet_times_efficiency():
@@ -114,7 +123,7 @@ def test_a_measured_copy_bandwidth_replaces_the_datasheet_times_efficiency():
                                        ("interconnect_gbps", 0),
                                        ("interconnect_latency_us", -0.5), ("attn_bw_efficiency", 0),
                                        ("attn_bw_efficiency", 1.2),
-                                       ("prefill_weight_multiple", 0.9), ("copy_bandwidth_gbps", 0),
+                                       ("copy_bandwidth_gbps", 0),
                                        ("fp8_tflops", 0)])
 def test_a_figure_out_of_range_names_its_key(key, value):
     with pytest.raises(ConfigError, match=rf"^gpu\.{key}={value}"):
@@ -151,14 +160,17 @@ def test_host_copies_need_a_host_link():
 
 
 def test_a_mixed_step_reads_the_weights_once_for_its_chunk_and_its_decodes():
-    c = clock(prefill_weight_multiple=1.5)
+    c = clock(gemm_knee=1.5)
     assert c.mixed_s(300, 0, 0) == pytest.approx(c.prefill_s(300), rel=1e-12)
     assert c.mixed_s(0, 8, 10_000) == pytest.approx(c.decode_s(8, 10_000), rel=1e-12)
     assert c.mixed_s(0, 0, 0) == 0.0
-    # 2000 chunk tokens + 8 decodes: compute-bound, 2 * 1e9 * 2008 / 5e13, plus the decodes' KV read at 5e11 B/s.
-    assert c.mixed_s(2000, 8, 10_000) == pytest.approx(2 * 1e9 * 2008 / 5e13 + 1e4 * 1e5 / 5e11 + 1e-4, rel=1e-12)
-    # A small chunk: the 1.5 weight reads of a prefill floor set the pace, once for both halves.
-    assert c.mixed_s(10, 8, 0) == pytest.approx(1.5 * 4e-3 + 1e-4, rel=1e-12)
+    # 2000 chunk tokens + 8 decodes: compute-bound, 2 * 1e9 * 2008 / 5e13 (on the knee: with 4e-3 s of read), plus
+    # the decodes' KV read at 5e11 B/s.
+    mm = ((2 * 1e9 * 2008 / 5e13) ** 1.5 + 4e-3**1.5) ** (1 / 1.5)
+    assert c.mixed_s(2000, 8, 10_000) == pytest.approx(mm + 1e4 * 1e5 / 5e11 + 1e-4, rel=1e-12)
+    # A small chunk: one weight read (on the knee with the 18 rows' FLOPs) serves both halves.
+    assert c.mixed_s(10, 8, 0) == pytest.approx(((2 * 1e9 * 18 / 5e13) ** 1.5 + 4e-3**1.5) ** (1 / 1.5) + 1e-4,
+                                                 rel=1e-12)
     assert c.mixed_s(10, 8, 10_000) < c.prefill_s(10) + c.decode_s(8, 10_000)
     tp = clock(count=4)  # tensor parallel: the all-reduces carry the chunk's rows and the decodes'
     assert tp.mixed_s(10, 8, 0) - tp.prefill_s(10) == pytest.approx(tp.comm_s(18) - tp.comm_s(10), rel=1e-9)

@@ -20,7 +20,7 @@ GPUS = sorted(p.stem for p in (REPO_ROOT / "conf" / "gpu").glob("*.yaml"))
 SOURCED = ("memory_mib", "bandwidth_gbps", "tflops", "fp8_tflops", "interconnect_gbps", "interconnect_latency_us")
 # The roofline's modelling figures: each says where it comes from, a measurement, a source or "assumption".
 # (A step's and a layer's fixed costs are the engine's since roofline version 6: test_engine_profile.py.)
-MODELLED = ("copy_bandwidth_gbps", "bw_efficiency", "flops_efficiency", "attn_bw_efficiency", "prefill_weight_multiple")
+MODELLED = ("copy_bandwidth_gbps", "bw_efficiency", "flops_efficiency", "attn_bw_efficiency")
 
 
 def _comment_of(text: list[str], i: int) -> str:
@@ -58,10 +58,10 @@ def test_spec_loads_validates_and_cites_its_figures(compose, name):
 
 def test_a_gpu_figure_left_unset_is_named(compose):
     cfg = resolve(compose(["scenario=capacity", "model=llama-2-7b", "gpu=h200"]))
-    cfg.gpu.prefill_weight_multiple = None  # as a GPU file written before the key would leave it
-    with pytest.raises(ConfigError, match=r"^gpu=h200: gpu\.prefill_weight_multiple not set"):
+    cfg.gpu.attn_bw_efficiency = None  # as a GPU file written before the key would leave it
+    with pytest.raises(ConfigError, match=r"^gpu=h200: gpu\.attn_bw_efficiency not set"):
         gpu_spec(cfg.gpu)
-    cfg.gpu.prefill_weight_multiple, cfg.gpu.copy_bandwidth_gbps = 1.5, None  # null: no measurement, allowed
+    cfg.gpu.attn_bw_efficiency, cfg.gpu.copy_bandwidth_gbps = 0.6, None  # null: no measurement, allowed
     assert gpu_spec(cfg.gpu).achievable_gbps == pytest.approx(4800 * 0.8)
 
 

@@ -92,3 +92,17 @@ def test_the_front_end_cost_is_an_online_requests_only():
 def test_a_figure_out_of_range_names_its_key_and_range(key, value, allowed):
     with pytest.raises(ConfigError, match=rf"^engine\.{key}={value} must .*{allowed}.*\(engine=hand\)"):
         EngineSpec("hand", **{key: value})
+
+
+@pytest.mark.parametrize("value", [0.5, float("inf"), "soft", True])
+def test_a_knee_below_one_or_not_a_finite_number_is_refused(value):
+    with pytest.raises(ConfigError, match=rf"^engine\.gemm_knee={value} must be a finite number >= 1.*\(engine=hand\)"):
+        EngineSpec("hand", gemm_knee=value)
+
+
+def test_the_shipped_engines_knees():
+    from kvbench.harness.front.groups import load_group
+    from kvbench.harness.config import EngineConfig
+    knees = {name: load_group("engine", name, EngineConfig).gemm_knee for name in ("vllm_v1", "vllm_v0", "sglang",
+                                                                                    "trtllm")}
+    assert knees == {"vllm_v1": 2, "vllm_v0": 2, "sglang": 2, "trtllm": 2}

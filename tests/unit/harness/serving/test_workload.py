@@ -205,3 +205,17 @@ def test_drawn_prompts_share_their_int_objects():
     reqs = generate_requests(WorkloadConfig(distribution="fixed", prompt_len=300, output_len=4), 20, 1000, 512, 0)
     by_value = {}
     assert all(by_value.setdefault(t, t) is t for r in reqs for t in r.prompt_ids)
+
+
+def test_output_spread_draws_outputs_apart_from_fixed_prompts_and_leaves_the_default_draw_alone():
+    cfg = WorkloadConfig(distribution="uniform", prompt_len=256, output_len=100, spread=0.0, output_spread=0.28)
+    reqs = generate_requests(cfg, 400, 1000, 384, seed=3)
+    assert {len(r.prompt_ids) for r in reqs} == {256}
+    outs = [r.output_len for r in reqs]
+    assert min(outs) == 72 and max(outs) == 128 and 95 < sum(outs) / len(outs) < 105
+    # output_spread unset: the prompts' spread, the very draw of before
+    same = WorkloadConfig(distribution="uniform", prompt_len=40, output_len=30, spread=0.5)
+    again = WorkloadConfig(distribution="uniform", prompt_len=40, output_len=30, spread=0.5, output_spread=0.5)
+    wider = WorkloadConfig(distribution="uniform", prompt_len=40, output_len=30, spread=0.5, output_spread=0.9)
+    assert generate_requests(same, 50, 1000, 128, seed=1) == generate_requests(again, 50, 1000, 128, seed=1)
+    assert generate_requests(same, 50, 1000, 128, seed=1) != generate_requests(wider, 50, 1000, 128, seed=1)
