@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+import pytest
 import torch
 
 from kvbench.harness.kv.factory import cache_tensors
@@ -125,3 +126,27 @@ def served_tokens(run_dir: Path) -> tuple[dict[int, list[int]], list[Request]]:
     records = [json.loads(line) for line in (run_dir / "tokens.jsonl").read_text().splitlines()]
     requests = [Request(r["request_id"], tuple(r["prompt_ids"]), len(r["output_ids"])) for r in records]
     return {r["request_id"]: r["output_ids"] for r in records}, requests
+
+
+def family_fixture(cases, shapes: Sequence[tuple[int, int]] = SHAPES):
+    """A module-scoped fixture ``family`` (``family = family_fixture(CASES)`` in a test module): ``parity_case`` of
+    each case, one test per case."""
+    @pytest.fixture(scope="module", params=sorted(cases))
+    def family(request, tmp_path_factory):
+        """(model config, our model, transformers' model, the requests, transformers' tokens) of one case."""
+        return parity_case(request.param, tmp_path_factory.mktemp(request.param), shapes)
+    return family
+
+
+def serve_on_the_command_line(compose, run_dir: Path, cfg: ModelConfig, impl: str, prompt_len: int, output_len: int,
+                              *overrides: str) -> tuple[dict, dict[int, list[int]], list[Request]]:
+    """``python -m harness +impl=IMPL model.path=DIR ...``: 3 fixed requests of the checkpoint at fp32 on the CPU into
+    ``run_dir``; its row (asserted ok), and what it served (``served_tokens``)."""
+    from kvbench.harness.front.job import run_job
+
+    rows, code = run_job(compose([
+        f"+impl={impl}", f"model.path={cfg.path}", "model.weights=path", "dtype=float32", "device=cpu", "batch=3",
+        "max_seq_len=64", "block_size=8", "workload=fixed", f"workload.prompt_len={prompt_len}",
+        f"workload.output_len={output_len}", "workload.num_requests=3", *overrides]), run_dir)
+    assert code == 0 and rows[0]["status"] == "ok", rows[0].get("error")
+    return (rows[0], *served_tokens(run_dir))

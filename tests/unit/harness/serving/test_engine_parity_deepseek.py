@@ -12,16 +12,13 @@ import torch
 
 from kvbench.harness.serving.engine import Engine
 from tests.helpers.models import DEEPSEEK_CASES
-from tests.helpers.parity import served_tokens
-from tests.helpers.parity import generate, grouped_cache, hf_tokens, parity_case, random_requests, uniform_cache
+from tests.helpers.parity import family_fixture, serve_on_the_command_line
+from tests.helpers.parity import generate, grouped_cache, hf_tokens, random_requests, uniform_cache
 
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module", params=sorted(DEEPSEEK_CASES))
-def family(request, tmp_path_factory):
-    """(model config, our model, transformers' model, the requests, transformers' tokens) of one case."""
-    return parity_case(request.param, tmp_path_factory.mktemp(request.param))
+family = family_fixture(DEEPSEEK_CASES)
 
 
 def test_the_cache_holds_one_latent_head_stored_once(family):
@@ -94,15 +91,8 @@ def test_fp8_latent_stays_close(family):
 def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family, compose, tmp_path):
     """``python -m harness +impl=paged_cuda model.path=DIR ...``: the row is ok, its KV bytes a token are the latent's,
     and every request's tokens are transformers' greedy continuation of its prompt."""
-    from kvbench.harness.front.job import run_job
-
     cfg, _, hf, _, _ = family
-    rows, code = run_job(compose([
-        "+impl=paged_cuda", f"model.path={cfg.path}", "model.weights=path", "dtype=float32", "device=cpu", "batch=3",
-        "max_seq_len=64", "block_size=8", "workload=fixed", "workload.prompt_len=20", "workload.output_len=10",
-        "workload.num_requests=3"]), tmp_path)
-    assert code == 0 and rows[0]["status"] == "ok", rows[0].get("error")
-    assert rows[0]["kv_bytes_per_token"] == cfg.num_layers * 80 * 4
-    got, requests = served_tokens(tmp_path)
+    row, got, requests = serve_on_the_command_line(compose, tmp_path, cfg, "paged_cuda", 20, 10)
+    assert row["kv_bytes_per_token"] == cfg.num_layers * 80 * 4
     assert len(requests) == 3
     assert got == hf_tokens(hf, requests)

@@ -10,18 +10,15 @@ import torch
 
 from kvbench.harness.serving.engine import Engine
 from tests.helpers.models import GPT_OSS_CASES
-from tests.helpers.parity import served_tokens
+from tests.helpers.parity import family_fixture, serve_on_the_command_line
 from tests.helpers.parity import generate as _generate
 from tests.helpers.parity import hf_tokens as _hf_tokens
-from tests.helpers.parity import parity_case, random_requests as _requests, uniform_cache as _cache
+from tests.helpers.parity import random_requests as _requests, uniform_cache as _cache
 
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module", params=sorted(GPT_OSS_CASES))
-def family(request, tmp_path_factory):
-    """(model config, our model, transformers' model, the requests, transformers' tokens) of one case."""
-    return parity_case(request.param, tmp_path_factory.mktemp(request.param))
+family = family_fixture(GPT_OSS_CASES)
 
 
 def test_the_checkpoint_slides_and_sinks(family):
@@ -76,14 +73,7 @@ def test_without_the_sinks_the_tokens_differ(family, monkeypatch):
 def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family, compose, tmp_path):
     """``python -m harness +impl=paged_torch model.path=DIR model.weights=path kv_manager=uniform ...``: the row is
     ok and every request's tokens (tokens.jsonl) are transformers' greedy continuation of its prompt."""
-    from kvbench.harness.front.job import run_job
-
     cfg, _, hf, _, _ = family
-    rows, code = run_job(compose([
-        "+impl=paged_torch", f"model.path={cfg.path}", "model.weights=path", "kv_manager=uniform", "dtype=float32",
-        "device=cpu", "batch=3", "max_seq_len=64", "block_size=8", "workload=fixed", "workload.prompt_len=30",
-        "workload.output_len=12", "workload.num_requests=3"]), tmp_path)
-    assert code == 0 and rows[0]["status"] == "ok", rows[0].get("error")
-    got, requests = served_tokens(tmp_path)
+    _, got, requests = serve_on_the_command_line(compose, tmp_path, cfg, "paged_torch", 30, 12, "kv_manager=uniform")
     assert len(requests) == 3 and all(len(r.prompt_ids) == 30 and r.output_len == 12 for r in requests)
     assert got == _hf_tokens(hf, requests)

@@ -14,7 +14,7 @@ from kvbench.harness.serving.request import Request
 from kvbench.impls.group_pool import NULL
 from kvbench.impls.grouped_paged import GroupedPagedCache
 from tests.helpers.models import GEMMA3_CASES, GPT_OSS_CASES, WINDOW_CASES
-from tests.helpers.parity import SHAPES, model_and_hf, parity_case
+from tests.helpers.parity import SHAPES, family_fixture, model_and_hf
 from tests.helpers.parity import generate as _generate
 from tests.helpers.parity import grouped_cache as _grouped_cache
 from tests.helpers.parity import hf_tokens as _hf_tokens
@@ -38,9 +38,7 @@ class _Dropping:
         cache.prepare_decode = spy
 
 
-@pytest.fixture(scope="module", params=sorted(WINDOW_CASES))
-def family(request, tmp_path_factory):
-    return parity_case(request.param, tmp_path_factory.mktemp(request.param))
+family = family_fixture(WINDOW_CASES)
 
 
 @pytest.mark.parametrize("manager", ["hybrid", "split_pools"])

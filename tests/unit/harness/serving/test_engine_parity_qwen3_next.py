@@ -14,11 +14,10 @@ from kvbench.harness.serving.engine import Engine
 from kvbench.harness.serving.request import Request
 from kvbench.impls.base import StateRows
 from tests.helpers.models import QWEN3_NEXT_CASES
-from tests.helpers.parity import served_tokens
+from tests.helpers.parity import family_fixture, serve_on_the_command_line
 from tests.helpers.parity import generate as _generate
 from tests.helpers.parity import grouped_cache as _cache
 from tests.helpers.parity import hf_tokens as _hf_tokens
-from tests.helpers.parity import parity_case
 from tests.helpers.parity import random_requests as _requests
 
 pytest.importorskip("transformers")
@@ -27,10 +26,7 @@ pytest.importorskip("transformers")
 SHAPES = [(30, 10), (7, 12), (45, 6)]
 
 
-@pytest.fixture(scope="module", params=sorted(QWEN3_NEXT_CASES))
-def family(request, tmp_path_factory):
-    """(model config, our model, transformers' model, the requests, transformers' tokens) of one case."""
-    return parity_case(request.param, tmp_path_factory.mktemp(request.param), SHAPES)
+family = family_fixture(QWEN3_NEXT_CASES, SHAPES)
 
 
 def test_the_checkpoint_has_both_kinds(family):
@@ -138,14 +134,7 @@ def test_parallel_samples_fork_the_state(family, broken):
 def test_a_decode_run_from_the_command_line_generates_transformers_tokens(family, compose, tmp_path):
     """``python -m harness +impl=paged_torch model.path=DIR model.weights=path kv_manager=hybrid ...``: the row is ok
     and every request's tokens (tokens.jsonl) are transformers' greedy continuation of its prompt."""
-    from kvbench.harness.front.job import run_job
-
     cfg, _, hf, _, _ = family
-    rows, code = run_job(compose([
-        "+impl=paged_torch", f"model.path={cfg.path}", "model.weights=path", "kv_manager=hybrid", "dtype=float32",
-        "device=cpu", "batch=3", "max_seq_len=64", "block_size=8", "workload=fixed", "workload.prompt_len=20",
-        "workload.output_len=6", "workload.num_requests=3"]), tmp_path)
-    assert code == 0 and rows[0]["status"] == "ok", rows[0].get("error")
-    got, requests = served_tokens(tmp_path)
+    _, got, requests = serve_on_the_command_line(compose, tmp_path, cfg, "paged_torch", 20, 6, "kv_manager=hybrid")
     assert len(requests) == 3 and all(len(r.prompt_ids) == 20 and r.output_len == 6 for r in requests)
     assert got == _hf_tokens(hf, requests)

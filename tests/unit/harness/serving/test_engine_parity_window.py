@@ -10,15 +10,12 @@ import pytest
 from tests.helpers.models import WINDOW_CASES
 from tests.helpers.parity import generate as _generate
 from tests.helpers.parity import hf_tokens as _hf_tokens
-from tests.helpers.parity import parity_case, random_requests as _requests, uniform_cache as _cache
+from tests.helpers.parity import family_fixture, random_requests as _requests, uniform_cache as _cache
 
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module", params=sorted(WINDOW_CASES))
-def family(request, tmp_path_factory):
-    """(model config, our model, transformers' model, the requests, transformers' tokens) of one case."""
-    return parity_case(request.param, tmp_path_factory.mktemp(request.param))
+family = family_fixture(WINDOW_CASES)
 
 
 def test_the_checkpoints_slide(family):
