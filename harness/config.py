@@ -175,6 +175,23 @@ class GpuConfig:
     host_link_latency_us: Optional[float] = None
 
 
+# max_num_batched_tokens left null with no engine tier to take (no gpu=NAME, a scenario that computes, an engine file
+# without token_budget): kvbench's budget since its first release.
+DEFAULT_TOKEN_BUDGET = 8192
+
+
+@dataclass
+class TokenBudgetTier:
+    """One tier of an engine's default token budget (``max_num_batched_tokens``) by card, as the engines pick it at
+    start-up from the GPU they find: it applies to a card of at least ``min_memory_gib`` whose conf/gpu/ name holds
+    none of ``except_gpus``; ``online`` for a served run, ``offline`` for an offline batch (engine_profile.is_offline)."""
+
+    min_memory_gib: float = 0.0
+    except_gpus: List[str] = field(default_factory=list)
+    online: int = MISSING
+    offline: int = MISSING
+
+
 @dataclass
 class EngineConfig:
     """A serving engine's host costs and scheduling mode for the simulated clock (conf/engine/NAME.yaml;
@@ -190,6 +207,9 @@ class EngineConfig:
     chunked_prefill: Optional[bool] = None  # the engine's default for the top-level chunked_prefill
     async_scheduling: Optional[bool] = None  # price a step max(host, device), not host + device
     scheduler_steps: Optional[int] = None  # decode steps a scheduling pass runs (V0's --num-scheduler-steps)
+    # The default of a top-level max_num_batched_tokens left null: the first tier the card meets. null in a file:
+    # DEFAULT_TOKEN_BUDGET.
+    token_budget: Optional[List[TokenBudgetTier]] = None
     # No front-end cost: an offline batch. null: offline when every request arrives at t=0 (arrival=burst).
     offline: Optional[bool] = None
 
@@ -251,7 +271,9 @@ class Config:
     batch: int = 8  # most sequences running at once (vLLM's max_num_seqs)
     # Most prompt tokens one prefill forward computes (vLLM's name); a longer prompt runs alone.
     # With chunked_prefill: most tokens of any step, decodes included; longer prompts go in chunks.
-    max_num_batched_tokens: int = 8192
+    # null: the engine's default for the card and the run's mode with gpu=NAME in a bookkeeping scenario (conf/engine/
+    # token_budget: vLLM V1 serves with 2048 on a card under 70 GiB), else DEFAULT_TOKEN_BUDGET.
+    max_num_batched_tokens: Optional[int] = None
     # Schedule as vLLM's current engine: each step gives every running sequence its decode token, then
     # computes prompt chunks under the token budget (a mixed step, one forward), instead of a prefill
     # step of whole prompts that stalls every decode (harness/serving/scheduler.py). Both clocks.

@@ -15,7 +15,7 @@ import dataclasses
 
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.harness.config import DEVICES, DTYPES, ISOLATIONS, Config, EngineConfig, GpuConfig
+from kvbench.harness.config import DEFAULT_TOKEN_BUDGET, DEVICES, DTYPES, ISOLATIONS, Config, EngineConfig, GpuConfig
 from kvbench.harness.errors import ConfigError
 from kvbench.harness.front.checks import check, check_int_ranges, choices, one_of
 from kvbench.harness.front.groups import load_group
@@ -31,7 +31,7 @@ from kvbench.harness.model.support import compute_refusal
 from kvbench.harness.scenarios.kernel import KernelScenario
 from kvbench.harness.scenarios.max_rate import MaxRateScenario
 from kvbench.harness.serving.cost_model import GpuSpec, gpu_spec
-from kvbench.harness.serving.engine_profile import DEFAULT_ENGINE, engine_spec, is_offline
+from kvbench.harness.serving.engine_profile import DEFAULT_ENGINE, engine_spec, is_offline, token_budget
 from kvbench.kernels.cuda_available import cuda_available
 from kvbench.kernels.kv_formats import KV_DTYPES, KV_SCALES
 
@@ -149,13 +149,16 @@ def _simulated_gpu(cfg: Config) -> bool:
 
 def _resolve_engine(cfg: Config) -> None:
     """Fill the engine's figures from conf/engine/NAME.yaml (a key already set wins; gpu=NAME and no engine:
-    vllm_v1) and check them; ``chunked_prefill`` left null takes the engine's default in a bookkeeping scenario (the
-    roofline prices its steps), false elsewhere. No gpu=NAME: no engine, the CPU paths as they were."""
+    vllm_v1) and check them; ``chunked_prefill`` and ``max_num_batched_tokens`` left null take the engine's
+    defaults in a bookkeeping scenario (the roofline prices its steps), false and DEFAULT_TOKEN_BUDGET elsewhere.
+    No gpu=NAME: no engine, the CPU paths as they were."""
     if cfg.engine is None and cfg.gpu is not None:
         cfg.engine = EngineConfig(name=DEFAULT_ENGINE)
     engine = cfg.engine
     if engine is None:
         cfg.chunked_prefill = bool(cfg.chunked_prefill)
+        if cfg.max_num_batched_tokens is None:
+            cfg.max_num_batched_tokens = DEFAULT_TOKEN_BUDGET
         return
     check(cfg.gpu is not None, f"engine={engine.name} prices the simulated clock's steps on a GPU's roofline: it "
                                "needs gpu=NAME (conf/gpu/)")
@@ -167,6 +170,18 @@ def _resolve_engine(cfg: Config) -> None:
     engine_spec(engine, is_offline(cfg))  # a figure out of range is a ConfigError naming its key and range
     if cfg.chunked_prefill is None:
         cfg.chunked_prefill = bool(engine.chunked_prefill) and cfg.scenario.bookkeeping
+    if cfg.max_num_batched_tokens is None:
+        tiers = engine.token_budget if cfg.scenario.bookkeeping else None
+        cfg.max_num_batched_tokens = (token_budget(tiers, cfg.gpu.name, _card_memory_mib(cfg.gpu), is_offline(cfg))
+                                      if tiers else DEFAULT_TOKEN_BUDGET)
+
+
+def _card_memory_mib(gpu: GpuConfig) -> float:
+    """One card's memory (``gpu.memory_mib``, or its conf/gpu/ file's), before _resolve_gpu fills the spec."""
+    if gpu.memory_mib is not None:
+        return gpu.memory_mib
+    one_of("gpu.name", gpu.name, choices("gpu"))
+    return load_group("gpu", gpu.name, GpuConfig).memory_mib
 
 
 def _resolve_gpu(cfg: Config) -> None:

@@ -34,8 +34,9 @@ from kvbench.harness.config import Config
 from kvbench.harness.scenarios import schemas
 from kvbench.harness.serving.cost_model import ROOFLINE_VERSION
 
-# Keys of the resolved config that leave the results unchanged.
-NOT_IDENTITY = ("resume", "progress", "gpu:GpuConfig.match")
+# Keys of the resolved config that leave the results unchanged. An engine's token_budget acts only through the
+# max_num_batched_tokens it resolves to, which is hashed itself.
+NOT_IDENTITY = ("resume", "progress", "gpu:GpuConfig.match", "engine:EngineConfig.token_budget")
 SNAPSHOT = Path(__file__).with_name("identity_defaults.json")
 # The host link's figures (conf/gpu/) price only the copies of a host tier or of swap: a job without
 # either keeps the id it had before these figures existed.

@@ -132,3 +132,21 @@ def is_offline(cfg) -> bool:
     """``engine.offline``, or, left null, whether every request arrives at t=0 (``arrival=burst``)."""
     chosen = cfg.engine.offline if cfg.engine is not None else None
     return cfg.arrival.name == "burst" if chosen is None else chosen
+
+
+def token_budget(tiers, gpu_name: str, memory_mib: float, offline: bool) -> int:
+    """The engine's default ``max_num_batched_tokens`` on a card of ``memory_mib`` named ``gpu_name`` (conf/gpu/):
+    the first of ``tiers`` (EngineConfig.token_budget, in the file's order) the card meets, its ``offline`` or
+    ``online`` figure. vLLM V1 and SGLang pick theirs at start-up from the card's memory, as these tiers do."""
+    for tier in tiers:
+        for key in ("online", "offline"):
+            value = getattr(tier, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"engine.token_budget: a tier's {key}={value} must be an integer >= 1")
+        if tier.min_memory_gib < 0:
+            raise ConfigError(f"engine.token_budget: min_memory_gib={tier.min_memory_gib} must be >= 0")
+        excluded = any(name.lower() in gpu_name.lower() for name in tier.except_gpus)
+        if memory_mib / 1024 >= tier.min_memory_gib and not excluded:
+            return tier.offline if offline else tier.online
+    raise ConfigError(f"engine.token_budget: no tier applies to gpu={gpu_name} ({memory_mib / 1024:.1f} GiB); "
+                      "the last tier should have min_memory_gib: 0 and no except_gpus")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from kvbench.harness.front.resolve import resolve
 from kvbench.harness.scenarios.profile_grid import profile_grid
 
 
 def test_the_default_grids_measure_both_sides_of_every_gemm_kernel_change(compose):
     breaks = (1, 2, 64, 65)  # a packed CPU model's (LlamaModel.gemm_row_breaks)
-    cfg = compose(["scenario=profile", "batch=32", "max_seq_len=512"])
+    cfg = resolve(compose(["scenario=profile", "device=cpu", "batch=32", "max_seq_len=512"]))
     batches, contexts, prefill = profile_grid(cfg, breaks)
     assert batches == [1, 2, 4, 8, 16, 32] and contexts == [16, 38, 90, 212, 503]
     # doubling from 16 to 4096 (max_num_batched_tokens 8192 caps nothing below it), and 65 beside 64

@@ -1,5 +1,5 @@
 """conf/engine/: every profile loads, validates and cites its figures; engine=NAME on the command line (bad values are
-one line naming the key and the range); the engine's chunked-prefill default; and capacity runs priced by two engines
+one line naming the key and the range); the engine's chunked-prefill default and token budget by card; and capacity runs priced by two engines
 (V0 slower by the published difference, the front-end cost on an online run's TTFT and E2EL only)."""
 
 from __future__ import annotations
@@ -126,3 +126,47 @@ def test_an_engine_key_without_an_engine_is_one_line(compose):
     said = _unchosen_group_key(["gpu=h100-sxm", "engine.async_scheduling=true"])
     assert said.startswith("engine.async_scheduling=true sets a key of engine, but no engine is chosen; choose one "
                            "with engine=NAME (allowed: sglang, trtllm, vllm_v0, vllm_v1)")
+
+
+def _budget(compose, *extra: str) -> int:
+    return resolve(compose(["scenario=capacity", "model=qwen2.5-0.5b", *extra])).max_num_batched_tokens
+
+
+@pytest.mark.parametrize("extra, expected", [
+    # vLLM V1 (EngineArgs.get_batch_defaults): under 70 GiB, or an A100, 2048 served and 8192 offline ...
+    (["gpu=l4", "arrival=poisson", "arrival.rate=1"], 2048),
+    (["gpu=l4", "engine=vllm_v1", "arrival=burst", "arrival.max_concurrency=8", "engine.offline=false"], 2048),
+    (["gpu=l4"], 8192),  # arrival=burst: an offline batch
+    (["gpu=a100-80gb", "arrival=poisson", "arrival.rate=1"], 2048),
+    (["gpu=a100-80gb"], 8192),
+    # ... 70 GiB and more: 8192 served, 16384 offline
+    (["gpu=h100-sxm", "arrival=poisson", "arrival.rate=1"], 8192),
+    (["gpu=h200"], 16384),
+    # SGLang's --chunked-prefill-size by memory alone: 2048 under 35 GiB, 8192 under 160 GiB
+    (["gpu=rtx-4090", "engine=sglang"], 2048),
+    (["gpu=h200", "engine=sglang", "arrival=poisson", "arrival.rate=1"], 8192),
+    # no tiers in the file (V0, TensorRT-LLM), no engine, or a scenario that computes: kvbench's 8192
+    (["gpu=l4", "engine=vllm_v0", "arrival=poisson", "arrival.rate=1"], 8192),
+    (["gpu=l4", "engine=trtllm"], 8192),
+    (["device.memory_gb=80"], 8192),
+    # a budget the command line gives wins, and gpu.memory_mib decides the tier as the file's would
+    (["gpu=l4", "arrival=poisson", "arrival.rate=1", "max_num_batched_tokens=512"], 512),
+    (["gpu=l4", "gpu.memory_mib=81920", "arrival=poisson", "arrival.rate=1"], 8192),
+])
+def test_the_engines_token_budget_by_card_and_mode(compose, extra, expected):
+    assert _budget(compose, *extra) == expected
+
+
+def test_a_run_that_computes_keeps_kvbenchs_budget(compose):
+    assert resolve(compose(["scenario=decode", "device=cpu", "gpu=l4"])).max_num_batched_tokens == 8192
+
+
+def test_a_bad_token_budget_tier_is_one_line(compose):
+    from kvbench.harness.config import TokenBudgetTier
+    from kvbench.harness.serving.engine_profile import token_budget
+
+    with pytest.raises(ConfigError, match=r"^engine\.token_budget: a tier's online=0 must be an integer >= 1"):
+        token_budget([TokenBudgetTier(online=0, offline=8)], "l4", 23034, False)
+    with pytest.raises(ConfigError, match=r"^engine\.token_budget: no tier applies to gpu=a100-80gb \(80\.0 GiB\)"):
+        token_budget([TokenBudgetTier(min_memory_gib=70, except_gpus=["a100"], online=8, offline=8)], "a100-80gb",
+                     81920, True)
