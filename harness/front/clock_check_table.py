@@ -8,12 +8,12 @@ absolute errors (the headline), and the median signed error (which way the clock
 from __future__ import annotations
 
 import csv
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvbench.harness.front.clock_check_points import Point
 from kvbench.harness.front.clock_check_price import Priced
+from kvbench.harness.measure.error_groups import Group, PointError, error_groups, gpu_label
 
 RESULT_COLUMNS = ("id", "split", "engine", "gpu", "gpu_count", "model", "metric", "published", "simulated",
                   "error_pct", "abs_error_pct", "requests", "reason", "command")
@@ -31,38 +31,14 @@ class Result:
         return signed_error_pct(self.priced.simulated, self.point.value)
 
 
-@dataclass(frozen=True)
-class Group:
-    """One line of the error table."""
-
-    by: str  # "all", "metric", "gpu", "split"
-    key: str
-    count: int
-    median_abs_pct: float
-    median_signed_pct: float
-
-
 def signed_error_pct(simulated: float, published: float) -> float:
     return 100.0 * (simulated - published) / published
 
 
-def group(by: str, key: str, errors: list[float]) -> Group:
-    return Group(by, key, len(errors), statistics.median(abs(e) for e in errors), statistics.median(errors))
-
-
 def summarize(results: list[Result]) -> list[Group]:
     """Medians overall, per metric, per GPU (with its count: 2 x h100-sxm is its own line) and per split."""
-    priced = [r for r in results if r.error_pct is not None]
-    if not priced:
-        return []
-    lines = [group("all", "all", [r.error_pct for r in priced])]
-    keyers = (("metric", lambda r: r.point.metric),
-              ("gpu", lambda r: r.point.gpu if r.point.gpu_count == 1 else f"{r.point.gpu_count} x {r.point.gpu}"),
-              ("split", lambda r: r.point.split))
-    for by, keyer in keyers:
-        for key in sorted({keyer(r) for r in priced}):
-            lines.append(group(by, key, [r.error_pct for r in priced if keyer(r) == key]))
-    return lines
+    return error_groups(PointError(r.point.metric, gpu_label(r.point.gpu, r.point.gpu_count), r.point.split,
+                                   r.error_pct) for r in results if r.error_pct is not None)
 
 
 def write_csv(results: list[Result], path: Path) -> None:
@@ -95,6 +71,5 @@ def markdown(results: list[Result], header: str) -> str:
         p, e = r.point, r.error_pct
         sim = "-" if r.priced.simulated is None else f"{r.priced.simulated:.4g}"
         err = "-" if e is None else f"{e:+.1f}%"
-        gpu = p.gpu if p.gpu_count == 1 else f"{p.gpu_count} x {p.gpu}"
-        lines.append(f"| {p.id} | {p.split} | {gpu} | {p.metric} | {p.value:g} | {sim} | {err} |")
+        lines.append(f"| {p.id} | {p.split} | {gpu_label(p.gpu, p.gpu_count)} | {p.metric} | {p.value:g} | {sim} | {err} |")
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.harness.measure.error_groups import PointError, error_groups, gpu_label
 from kvbench.harness.report.tables import md_table
 
 ERRORS = Path(__file__).resolve().parents[2] / "docs" / "validation" / "clock_errors.csv"
@@ -20,12 +21,12 @@ TITLE = "The simulated GPU clock against published real-GPU figures"
 
 
 def _groups(df: pd.DataFrame) -> pd.DataFrame:
-    """Each group's count, median |error| and median signed error (percent), as clock_check_table.summarize."""
-    gpu = df["gpu"].where(df["gpu_count"] == 1, df["gpu_count"].astype(str) + " x " + df["gpu"])
-    out = [("all", df)] + [(f"metric: {k}", g) for k, g in df.groupby("metric")] + \
-        [(f"gpu: {k}", g) for k, g in df.groupby(gpu)] + [(f"split: {k}", g) for k, g in df.groupby("split")]
-    return pd.DataFrame([{"group": name, "points": len(g), "median |error|": f"{g['abs_error_pct'].median():.1f}%",
-                          "median signed": f"{g['error_pct'].median():+.1f}%"} for name, g in out])
+    """The error table's lines (harness/measure/error_groups.py) from clock_errors.csv's priced rows."""
+    points = (PointError(r.metric, gpu_label(r.gpu, int(r.gpu_count)), r.split, float(r.error_pct))
+              for r in df.itertuples(index=False))
+    return pd.DataFrame([{"group": "all" if g.by == "all" else f"{g.by}: {g.key}", "points": g.count,
+                          "median |error|": f"{g.median_abs_pct:.1f}%", "median signed": f"{g.median_signed_pct:+.1f}%"}
+                         for g in error_groups(points)])
 
 
 def priced_on_a_gpu(rows: pd.DataFrame) -> bool:
