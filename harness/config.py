@@ -163,6 +163,12 @@ class GpuConfig:
     fp8_tflops: Optional[float] = None
     bw_efficiency: Optional[float] = None
     flops_efficiency: Optional[float] = None
+    # Roofline version 9: the matmuls' efficiency by a step's work, from flops_efficiency_small (a small step) to
+    # flops_efficiency (a large one), half-way at flops_ramp_gflop (a layer's GFLOP on one GPU); both null:
+    # flops_efficiency at every size.
+    flops_efficiency_small: Optional[float] = None
+    flops_ramp_gflop: Optional[float] = None
+    fp8_flops_efficiency: Optional[float] = None  # at fp8_tflops (W8A8), every size; null: flops_efficiency
     interconnect_gbps: Optional[float] = None  # per GPU and direction, GB/s
     interconnect_latency_us: Optional[float] = None
     # Roofline version 2 and later (harness/serving/cost_model.py): a measured copy bandwidth (null: none known),

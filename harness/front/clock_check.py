@@ -43,7 +43,8 @@ Error = 100 x (simulated - published) / published: negative is a latency priced 
 too low. Split: within each source, every third row (0-based position % 3 == 2) is `holdout`; constants may be
 chosen on `fit` rows only, so the holdout line is the error on points nothing was tuned to.
 Measured: TensorRT-LLM's offline throughput (H100, H200; 8B and 70B in fp8, TP 1-2), vLLM closed-loop
-serving on an L4 (0.5B) and an RTX 4090 (7B), and Qwen2.5-72B on 2 x H100 at concurrency 1.
+serving on an L4 (0.5B) and an RTX 4090 (7B), Qwen2.5-72B on 2 x H100 at concurrency 1, and the
+Qwen3-30B-A3B mixture of experts on one H100 at concurrency 10 (added after every constant was chosen).
 No A100, L40S or ShareGPT-workload point is in the set yet. ShareGPT's lengths, fitted to vLLM's benchmark's
 published means: [validation/sharegpt_fit.md](validation/sharegpt_fit.md).
 """

@@ -172,16 +172,20 @@ def _resolve_engine(cfg: Config) -> None:
         cfg.chunked_prefill = bool(engine.chunked_prefill) and cfg.scenario.bookkeeping
     if cfg.max_num_batched_tokens is None:
         tiers = engine.token_budget if cfg.scenario.bookkeeping else None
-        cfg.max_num_batched_tokens = (token_budget(tiers, cfg.gpu.name, _card_memory_mib(cfg.gpu), is_offline(cfg))
+        if tiers:
+            _fill_gpu(cfg.gpu)  # the tier is the card's memory: a gpu.memory_mib on the command line, or its file's
+        cfg.max_num_batched_tokens = (token_budget(tiers, cfg.gpu.name, cfg.gpu.memory_mib, is_offline(cfg))
                                       if tiers else DEFAULT_TOKEN_BUDGET)
 
 
-def _card_memory_mib(gpu: GpuConfig) -> float:
-    """One card's memory (``gpu.memory_mib``, or its conf/gpu/ file's), before _resolve_gpu fills the spec."""
-    if gpu.memory_mib is not None:
-        return gpu.memory_mib
+def _fill_gpu(gpu: GpuConfig) -> None:
+    """The figures of conf/gpu/NAME.yaml that ``gpu`` leaves unset (a key already set wins)."""
     one_of("gpu.name", gpu.name, choices("gpu"))
-    return load_group("gpu", gpu.name, GpuConfig).memory_mib
+    unset = [key for key in GpuSpec.field_names() if getattr(gpu, key) is None]
+    if unset:
+        spec_file = load_group("gpu", gpu.name, GpuConfig)
+        for key in unset:
+            setattr(gpu, key, getattr(spec_file, key))
 
 
 def _resolve_gpu(cfg: Config) -> None:
@@ -191,11 +195,7 @@ def _resolve_gpu(cfg: Config) -> None:
     ``device.memory_gb`` (decimal GB: bytes / 1e9), and it must at least hold the weights.
     """
     gpu = cfg.gpu
-    one_of("gpu.name", gpu.name, choices("gpu"))
-    spec_file = load_group("gpu", gpu.name, GpuConfig)
-    for key in GpuSpec.field_names():
-        if getattr(gpu, key) is None:
-            setattr(gpu, key, getattr(spec_file, key))
+    _fill_gpu(gpu)
     spec = gpu_spec(gpu)  # a figure <= 0 is a ConfigError naming its key
     if not _simulated_gpu(cfg) or cfg.device.memory_gb is not None:
         return

@@ -9,7 +9,10 @@ Symbols (bytes, seconds, FLOP):
           ``bandwidth_gbps * bw_efficiency`` (the datasheet figure times an assumed fraction)
     ea    the fraction of A that decode attention reaches reading the KV cache (``attn_bw_efficiency``)
     F     dense bf16/fp16 peak per GPU, FLOP/s (``fp8_tflops`` at weight_dtype=fp8 where the GPU has fp8
-          tensor cores)    ef  its efficiency, in (0, 1]
+          tensor cores)    ef(g)  the fraction of it a step's matmuls reach, by g, the GFLOP of one layer's
+          matmuls on one GPU (version 9): ef - (ef - ef0) * g0 / (g + g0), from ef0 (``flops_efficiency_small``)
+          for a small step up to ef (``flops_efficiency``), half-way at g0 (``flops_ramp_gflop``); ef at every
+          size where a GPU file gives no ef0. g is the step's FLOPs / (n*L) (F(T) below / (n*L))
     o     fixed cost of a step (host scheduling, input preparation), s: the engine's (``engine.step_overhead_us``)
     lo    fixed cost of each layer of a step (kernel launches and tails, syncs), s: the engine's
     p     the matmuls' knee (``engine.gemm_knee``, >= 1): a step's matmuls take mm(w, c) = (w^p + c^p)^(1/p) for a
@@ -83,7 +86,11 @@ the knee's shape is the GEMM kernels', which the engine picks (PyTorch's cuBLAS 
 TensorRT-LLM's own); it replaces version 7's prefill floor (a prefill cost at least 1.5 weight reads, on every GPU,
 ``prefill_weight_multiple``) and its sharp max in decode. Version 8's GPU files also read the KV cache in decode
 attention at 0.9 of A (0.6 before): ea is the rate at which attention's time grows with its read, its kernels'
-fixed part being in L*lo (conf/gpu/*.yaml say from which profiles). ``ROOFLINE_VERSION`` is in every roofline-priced job's identity
+fixed part being in L*lo (conf/gpu/*.yaml say from which profiles). Version 9 (2026-12-06) lets the matmuls' FLOP
+efficiency grow with a step's work (ef(g) above, each ef being ef(g) of the step's g: a small GEMM fills fewer of the
+card's tiles and waves), fitted per GPU to Vidur's profiled linear layers; version 8 priced every step at one ef
+(0.6), which priced the A100's and H100's prefills of 1-4k tokens 16-22% slow. By work, not rows: a 72B model's
+layer at 128 rows is as much work as a 7B one's at 1,000 (by rows alone the H100's fit left a p90 error of 22%). ``ROOFLINE_VERSION`` is in every roofline-priced job's identity
 (harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
 
 A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
@@ -123,7 +130,7 @@ from kvbench.harness.serving.layer_terms import windowed_read, windowed_read_ove
 from kvbench.harness.serving.model_cost import ModelCost, model_cost  # noqa: F401
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 8
+ROOFLINE_VERSION = 9
 
 # Figures that divide or scale the cost: 0 or below has no meaning.
 _POSITIVE = ("memory_mib", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
@@ -154,6 +161,9 @@ class GpuSpec:
     host_link_gbps: float | None = None  # host <-> device per GPU and direction, GB/s; None: unknown
     host_link_latency_us: float = 0.0  # fixed cost of one host <-> device transfer
     fp8_tflops: float | None = None  # dense fp8 tensor peak per GPU, TFLOP/s; None: no fp8 tensor cores
+    flops_efficiency_small: float | None = None  # ef0: a small step's; None: flops_efficiency at every size
+    flops_ramp_gflop: float | None = None  # g0: a layer's GFLOP on one GPU at which ef(g) is half-way to the top
+    fp8_flops_efficiency: float | None = None  # ef at fp8_tflops, at every size; None: flops_efficiency
 
     def __post_init__(self) -> None:
         for key in _POSITIVE:
@@ -176,6 +186,22 @@ class GpuSpec:
                               f"(gpu={self.name})")
         if self.count < 1:
             raise ConfigError(f"gpu.count={self.count} must be >= 1 (gpu={self.name})")
+        if self.fp8_flops_efficiency is not None and not 0 < self.fp8_flops_efficiency <= 1:
+            raise ConfigError(f"gpu.fp8_flops_efficiency={self.fp8_flops_efficiency} must be in (0, 1], or null for "
+                              f"flops_efficiency (gpu={self.name})")
+        small, ramp = self.flops_efficiency_small, self.flops_ramp_gflop
+        if (small is None) != (ramp is None) or (small is not None and not (0 < small <= self.flops_efficiency
+                                                                              and ramp > 0)):
+            raise ConfigError(f"gpu.flops_efficiency_small={small}, gpu.flops_ramp_gflop={ramp} (gpu={self.name}): "
+                              f"both null (one efficiency at every size), or 0 < flops_efficiency_small <= "
+                              f"flops_efficiency={self.flops_efficiency} and flops_ramp_gflop > 0")
+
+    def flops_efficiency_at(self, layer_gflop: float) -> float:
+        """ef(g): the fraction of the dense peak a step's matmuls reach, ``layer_gflop`` a layer's on one GPU."""
+        if self.flops_efficiency_small is None:
+            return self.flops_efficiency
+        top, ramp = self.flops_efficiency, self.flops_ramp_gflop
+        return top - (top - self.flops_efficiency_small) * ramp / (layer_gflop + ramp)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -213,10 +239,24 @@ class CostModel:
         return self.bytes_per_s * self.gpu.attn_bw_efficiency
 
     @cached_property
-    def flops_per_s(self) -> float:  # n*F*ef; F: the fp8 peak for fp8 weights where the GPU has fp8 tensor cores
+    def _fp8_cores(self) -> bool:  # fp8 weights on a GPU with fp8 tensor cores: W8A8 at fp8_tflops
+        return self.model.fp8 and self.gpu.fp8_tflops is not None
+
+    @cached_property
+    def flops_per_s(self) -> float:  # n*F*ef, a large step's; F: the fp8 peak for fp8 weights where the GPU has fp8 tensor cores
         g = self.gpu
-        peak = g.fp8_tflops if self.model.fp8 and g.fp8_tflops is not None else g.tflops
-        return g.count * peak * 1e12 * g.flops_efficiency
+        if self._fp8_cores:
+            return g.count * g.fp8_tflops * 1e12 * (g.fp8_flops_efficiency or g.flops_efficiency)
+        return g.count * g.tflops * 1e12 * g.flops_efficiency
+
+    def compute_s(self, flops: float) -> float:
+        """A step's matmuls of ``flops`` FLOPs at n*F*ef(g), g = flops / (n*L) in GFLOP (fp8 on fp8 tensor cores: one
+        efficiency at every size, no profile by size)."""
+        g = self.gpu
+        if self._fp8_cores:
+            return flops / self.flops_per_s
+        layer_gflop = flops / (g.count * self.model.num_layers * 1e9)
+        return flops / self.flops_per_s * g.flops_efficiency / g.flops_efficiency_at(layer_gflop)
 
     @cached_property
     def layers_s(self) -> float:  # L*lo: device time
@@ -249,7 +289,7 @@ class CostModel:
     def _decode_base_s(self, batch: int) -> float:
         base = self._decode_fixed.get(batch)
         if base is None:
-            compute = self.model.flops(batch, batch) / self.flops_per_s
+            compute = self.compute_s(self.model.flops(batch, batch))
             base = self._decode_fixed[batch] = (self.layers_s + self.comm_s(batch)
                                                 + self.engine.matmul_s(self.weights_s(batch), compute)
                                                 + self.state_s(batch))
@@ -277,7 +317,7 @@ class CostModel:
 
     def prefill_s(self, tokens: int, prompts: int = 1) -> float:
         """``tokens`` prompt tokens of ``prompts`` prompts (each one row of logits) in one forward."""
-        compute = self.model.flops(tokens, prompts) / self.flops_per_s
+        compute = self.compute_s(self.model.flops(tokens, prompts))
         device = (self.layers_s + self.engine.matmul_s(self.weights_s(tokens), compute) + self.comm_s(tokens)
                   + self.state_s(prompts))
         return self.engine.step_s(self.engine.host_s(prompts, decode=False), device)
@@ -302,7 +342,7 @@ class CostModel:
         if not tokens:
             return self.decode_s(batch, kv_tokens_read) if batch else 0.0
         rows = tokens + batch
-        compute = self.model.flops(rows, batch + 1) / self.flops_per_s  # the decodes' logits and one prompt's
+        compute = self.compute_s(self.model.flops(rows, batch + 1))  # the decodes' logits and one prompt's
         device = (self.layers_s + self.engine.matmul_s(self.weights_s(rows), compute) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
                   + self.state_s(batch + 1))  # the decodes' states and the prompt's
         return self.engine.step_s(self.engine.host_s(batch + 1, decode=False), device)  # the decodes and a prompt
@@ -340,7 +380,8 @@ class CostModel:
 def gpu_spec(gpu: GpuConfig) -> GpuSpec:
     """A resolved ``GpuConfig`` (harness/config.py: every figure filled) as a validated spec."""
     figures = {key: getattr(gpu, key) for key in GpuSpec.field_names()}
-    optional = ("copy_bandwidth_gbps", "host_link_gbps", "host_link_latency_us", "fp8_tflops")  # None: unknown
+    optional = ("copy_bandwidth_gbps", "host_link_gbps", "host_link_latency_us", "fp8_tflops",  # None: unknown
+                "flops_efficiency_small", "flops_ramp_gflop", "fp8_flops_efficiency")
     unset = [key for key, value in figures.items() if value is None and key not in optional]
     if unset:  # a GPU file of its own that predates a figure: name what it lacks
         raise ConfigError(f"gpu={gpu.name}: {', '.join(f'gpu.{k}' for k in unset)} not set; conf/gpu/{gpu.name}.yaml "

@@ -20,7 +20,8 @@ GPUS = sorted(p.stem for p in (REPO_ROOT / "conf" / "gpu").glob("*.yaml"))
 SOURCED = ("memory_mib", "bandwidth_gbps", "tflops", "fp8_tflops", "interconnect_gbps", "interconnect_latency_us")
 # The roofline's modelling figures: each says where it comes from, a measurement, a source or "assumption".
 # (A step's and a layer's fixed costs are the engine's since roofline version 6: test_engine_profile.py.)
-MODELLED = ("copy_bandwidth_gbps", "bw_efficiency", "flops_efficiency", "attn_bw_efficiency")
+MODELLED = ("copy_bandwidth_gbps", "bw_efficiency", "flops_efficiency", "flops_efficiency_small", "flops_ramp_gflop",
+            "fp8_flops_efficiency", "attn_bw_efficiency")
 
 
 def _comment_of(text: list[str], i: int) -> str:

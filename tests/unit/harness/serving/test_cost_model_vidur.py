@@ -11,9 +11,10 @@ PCIe GPUs with pair-wise NVLINK" (Vidur's docs/profiling.md), hence gpu=a100-80g
 
     batch 16:  54.9 (context 512), 56.8 (1024), 58.1 (2048)      batch 128: 85.7 (512), 92.6 (1024), 106.4 (2048)
 
-Issue 46 quotes "about 57.5 and 83" for the same profile. The clock (version 8: vllm_v1's knee, attention at 0.9 of
-the copy rate) prices the device's step (no host cost: an engine of its layer cost and knee only) within 15% of each:
-50.4, 51.4, 53.3 and 78.2, 85.9, 101.3 ms. What it leaves out that Vidur has: eager NCCL's 40-65 us all-reduces
+Issue 46 quotes "about 57.5 and 83" for the same profile. The clock (version 9: vllm_v1's knee, attention at 0.9 of
+the copy rate, the A100's FLOP efficiency by a step's work) prices the device's step (no host cost: an engine of its
+layer cost and knee only) within 15% of each: 50.6, 51.6, 53.5 and 74.3, 82.1, 97.5 ms (version 8, one efficiency of
+0.6: 50.4, 51.4, 53.3 and 78.2, 85.9, 101.3). What it leaves out that Vidur has: eager NCCL's 40-65 us all-reduces
 (vLLM runs its own under CUDA graphs; the GPU file's 10 us).
 """
 

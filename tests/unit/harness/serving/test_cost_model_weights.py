@@ -5,6 +5,8 @@ Qwen2.5-0.5B (494,032,768 parameters; 151,936 x 896 = 136,134,656)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kvbench.harness.config import GpuConfig
@@ -20,10 +22,14 @@ P8B, T8B = 8_030_261_248, 525_336_576
 P05, T05 = 494_032_768, 136_134_656
 
 
-def _clock(gpu: str, model: str = "llama-3.1-8b", weight_dtype: str = "auto") -> CostModel:
-    # Version 5's host costs (o = 500 us, lo = 30 us, in series), the engine's since version 6: the figures below.
-    return CostModel(gpu_spec(load_group("gpu", gpu, GpuConfig)),
-                     model_cost(load_group("model", model, ModelConfig), "bfloat16", weight_dtype=weight_dtype),
+def _clock(gpu: str, model: str = "llama-3.1-8b", weight_dtype: str = "auto", ramp: bool = False) -> CostModel:
+    # Version 5's host costs (o = 500 us, lo = 30 us, in series), the engine's since version 6, and version 8's one
+    # FLOP efficiency of 0.6 at every size (ramp=False; the GPU file's by size since version 9): the figures below.
+    spec = gpu_spec(load_group("gpu", gpu, GpuConfig))
+    if not ramp:
+        spec = dataclasses.replace(spec, flops_efficiency=0.6, flops_efficiency_small=None, flops_ramp_gflop=None,
+                                   fp8_flops_efficiency=None)
+    return CostModel(spec, model_cost(load_group("model", model, ModelConfig), "bfloat16", weight_dtype=weight_dtype),
                      engine=EngineSpec("v5", step_overhead_us=500, layer_overhead_us=30))
 
 
@@ -72,6 +78,36 @@ def test_fp8_weights_are_a_byte_a_value_and_compute_at_the_fp8_peak():
     a100 = _clock("a100-80gb", weight_dtype="fp8")  # its copy rate: 1700 GB/s
     assert a100.flops_per_s == pytest.approx(312e12 * 0.6) and a100.model.weight_bytes == 8_030_261_248
     assert a100.decode_s(1, 0) == pytest.approx(500e-6 + 32 * 30e-6 + 8_030_261_248 / 1.7e12, rel=1e-12)
+
+def test_the_flop_efficiency_grows_with_a_steps_work_by_hand():
+    """Version 9: ef(g) = ef - (ef - ef0) * g0 / (g + g0), g a layer's GFLOP on one GPU (h100-sxm: 0.74, 0.1, 40)."""
+    c = _clock("h100-sxm", ramp=True)
+    fixed = 500e-6 + 32 * 30e-6
+    flops = 2 * 6_979_588_096 * 1024 + 2 * T8B  # 1.4295e13: a layer's share is 446.7 GFLOP, ef = 0.6874
+    ef = 0.74 - (0.74 - 0.1) * 40 / (flops / 32e9 + 40)
+    assert ef == pytest.approx(0.6874, abs=1e-4)
+    compute, weights = flops / (989e12 * ef), 15_009_849_344 / 2.68e12
+    assert c.prefill_s(1024) == pytest.approx(fixed + max(compute, weights), rel=1e-12)  # this engine: no knee
+    # A decode step of one token is a small GEMM (0.47 GFLOP a layer): ef 0.107, still well under the weights' read.
+    one = 2 * 6_979_588_096 + 2 * T8B
+    ef1 = 0.74 - 0.64 * 40 / (one / 32e9 + 40)
+    assert ef1 == pytest.approx(0.1074, abs=1e-4)
+    assert one / (989e12 * ef1) < weights / 3 and c.decode_s(1, 0) == pytest.approx(fixed + weights, rel=1e-12)
+    # Larger steps only gain: the prefill's FLOP rate rises monotonically towards 0.74 of the peak.
+    rates = [c.gpu.flops_efficiency_at(g) for g in (0, 1, 10, 100, 1000, 1e6)]
+    assert rates == sorted(rates) and rates[0] == pytest.approx(0.1) and rates[-1] == pytest.approx(0.74, abs=1e-4)
+    # fp8 weights on the fp8 cores: one efficiency (0.6 of 1979) at every size.
+    fp8 = _clock("h100-sxm", weight_dtype="fp8", ramp=True)
+    assert fp8.compute_s(1e12) == pytest.approx(fp8.compute_s(1e15) / 1000) == pytest.approx(1e12 / (1979e12 * 0.6))
+
+
+def test_a_ramp_half_set_or_out_of_range_is_refused():
+    spec = gpu_spec(load_group("gpu", "h100-sxm", GpuConfig))
+    for bad in (dict(flops_ramp_gflop=None), dict(flops_efficiency_small=0.9), dict(flops_ramp_gflop=0),
+                dict(fp8_flops_efficiency=1.5)):
+        with pytest.raises(ConfigError, match=r"gpu\.(flops_efficiency_small|fp8_flops_efficiency)=.*gpu=h100-sxm"):
+            dataclasses.replace(spec, **bad)
+
 
 BASE = ["+impl=paged_torch", "scenario=capacity", "model=llama-3.1-8b", "gpu=h100-sxm"]
 
