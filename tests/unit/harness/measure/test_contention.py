@@ -46,8 +46,8 @@ def test_a_process_that_sleeps_used_no_cpu_and_waited_for_none():
         time.sleep(0.3)
     got = probe.result()
     assert got.cpu_share is not None and got.cpu_share < 0.2
-    if got.wait_frac is not None:  # Linux: it waited for no core, so it is not starved
-        assert got.wait_frac < 0.05 and not got.contended
+    if got.wait_frac is not None:  # Linux: it waited for no core, so it is not starved (``contended`` may still be
+        assert got.wait_frac < 0.05 and not got.starved  # set: the hypervisor's steal is the machine's, not its own)
     # The same wait, declared idle (waiting for arrivals): too short a busy window to say anything.
     assert probe.result(idle_s=0.3).cpu_share is None and not probe.result(idle_s=0.3).contended
 
