@@ -71,6 +71,8 @@ def resolve(raw: DictConfig | Config) -> Config:
         cfg.workload.num_requests = cfg.workload.users * cfg.workload.turns  # checked in validate_reuse_keys
     if cfg.workload.num_requests is None and cfg.workload.distribution != "trace":
         cfg.workload.num_requests = cfg.batch  # a trace's default is its file's row count (describe_trace)
+    if cfg.gpu is not None:  # once, first: the engine's token budget is the card's, _resolve_gpu checks the rest
+        _fill_gpu(cfg.gpu)
     _resolve_engine(cfg)  # before validate: the engine's chunked_prefill default is checked there
     validate(cfg)  # the keys that do not depend on the device, before the device is looked for
     if cfg.device.name == "auto":
@@ -172,30 +174,26 @@ def _resolve_engine(cfg: Config) -> None:
         cfg.chunked_prefill = bool(engine.chunked_prefill) and cfg.scenario.bookkeeping
     if cfg.max_num_batched_tokens is None:
         tiers = engine.token_budget if cfg.scenario.bookkeeping else None
-        if tiers:
-            _fill_gpu(cfg.gpu)  # the tier is the card's memory: a gpu.memory_mib on the command line, or its file's
         cfg.max_num_batched_tokens = (token_budget(tiers, cfg.gpu.name, cfg.gpu.memory_mib, is_offline(cfg))
-                                      if tiers else DEFAULT_TOKEN_BUDGET)
+                                      if tiers else DEFAULT_TOKEN_BUDGET)  # the card's memory: its file's, or set
 
 
 def _fill_gpu(gpu: GpuConfig) -> None:
     """The figures of conf/gpu/NAME.yaml that ``gpu`` leaves unset (a key already set wins)."""
     one_of("gpu.name", gpu.name, choices("gpu"))
-    unset = [key for key in GpuSpec.field_names() if getattr(gpu, key) is None]
-    if unset:
-        spec_file = load_group("gpu", gpu.name, GpuConfig)
-        for key in unset:
+    spec_file = load_group("gpu", gpu.name, GpuConfig)
+    for key in GpuSpec.field_names():
+        if getattr(gpu, key) is None:
             setattr(gpu, key, getattr(spec_file, key))
 
 
 def _resolve_gpu(cfg: Config) -> None:
-    """Fill the chosen GPU's figures from conf/gpu/NAME.yaml (a key already set wins) and check them.
+    """Check the chosen GPU's figures (``_fill_gpu`` took them from conf/gpu/NAME.yaml, a key already set winning).
 
     In a bookkeeping scenario the GPUs' total memory (``memory_mib``, in bytes, x count) is the default
     ``device.memory_gb`` (decimal GB: bytes / 1e9), and it must at least hold the weights.
     """
     gpu = cfg.gpu
-    _fill_gpu(gpu)
     spec = gpu_spec(gpu)  # a figure <= 0 is a ConfigError naming its key
     if not _simulated_gpu(cfg) or cfg.device.memory_gb is not None:
         return

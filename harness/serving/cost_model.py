@@ -9,10 +9,9 @@ Symbols (bytes, seconds, FLOP):
           ``bandwidth_gbps * bw_efficiency`` (the datasheet figure times an assumed fraction)
     ea    the fraction of A that decode attention reaches reading the KV cache (``attn_bw_efficiency``)
     F     dense bf16/fp16 peak per GPU, FLOP/s (``fp8_tflops`` at weight_dtype=fp8 where the GPU has fp8
-          tensor cores)    ef(g)  the fraction of it a step's matmuls reach, by g, the GFLOP of one layer's
-          matmuls on one GPU (version 9): ef - (ef - ef0) * g0 / (g + g0), from ef0 (``flops_efficiency_small``)
-          for a small step up to ef (``flops_efficiency``), half-way at g0 (``flops_ramp_gflop``); ef at every
-          size where a GPU file gives no ef0. g is the step's FLOPs / (n*L) (F(T) below / (n*L))
+          tensor cores)    ef(g) = ef - (ef - ef0) * g0 / (g + g0): the fraction of it a step's matmuls reach
+          (version 9), g one layer's GFLOP on one GPU (the step's FLOPs / (n*L)), from ef0 (``flops_efficiency_small``)
+          to ef (``flops_efficiency``), half-way at g0 (``flops_ramp_gflop``); ef where a GPU file gives no ef0
     o     fixed cost of a step (host scheduling, input preparation), s: the engine's (``engine.step_overhead_us``)
     lo    fixed cost of each layer of a step (kernel launches and tails, syncs), s: the engine's
     p     the matmuls' knee (``engine.gemm_knee``, >= 1): a step's matmuls take mm(w, c) = (w^p + c^p)^(1/p) for a
@@ -90,8 +89,8 @@ fixed part being in L*lo (conf/gpu/*.yaml say from which profiles). Version 9 (2
 efficiency grow with a step's work (ef(g) above, each ef being ef(g) of the step's g: a small GEMM fills fewer of the
 card's tiles and waves), fitted per GPU to Vidur's profiled linear layers; version 8 priced every step at one ef
 (0.6), which priced the A100's and H100's prefills of 1-4k tokens 16-22% slow. By work, not rows: a 72B model's
-layer at 128 rows is as much work as a 7B one's at 1,000 (by rows alone the H100's fit left a p90 error of 22%). ``ROOFLINE_VERSION`` is in every roofline-priced job's identity
-(harness/job/identity.py), so a resumed sweep never keeps rows priced by another version.
+layer at 128 rows is as much work as a 7B one's at 1,000 (by rows alone the H100's fit left a p90 error of 22%).
+``ROOFLINE_VERSION`` is in every roofline-priced job's identity: a resumed sweep keeps no row another version priced.
 
 A host tier (``device.host_kv_gb``) or swap copies whole blocks over the host link (PCIe, or
 NVLink-C2C where that is the link) between steps:
@@ -243,20 +242,21 @@ class CostModel:
         return self.model.fp8 and self.gpu.fp8_tflops is not None
 
     @cached_property
-    def flops_per_s(self) -> float:  # n*F*ef, a large step's; F: the fp8 peak for fp8 weights where the GPU has fp8 tensor cores
+    def _peak_flops_per_s(self) -> float:  # n*F; F: the fp8 peak for fp8 weights where the GPU has fp8 tensor cores
+        return self.gpu.count * (self.gpu.fp8_tflops if self._fp8_cores else self.gpu.tflops) * 1e12
+
+    @cached_property
+    def flops_per_s(self) -> float:  # n*F*ef, a large step's (fp8 on fp8 cores: fp8_flops_efficiency where set)
         g = self.gpu
-        if self._fp8_cores:
-            return g.count * g.fp8_tflops * 1e12 * (g.fp8_flops_efficiency or g.flops_efficiency)
-        return g.count * g.tflops * 1e12 * g.flops_efficiency
+        ef = g.fp8_flops_efficiency if self._fp8_cores and g.fp8_flops_efficiency else g.flops_efficiency
+        return self._peak_flops_per_s * ef
 
     def compute_s(self, flops: float) -> float:
-        """A step's matmuls of ``flops`` FLOPs at n*F*ef(g), g = flops / (n*L) in GFLOP (fp8 on fp8 tensor cores: one
-        efficiency at every size, no profile by size)."""
-        g = self.gpu
+        """A step's matmuls of ``flops`` FLOPs at n*F*ef(g) (fp8 on fp8 cores: one efficiency, no profile by size)."""
         if self._fp8_cores:
             return flops / self.flops_per_s
-        layer_gflop = flops / (g.count * self.model.num_layers * 1e9)
-        return flops / self.flops_per_s * g.flops_efficiency / g.flops_efficiency_at(layer_gflop)
+        layer_gflop = flops / (self.gpu.count * self.model.num_layers * 1e9)
+        return flops / (self._peak_flops_per_s * self.gpu.flops_efficiency_at(layer_gflop))
 
     @cached_property
     def layers_s(self) -> float:  # L*lo: device time
