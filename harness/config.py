@@ -210,6 +210,7 @@ class EngineConfig:
     layer_overhead_us: Optional[float] = None  # device: cost of each layer of a step
     frontend_ms: Optional[float] = None  # a request's server, tokenize and detokenize cost: TTFT and E2EL
     gemm_knee: Optional[float] = None  # p of the matmuls' soft roofline (read^p + FLOPs^p)^(1/p); null in a file: max
+    moe_gemm_half_n: Optional[float] = None  # expert width at which the experts' GEMMs reach half the dense rate
     chunked_prefill: Optional[bool] = None  # the engine's default for the top-level chunked_prefill
     async_scheduling: Optional[bool] = None  # price a step max(host, device), not host + device
     scheduler_steps: Optional[int] = None  # decode steps a scheduling pass runs (V0's --num-scheduler-steps)

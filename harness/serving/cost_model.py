@@ -1,4 +1,4 @@
-"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 8).
+"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 10).
 
 Every input is a plain number; conf/gpu/*.yaml gives them per GPU, each with its source.
 Symbols (bytes, seconds, FLOP):
@@ -20,6 +20,11 @@ Symbols (bytes, seconds, FLOP):
           (a lookup reads a row a token); a tied one is the LM head and is read
     P     parameters a token multiplies by, less the embedding table and the LM head
     H     the LM head's parameters (vocab x h): 2*H FLOPs a row whose logits are computed
+    Pe    of P, the routed experts' (k a token); they run at em = N / (N + n0) of the dense rate, N an expert's
+          intermediate size over n (``engine.moe_gemm_half_n`` = n0; null: em = 1; version 10)
+    ap    a prompt's attention FLOPs per (query, key) pair, every caching layer (model_cost.py); pairs(spans): the
+          causal pairs of the positions a step computes of each prompt, a sliding layer's capped at its window
+          (layer_terms.py)
     kvb   KV bytes per token (every layer, K and V)
     L     layers          h  hidden size   e    bytes per activation element
     link  interconnect bandwidth per GPU and direction, bytes/s;  lat  latency of one collective, s
@@ -31,7 +36,7 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
 
     fixed(T)       = o + L*lo + comm(T)     (version 6: o is the engine's, harness/serving/engine_profile.py)
     comm(T)        = 0 if n == 1, else 2*L * (lat + 2*(n-1)/n * T*h*e / link)
-    decode_s(B, R) = fixed(B) + mm(W / (n*A),  2*(P + H)*B / (n*F*ef)) + R*a + 2*B*sb / (n*A)
+    decode_s(B, R) = fixed(B) + mm(W / (n*A),  cmp(B, B)) + R*a + 2*B*sb / (n*A)
         a = max(kvb / (n*A*ea),  af / (n*F*ef)): attention's KV read, or its FLOPs (af a KV token, every layer:
         harness/serving/model_cost.py; only MLA's absorbed attention reaches them, version 7); sb: a sequence's
         linear-attention state, read and rewritten each step (Qwen3-Next; 0 for every other model)
@@ -40,17 +45,20 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
         longest of them, version 3 below). The matmuls stream the
         weights or are compute-bound; attention runs in kernels of its own after them,
         so its KV read adds to the step instead of hiding under the weights' read.
-    prefill_s(T, S) = fixed(T) + mm(W / (n*A),  (2*P*T + 2*H*S) / (n*F*ef))
+    cmp(T, S)      = (2*(P - Pe)*T + 2*H*S) / (n*F*ef) + 2*Pe*T / (n*F*ef*em)     the matmuls' FLOPs, in seconds
+    prefill_s(T, S) = fixed(T) + mm(W / (n*A),  cmp(T, S)) + pairs(spans)*ap / (n*F*ef)
         T prompt tokens computed (prefix-cache hits are not) of S prompts, each one row of logits. The
         simulator passes T alone: S = 1 is assumed, which leaves out (S-1)*2*H FLOPs, under 0.1% of a prefill of
         S prompts of 100 tokens or more (H is under 1/50 of P for the models here). Matmuls of a few hundred rows
         reach neither the streaming rate nor the FLOP rate (the knee p): a small prefill costs more than one
-        weight read; a large one is compute-bound, where the knee changes little.
-    mixed_s(T, B, R) = fixed(T+B) + mm(W / (n*A),  (2*P*(T+B) + 2*H*(B+1)) / (n*F*ef)) + R*a
+        weight read; a large one is compute-bound, where the knee changes little. The prompts' attention
+        (FlashAttention's kernels, after the matmuls) runs at the dense bf16 rate n*F*ef: quadratic, it is 4% of a
+        2,048-token prompt's FLOPs for Llama-3.1-8B and 9% at 5,000 (more at fp8, whose matmuls run faster).
+    mixed_s(T, B, R) = fixed(T+B) + mm(W / (n*A),  cmp(T+B, B+1)) + R*a + pairs(spans)*ap / (n*F*ef)
         chunked prefill's step: T prompt-chunk tokens and B decodes in one forward: one weight read serves
         both, the FLOPs add up, the decodes' KV read adds.
-        mixed_s(T, 0, 0) = prefill_s(T) and mixed_s(0, B, R) = decode_s(B, R). A chunk's attention
-        over the prompt's earlier chunks is prefill attention, left out as below.
+        mixed_s(T, 0, 0) = prefill_s(T) and mixed_s(0, B, R) = decode_s(B, R). A chunk attends to the prompt's
+        earlier chunks: its pairs count them.
     decode_s(B, R, k) = sum over j = 0..k-1 of decode_s(B, R + j*B)
         k steps of an unchanged batch, each reading B more KV tokens than the one before:
         only the attention term grows, so the sum is k*decode_s(B, R) + B*kvb/(n*A*ea) * k*(k-1)/2.
@@ -110,111 +118,29 @@ NVLink-C2C where that is the link) between steps:
         attention reads it; an evicted block's store must leave before the step overwrites it).
         An engine that stores asynchronously, or overlaps loads with earlier layers, pays less.
 
-Left out on purpose: prefill attention FLOPs (quadratic in the prompt; small next to 2*P*T at
-these lengths), KV writes and activation traffic, sampling, and any overlap of communication
-with compute.
+Version 10 (2026-12-07) prices a prompt's attention (version 9 left it out: a 2,048-token MoE prompt's attention is
+12% of its step) and the routed experts' grouped GEMMs at em of the dense rate (version 9 priced them as dense
+GEMMs: Qwen3-30B-A3B's 8,192-token step at half its published time, conf/engine/vllm_v1.yaml gives the source).
+
+Left out on purpose: KV writes and activation traffic, sampling, and any overlap of communication with compute.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
 
-from kvbench.harness.config import Config, GpuConfig
+from kvbench.harness.config import Config
 from kvbench.harness.errors import ConfigError
-from kvbench.harness.kv.sizes import MIB
 from kvbench.harness.serving.engine_profile import EngineSpec, engine_spec, is_offline
-from kvbench.harness.serving.layer_terms import windowed_read, windowed_read_over_steps
+# The GPU's figures: their own module; named here too, where the clock's callers have always found them.
+from kvbench.harness.serving.gpu_spec import GpuSpec, gpu_spec  # noqa: F401
+from kvbench.harness.serving.layer_terms import Spans, prefill_pairs, windowed_read, windowed_read_over_steps
 # What the clock needs of a model: its own module; named here too, where the clock's callers have always found them.
 from kvbench.harness.serving.model_cost import ModelCost, model_cost  # noqa: F401
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 9
-
-# Figures that divide or scale the cost: 0 or below has no meaning.
-_POSITIVE = ("memory_mib", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_efficiency", "interconnect_gbps",
-             "attn_bw_efficiency")
-# Added times: 0 is a valid idealisation (no overhead, no latency).
-_NON_NEGATIVE = ("interconnect_latency_us", "host_link_latency_us")
-_FRACTIONS = ("bw_efficiency", "flops_efficiency", "attn_bw_efficiency")
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """One GPU model's figures (datasheet, measurements, modelling assumptions), and how many work together.
-
-    The figures after ``count`` have neutral defaults (a prefill floor of one weight read, attention at the
-    weights' rate, no copy measurement) for hand-built specs; conf/gpu/*.yaml sets every one of them."""
-
-    name: str
-    memory_mib: float  # per GPU, MiB = 2**20 bytes: the total the driver reports (``memory_bytes``)
-    bandwidth_gbps: float  # datasheet memory bandwidth per GPU, GB/s
-    tflops: float  # dense bf16/fp16 tensor-core peak per GPU, TFLOP/s
-    bw_efficiency: float  # fraction of bandwidth_gbps a stream reaches, where no copy bandwidth is measured
-    flops_efficiency: float  # fraction of peak a prefill's matmuls reach
-    interconnect_gbps: float  # GPU-to-GPU bandwidth per GPU and direction, GB/s
-    interconnect_latency_us: float  # per collective
-    count: int = 1  # tensor-parallel GPUs
-    copy_bandwidth_gbps: float | None = None  # measured device-to-device copy (read + write), GB/s; None: unknown
-    attn_bw_efficiency: float = 1.0  # fraction of the achievable bandwidth decode attention reaches
-    host_link_gbps: float | None = None  # host <-> device per GPU and direction, GB/s; None: unknown
-    host_link_latency_us: float = 0.0  # fixed cost of one host <-> device transfer
-    fp8_tflops: float | None = None  # dense fp8 tensor peak per GPU, TFLOP/s; None: no fp8 tensor cores
-    flops_efficiency_small: float | None = None  # ef0: a small step's; None: flops_efficiency at every size
-    flops_ramp_gflop: float | None = None  # g0: a layer's GFLOP on one GPU at which ef(g) is half-way to the top
-    fp8_flops_efficiency: float | None = None  # ef at fp8_tflops, at every size; None: flops_efficiency
-
-    def __post_init__(self) -> None:
-        for key in _POSITIVE:
-            if not getattr(self, key) > 0:
-                raise ConfigError(f"gpu.{key}={getattr(self, key)} must be > 0 (gpu={self.name})")
-        for key in _NON_NEGATIVE:
-            if not getattr(self, key) >= 0:
-                raise ConfigError(f"gpu.{key}={getattr(self, key)} must be >= 0 (gpu={self.name})")
-        for key in _FRACTIONS:
-            if getattr(self, key) > 1:
-                raise ConfigError(f"gpu.{key}={getattr(self, key)} must be in (0, 1] (gpu={self.name})")
-        if self.copy_bandwidth_gbps is not None and not self.copy_bandwidth_gbps > 0:
-            raise ConfigError(f"gpu.copy_bandwidth_gbps={self.copy_bandwidth_gbps} must be > 0, or null where "
-                              f"none is measured (gpu={self.name})")
-        if self.fp8_tflops is not None and not self.fp8_tflops > 0:
-            raise ConfigError(f"gpu.fp8_tflops={self.fp8_tflops} must be > 0, or null where the GPU has no fp8 "
-                              f"tensor cores (gpu={self.name})")
-        if self.host_link_gbps is not None and not self.host_link_gbps > 0:
-            raise ConfigError(f"gpu.host_link_gbps={self.host_link_gbps} must be > 0, or null where none is known "
-                              f"(gpu={self.name})")
-        if self.count < 1:
-            raise ConfigError(f"gpu.count={self.count} must be >= 1 (gpu={self.name})")
-        if self.fp8_flops_efficiency is not None and not 0 < self.fp8_flops_efficiency <= 1:
-            raise ConfigError(f"gpu.fp8_flops_efficiency={self.fp8_flops_efficiency} must be in (0, 1], or null for "
-                              f"flops_efficiency (gpu={self.name})")
-        small, ramp = self.flops_efficiency_small, self.flops_ramp_gflop
-        if (small is None) != (ramp is None) or (small is not None and not (0 < small <= self.flops_efficiency
-                                                                              and ramp > 0)):
-            raise ConfigError(f"gpu.flops_efficiency_small={small}, gpu.flops_ramp_gflop={ramp} (gpu={self.name}): "
-                              f"both null (one efficiency at every size), or 0 < flops_efficiency_small <= "
-                              f"flops_efficiency={self.flops_efficiency} and flops_ramp_gflop > 0")
-
-    def flops_efficiency_at(self, layer_gflop: float) -> float:
-        """ef(g): the fraction of the dense peak a step's matmuls reach, ``layer_gflop`` a layer's on one GPU."""
-        if self.flops_efficiency_small is None:
-            return self.flops_efficiency
-        top, ramp = self.flops_efficiency, self.flops_ramp_gflop
-        return top - (top - self.flops_efficiency_small) * ramp / (layer_gflop + ramp)
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
-    @property
-    def memory_bytes(self) -> int:  # per GPU
-        return round(self.memory_mib * MIB)
-
-    @property
-    def achievable_gbps(self) -> float:  # A, per GPU
-        if self.copy_bandwidth_gbps is not None:
-            return self.copy_bandwidth_gbps
-        return self.bandwidth_gbps * self.bw_efficiency
+ROOFLINE_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -251,12 +177,31 @@ class CostModel:
         ef = g.fp8_flops_efficiency if self._fp8_cores and g.fp8_flops_efficiency else g.flops_efficiency
         return self._peak_flops_per_s * ef
 
-    def compute_s(self, flops: float) -> float:
-        """A step's matmuls of ``flops`` FLOPs at n*F*ef(g) (fp8 on fp8 cores: one efficiency, no profile by size)."""
+    @cached_property
+    def _expert_rate(self) -> float:  # em = N / (N + n0), N an expert's width on one GPU (tensor parallel splits it)
+        return self.engine.expert_rate(self.model.experts.width / self.gpu.count)
+
+    def compute_s(self, flops: float, expert_flops: float = 0.0) -> float:
+        """A step's matmuls of ``flops`` FLOPs, ``expert_flops`` of them routed experts', at n*F*ef(g) (fp8 on fp8
+        cores: one efficiency, no profile by size), the experts' at em of that rate."""
         if self._fp8_cores:
-            return flops / self.flops_per_s
-        layer_gflop = flops / (self.gpu.count * self.model.num_layers * 1e9)
-        return flops / (self._peak_flops_per_s * self.gpu.flops_efficiency_at(layer_gflop))
+            rate = self.flops_per_s
+        else:
+            layer_gflop = flops / (self.gpu.count * self.model.num_layers * 1e9)
+            rate = self._peak_flops_per_s * self.gpu.flops_efficiency_at(layer_gflop)
+        return (flops - expert_flops) / rate + expert_flops / (rate * self._expert_rate)
+
+    def matmul_compute_s(self, rows: int, logits_rows: int) -> float:
+        """compute_s of a forward of ``rows`` token rows, ``logits_rows`` of them computing logits."""
+        return self.compute_s(self.model.flops(rows, logits_rows), self.model.experts.flops(rows))
+
+    def prompt_attention_s(self, spans: Spans) -> float:
+        """The attention of a step's prompt ``spans`` (quadratic; a sliding layer's capped at its window), at the
+        dense bf16 rate: pairs x FLOPs a pair / (n*F*ef)."""
+        if not spans:
+            return 0.0
+        pairs = prefill_pairs(self.model.windows, spans)
+        return pairs * self.model.prefill_flops_per_pair / self.attn_flops_per_s
 
     @cached_property
     def layers_s(self) -> float:  # L*lo: device time
@@ -289,7 +234,7 @@ class CostModel:
     def _decode_base_s(self, batch: int) -> float:
         base = self._decode_fixed.get(batch)
         if base is None:
-            compute = self.compute_s(self.model.flops(batch, batch))
+            compute = self.matmul_compute_s(batch, batch)
             base = self._decode_fixed[batch] = (self.layers_s + self.comm_s(batch)
                                                 + self.engine.matmul_s(self.weights_s(batch), compute)
                                                 + self.state_s(batch))
@@ -315,11 +260,12 @@ class CostModel:
         and V), a sliding layer reading at most its window (``batch`` 0: unknown, every token read)."""
         return windowed_read(self.model.windows, batch, kv_tokens_read) * self._attn_s_per_token
 
-    def prefill_s(self, tokens: int, prompts: int = 1) -> float:
-        """``tokens`` prompt tokens of ``prompts`` prompts (each one row of logits) in one forward."""
-        compute = self.compute_s(self.model.flops(tokens, prompts))
+    def prefill_s(self, tokens: int, prompts: int = 1, spans: Spans = ()) -> float:
+        """``tokens`` prompt tokens of ``prompts`` prompts (each one row of logits) in one forward; ``spans``: the
+        positions computed of each prompt, for its attention (none given: not priced)."""
+        compute = self.matmul_compute_s(tokens, prompts)
         device = (self.layers_s + self.engine.matmul_s(self.weights_s(tokens), compute) + self.comm_s(tokens)
-                  + self.state_s(prompts))
+                  + self.prompt_attention_s(spans) + self.state_s(prompts))
         return self.engine.step_s(self.engine.host_s(prompts, decode=False), device)
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
@@ -336,14 +282,15 @@ class CostModel:
         return (transfers * 2 * m.num_layers * g.host_link_latency_us * 1e-6
                 + blocks * block_tokens * m.kv_bytes_per_token / (g.count * g.host_link_gbps * 1e9))
 
-    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int) -> float:
-        """One chunked-prefill step: ``tokens`` prompt-chunk tokens and ``batch`` decodes reading
-        ``kv_tokens_read`` KV tokens, in one forward."""
+    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int, spans: Spans = ()) -> float:
+        """One chunked-prefill step: ``tokens`` prompt-chunk tokens (``spans``: each chunk's positions) and
+        ``batch`` decodes reading ``kv_tokens_read`` KV tokens, in one forward."""
         if not tokens:
             return self.decode_s(batch, kv_tokens_read) if batch else 0.0
         rows = tokens + batch
-        compute = self.compute_s(self.model.flops(rows, batch + 1))  # the decodes' logits and one prompt's
-        device = (self.layers_s + self.engine.matmul_s(self.weights_s(rows), compute) + self.comm_s(rows) + self.attention_s(kv_tokens_read, batch)
+        compute = self.matmul_compute_s(rows, batch + 1)  # the decodes' logits and one prompt's
+        device = (self.layers_s + self.engine.matmul_s(self.weights_s(rows), compute) + self.comm_s(rows)
+                  + self.attention_s(kv_tokens_read, batch) + self.prompt_attention_s(spans)
                   + self.state_s(batch + 1))  # the decodes' states and the prompt's
         return self.engine.step_s(self.engine.host_s(batch + 1, decode=False), device)  # the decodes and a prompt
 
@@ -376,19 +323,6 @@ class CostModel:
         one = base + kv_tokens_read * per_token
         grow = batch * per_token
         return [step(host, one + j * grow) for j in range(steps)]
-
-def gpu_spec(gpu: GpuConfig) -> GpuSpec:
-    """A resolved ``GpuConfig`` (harness/config.py: every figure filled) as a validated spec."""
-    figures = {key: getattr(gpu, key) for key in GpuSpec.field_names()}
-    optional = ("copy_bandwidth_gbps", "host_link_gbps", "host_link_latency_us", "fp8_tflops",  # None: unknown
-                "flops_efficiency_small", "flops_ramp_gflop", "fp8_flops_efficiency")
-    unset = [key for key, value in figures.items() if value is None and key not in optional]
-    if unset:  # a GPU file of its own that predates a figure: name what it lacks
-        raise ConfigError(f"gpu={gpu.name}: {', '.join(f'gpu.{k}' for k in unset)} not set; conf/gpu/{gpu.name}.yaml "
-                          f"(or the command line) must give each (copy_bandwidth_gbps may be null)")
-    if figures["host_link_latency_us"] is None:
-        del figures["host_link_latency_us"]
-    return GpuSpec(**figures)
 
 
 def cost_model_for(cfg: Config) -> CostModel:

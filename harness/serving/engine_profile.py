@@ -9,6 +9,10 @@ engine shows about 2.6 ms of fixed cost a step on an A100, its V1 engine about 1
     lo    device cost of each layer of a step (kernel launches and tails the engine's graphs leave), s
     p     the knee of the engine's matmuls (``gemm_knee``): w seconds of weight read and c of FLOPs take
           (w^p + c^p)^(1/p); null: max(w, c). The GEMM kernels are the engine's choice, so the knee is too.
+    n0    the routed experts' grouped GEMMs (vLLM's and SGLang's Triton fused_moe) run at em = N / (N + n0) of a
+          dense GEMM's rate of the same work, N an expert's intermediate size on one GPU (``moe_gemm_half_n``;
+          null: em = 1): the down projection reduces over N, and a short reduction keeps the tiles' pipelines
+          filling and draining (harness/serving/cost_model.py, version 10)
     k     steps one scheduling pass runs (V0's ``--num-scheduler-steps``): a decode step's host cost is 1/k of it
     fe    a request's front-end cost (HTTP server, tokenize, detokenize, stream), s: added to its TTFT and E2EL
           (not to TPOT: every later token pays it in parallel with the engine), zero for an offline run
@@ -51,6 +55,7 @@ class EngineSpec:
     layer_overhead_us: float = 0.0  # lo
     frontend_ms: float = 0.0  # fe, before ``offline`` is applied
     gemm_knee: float | None = None  # p; None: max(read, FLOPs), a sharp roofline
+    moe_gemm_half_n: float | None = None  # n0; None: the routed experts at a dense GEMM's rate
     async_scheduling: bool = False
     scheduler_steps: int = 1  # k
     offline: bool = True  # no front-end: fe does not apply
@@ -64,6 +69,11 @@ class EngineSpec:
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 1 <= p < math.inf):
             raise ConfigError(f"engine.gemm_knee={p} must be a finite number >= 1 (1: read and FLOPs add up; larger: "
                               f"a sharper knee), or null in conf/engine/ for max(read, FLOPs) (engine={self.name})")
+        n0 = self.moe_gemm_half_n
+        if n0 is not None and (isinstance(n0, bool) or not isinstance(n0, (int, float)) or not 0 < n0 < math.inf):
+            raise ConfigError(f"engine.moe_gemm_half_n={n0} must be a finite number > 0 (the expert width at which "
+                              f"the routed experts' GEMMs reach half a dense GEMM's rate), or null in conf/engine/ "
+                              f"for the dense rate (engine={self.name})")
         k = self.scheduler_steps
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SCHEDULER_STEPS:
             raise ConfigError(f"engine.scheduler_steps={k} must be an integer in [1, {MAX_SCHEDULER_STEPS}] "
@@ -88,6 +98,11 @@ class EngineSpec:
             return max(read_s, compute_s)
         big = max(read_s, compute_s)  # scaled, so that w^p stays finite for any p
         return big * ((read_s / big) ** p + (compute_s / big) ** p) ** (1 / p)
+
+    def expert_rate(self, width: float) -> float:
+        """em: the routed experts' GEMMs' rate over a dense GEMM's, for experts ``width`` wide on one GPU."""
+        n0 = self.moe_gemm_half_n
+        return 1.0 if n0 is None or width <= 0 else width / (width + n0)
 
     def layers_s(self, layers: int) -> float:
         """L*lo: device time of a step's per-layer costs."""
@@ -121,7 +136,8 @@ def engine_spec(engine, offline: bool) -> EngineSpec:
     """A resolved ``EngineConfig`` (harness/config.py: every figure filled) as a validated spec; ``offline``:
     the run's (``engine.offline``, or derived from its arrivals)."""
     figures = {key: getattr(engine, key) for key in EngineSpec.field_names() if key != "offline"}
-    unset = [key for key, value in figures.items() if value is None and key != "gemm_knee"]  # null: a sharp knee
+    nullable = ("gemm_knee", "moe_gemm_half_n")  # null: a sharp knee; the experts at a dense GEMM's rate
+    unset = [key for key, value in figures.items() if value is None and key not in nullable]
     if unset:
         raise ConfigError(f"engine={engine.name}: {', '.join(f'engine.{k}' for k in unset)} not set; "
                           f"conf/engine/{engine.name}.yaml (or the command line) must give each")

@@ -9,6 +9,9 @@ matmuls by the weights it reads. Two kinds of layer read less than "every token"
   ``R``, not each context, so it reads ``B * min(R / B, W)`` for such a layer: exact when the contexts are equal,
   and never more than the full read. A step of mixed contexts, some shorter than the window, is read at most
   ``min(R, B * W)`` where the exact figure is ``sum(min(c_i, W))`` (which is smaller).
+- **A prompt's attention is quadratic, a sliding layer's capped.** A step that computes positions ``[start, end)``
+  of a prompt attends each position ``p`` to its ``p + 1`` keys (causal), at most ``W`` in a layer with window
+  ``W``: ``prefill_pairs`` sums those (query, key) pairs, the earlier chunks' and prefix-cache hits' keys included.
 - **An MoE layer reads the experts its batch routes to.** ``T`` tokens each choosing ``k`` of ``E`` experts
   (uniformly, as a balanced router aims for) touch ``E * (1 - (1 - k/E) ** T)`` distinct experts on average: one
   token reads ``k``, a large batch all ``E``. The weights read are the dense part plus those experts; the FLOPs are
@@ -69,6 +72,28 @@ def windowed_read_over_steps(shares: tuple[WindowShare, ...], batch: int, tokens
     return total
 
 
+# A step's prompt spans: (start, end) positions computed of each prompt (chunked prefill: the chunk's).
+Spans = tuple[tuple[int, int], ...]
+
+
+def _causal_pairs(start: int, end: int, window: float = math.inf) -> float:
+    """Sum over positions p in [start, end) of min(p + 1, window): the keys each query attends to."""
+    if end <= start:
+        return 0.0
+    below = min(end, window) if start < window else start  # positions under the window attend to p + 1 keys
+    return (below * (below + 1) - start * (start + 1)) / 2 + (end - below) * min(window, end)
+
+
+def prefill_pairs(shares: tuple[WindowShare, ...], spans: Spans) -> float:
+    """(query, key) pairs a step's prompt spans attend to, as a share of every caching layer: full layers'
+    causal pairs, a sliding layer's capped at its window (``shares``: the layers' fractions)."""
+    full = sum(_causal_pairs(a, b) for a, b in spans)
+    pairs = full
+    for s in shares:
+        pairs -= s.fraction * (full - sum(_causal_pairs(a, b, s.window) for a, b in spans))
+    return pairs
+
+
 @dataclass(frozen=True)
 class Experts:
     """A mixture's routed experts, as the clock needs them (all zero for a dense model)."""
@@ -78,6 +103,7 @@ class Experts:
     per_token: int = 0  # k: experts each token is routed to
     expert_bytes: int = 0  # one expert's weights in one layer, as stored
     expert_params: int = 0  # one expert's parameters in one layer
+    width: int = 0  # N: an expert's intermediate size (moe_intermediate_size), the depth of its down projection
 
     def distinct(self, tokens: int) -> float:
         """Expected distinct experts a layer's ``tokens`` tokens route to (uniform routing)."""
@@ -88,6 +114,10 @@ class Experts:
     def unread_bytes(self, tokens: int) -> float:
         """Expert bytes a forward of ``tokens`` tokens does not read: the experts no token chose."""
         return self.layers * (self.count - self.distinct(tokens)) * self.expert_bytes
+
+    def flops(self, tokens: int) -> float:
+        """The routed experts' matmul FLOPs for ``tokens`` tokens: k experts a token, 2 FLOPs a parameter."""
+        return 2.0 * self.layers * self.per_token * self.expert_params * tokens
 
     @property
     def inactive_params(self) -> int:

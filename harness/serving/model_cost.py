@@ -12,6 +12,11 @@ the caches that are not K and V per head (harness/kv/latent.py):
   bytes in bf16, 242 FLOPs a byte (484 at fp8), at or past an H100's or H200's ridge: its decode attention is
   compute-bound where GQA's is memory-bound, whatever the batch (FlashMLA reports 660 TFLOPS compute-bound decode
   on an H800 SXM5, 67% of its dense peak).
+- ``prefill_flops_per_pair``: a prompt's attention, per (query, key) pair over every caching layer (roofline
+  version 10): q.k and p.v of every query head, ``2 x heads x (qk_dim + v_dim)``. MLA's prefill runs the
+  un-absorbed form (vLLM's and SGLang's MLA backends: the latent expanded to per-head K and V), qk_dim
+  ``qk_nope_head_dim + qk_rope_head_dim`` and v_dim ``v_head_dim`` (DeepSeek-V3: 2 x 128 x (192 + 128)); GQA's
+  is ``attn_flops_per_token``.
 - ``state_bytes_per_seq``: a linear-attention layer (Qwen3-Next's Gated DeltaNet) reads and rewrites its sequence's
   whole recurrent and convolution state every decode step: 2 x that many bytes a sequence and step.
 """
@@ -46,6 +51,7 @@ class ModelCost:
     fp8: bool = False  # weights at fp8: the matmuls run at the GPU's fp8 peak where it has one
     attn_flops_per_token: int = 0  # decode attention's FLOPs per KV token read, every caching layer (module doc)
     state_bytes_per_seq: int = 0  # a sequence's fixed state over its linear-attention layers (module doc)
+    prefill_flops_per_pair: int = 0  # a prompt's attention FLOPs a (query, key) pair, every caching layer
 
     @property
     def active_params(self) -> int:
@@ -68,6 +74,15 @@ def attention_flops_per_token(model: ModelConfig) -> int:
     return latent.cached_layers(model) * 2 * model.num_heads * per_head
 
 
+def prefill_attention_flops_per_pair(model: ModelConfig) -> int:
+    """A prompt's attention FLOPs per (query, key) pair, over every caching layer (MLA: the un-absorbed form)."""
+    if latent.is_latent(model):
+        per_head = model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim
+    else:
+        per_head = 2 * model.head_dim
+    return latent.cached_layers(model) * 2 * model.num_heads * per_head
+
+
 def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale: str = "tensor",
                weight_dtype: str = "auto") -> ModelCost:
     """A model config's figures for ``dtype``, its KV cache stored as ``kv_dtype`` and its weights as ``weight_dtype``
@@ -83,7 +98,8 @@ def model_cost(model: ModelConfig, dtype: str, kv_dtype: str = "auto", kv_scale:
                      windows=window_shares(model.layer_types, model.sliding_window),
                      experts=_experts(model, matrices), head_params=table, tied_head=model.tie_word_embeddings,
                      fp8=matrices == "fp8", attn_flops_per_token=attention_flops_per_token(model),
-                     state_bytes_per_seq=state_bytes_per_seq(model, dtype))
+                     state_bytes_per_seq=state_bytes_per_seq(model, dtype),
+                     prefill_flops_per_pair=prefill_attention_flops_per_pair(model))
 
 
 def _experts(model: ModelConfig, dtype: str) -> Experts:
@@ -96,4 +112,4 @@ def _experts(model: ModelConfig, dtype: str) -> Experts:
               - (parameter_count(model) - model.num_layers * matrix) * WEIGHT_DTYPE_BYTES[dtype])
     return Experts(layers=model.num_layers, count=model.num_experts, per_token=model.num_experts_per_tok,
                    expert_bytes=round(stored / (model.num_layers * model.num_experts)),
-                   expert_params=matrix // model.num_experts)
+                   expert_params=matrix // model.num_experts, width=model.moe_intermediate_size)

@@ -39,6 +39,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence as Seq
 
+from kvbench.harness.serving.layer_terms import Spans
+
 
 @dataclass(frozen=True)
 class Line:
@@ -132,23 +134,25 @@ class ProfiledClock:
     def id(self) -> str:
         return profile_id(self.points)
 
-    def prefill_s(self, tokens: int) -> float:
+    def prefill_s(self, tokens: int, prompts: int = 1, spans: Spans = ()) -> float:
+        """The profile's prefill of ``tokens`` (its measured steps hold their attention: ``spans`` serve the
+        roofline it falls back to)."""
         lo, hi = self._tokens
         if tokens > hi:
             self.outside += 1
             if self.fallback is not None:
-                return self.fallback.prefill_s(tokens)
+                return self.fallback.prefill_s(tokens, prompts, spans)
         return max(0.0, self._prefill(max(tokens, lo)))
 
-    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int) -> float:
+    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int, spans: Spans = ()) -> float:
         if not batch:
-            return self.prefill_s(tokens) if tokens else 0.0
+            return self.prefill_s(tokens, spans=spans) if tokens else 0.0
         if not tokens:
             return self.decode_s(batch, kv_tokens_read)
         if tokens + batch > self._tokens[1]:  # one step, counted once whichever part lies outside
             self.outside += 1
             if self.fallback is not None:
-                return self.fallback.mixed_s(tokens, batch, kv_tokens_read)
+                return self.fallback.mixed_s(tokens, batch, kv_tokens_read, spans)
         elif self._outside_decode(batch, kv_tokens_read, 1):
             self.outside += 1
         decode = self.decode_price_s(batch, kv_tokens_read)

@@ -60,7 +60,8 @@ class ChunkedSteps:
         self.peaks.update(usage)
         start = duration = None
         if clock is not None:
-            duration = host_s + (clock.mixed_s(chunk_tokens, batch, kv_read) if batch or chunk_tokens else 0.0)
+            spans = tuple((c.start, c.end) for c in plan.chunks)
+            duration = host_s + (clock.mixed_s(chunk_tokens, batch, kv_read, spans) if batch or chunk_tokens else 0.0)
             start, self.now = self.now, self.now + duration
         rec = StepRecord(kind, 1, touched, batch + chunk_tokens, len(sched.running),
                          len(sched.waiting), usage.used_tokens * self.bpt, usage.reserved_tokens * self.bpt,

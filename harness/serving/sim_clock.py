@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Optional, Protocol
 
+from kvbench.harness.serving.layer_terms import Spans
 from kvbench.harness.serving.scheduler import StepPlan
 
 
 class StepClock(Protocol):
     """Prices steps (harness/serving/cost_model.py's ``CostModel``)."""
 
-    def prefill_s(self, tokens: int) -> float: ...
+    def prefill_s(self, tokens: int, prompts: int = 1, spans: Spans = ()) -> float:
+        """``spans``: the positions computed of each prompt (harness/serving/layer_terms.py), for its attention."""
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """The price of a record's steps (a profiled clock counts those outside its profile)."""
@@ -26,7 +28,7 @@ class StepClock(Protocol):
     def decode_steps_s(self, batch: int, kv_tokens_read: int, steps: int) -> list[float]:
         """Each step's own price, ``decode_price_s(batch, kv_tokens_read + j*batch)`` for j < steps."""
 
-    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int) -> float: ...
+    def mixed_s(self, tokens: int, batch: int, kv_tokens_read: int, spans: Spans = ()) -> float: ...
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float: ...
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from kvbench.harness.measure.kv_peaks import KVPeaks
+from kvbench.harness.serving.layer_terms import Spans
 from kvbench.harness.serving.scheduler import Scheduler, StepPlan
 from kvbench.harness.serving.sequence import Sequence
 from kvbench.harness.serving.sim_calendar import Calendar, Track, synthetic_token
@@ -156,14 +157,14 @@ class Run(ChunkedSteps, ClockedSteps):
         self.finishing.discard(tr.finish, seq)
 
     def _record(self, kind: str, steps: int, batch: int, tokens: int, kv_read: int, owed: int,
-                preemptions: int = 0, host_s: float = 0.0) -> StepRecord:
+                preemptions: int = 0, host_s: float = 0.0, spans: Spans = ()) -> StepRecord:
         # Before finished sequences are released, as the decode engine measures.
         usage = self.ride.usage_plus_written(owed)
         self.peaks.update(usage)
         start = duration = None
         if self.clock is not None:
             if kind == "prefill":  # a step of swap-ins alone computes nothing: only its copies
-                duration = host_s + (self.clock.prefill_s(tokens) if batch else 0.0)
+                duration = host_s + (self.clock.prefill_s(tokens, spans=spans) if batch else 0.0)
             else:
                 duration = host_s + self.clock.decode_s(batch, kv_read, steps)
             start, self.now = self.now, self.now + duration
@@ -174,7 +175,8 @@ class Run(ChunkedSteps, ClockedSteps):
         return rec
 
     def prefill(self, plan: StepPlan) -> None:
-        computed = sum(a.seq.num_tokens - a.seq.num_cached for a in plan.admitted)
+        spans = tuple((a.seq.num_cached, a.seq.num_tokens) for a in plan.admitted)  # positions computed, each
+        computed = sum(end - start for start, end in spans)
         seqs = [s for a in plan.admitted for s in (a.seq, *a.forks)]
         for s in seqs:
             s.output_ids.append(synthetic_token(s, self.vocab))
@@ -187,7 +189,7 @@ class Run(ChunkedSteps, ClockedSteps):
         self.prefill_steps += 1
         context = sum(a.seq.num_tokens - 1 for a in plan.admitted)
         rec = self._record("prefill", 1, len(seqs), computed, context, self._owed(self.done),
-                           host_s=self._host_s(plan))
+                           host_s=self._host_s(plan), spans=spans)
         if self.clock is not None:  # stamped as the decode engine stamps them
             for s in seqs:
                 if s.admitted_s is None:

@@ -106,3 +106,15 @@ def test_the_shipped_engines_knees():
     knees = {name: load_group("engine", name, EngineConfig).gemm_knee for name in ("vllm_v1", "vllm_v0", "sglang",
                                                                                     "trtllm")}
     assert knees == {"vllm_v1": 2, "vllm_v0": 2, "sglang": 2, "trtllm": 2}
+
+
+@pytest.mark.parametrize("value", [0, -700, float("inf"), "wide", True])
+def test_an_expert_width_that_is_not_a_positive_number_is_refused(value):
+    with pytest.raises(ConfigError, match=rf"^engine\.moe_gemm_half_n={value} must be a finite number > 0.*null"):
+        EngineSpec("hand", moe_gemm_half_n=value)
+
+
+def test_the_experts_rate_grows_with_their_width():
+    engine = EngineSpec("hand", moe_gemm_half_n=700)
+    assert engine.expert_rate(700) == 0.5 and engine.expert_rate(7000) == pytest.approx(10 / 11)
+    assert EngineSpec("hand").expert_rate(768) == 1.0 and engine.expert_rate(0) == 1.0  # null; a dense model

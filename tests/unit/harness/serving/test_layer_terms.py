@@ -11,7 +11,7 @@ import pytest
 from kvbench.harness.model.hf_config import resolve_model_config
 from kvbench.harness.serving.cost_model import CostModel, GpuSpec, ModelCost, model_cost
 from kvbench.harness.serving.layer_terms import (
-    Experts, WindowShare, window_shares, windowed_read, windowed_read_over_steps,
+    Experts, WindowShare, prefill_pairs, window_shares, windowed_read, windowed_read_over_steps,
 )
 from tests.helpers.models import load_named
 
@@ -116,3 +116,28 @@ def test_a_grouped_pool_and_a_uniform_one_price_the_same_steps(compose, tmp_path
     assert rows["hybrid"]["kv_manager"] == "hybrid" and rows["hybrid"]["preemptions"] == 0
     for column in ("ttft_ms_p50", "tpot_ms_p50", "duration_s"):
         assert rows["hybrid"][column] == pytest.approx(rows["uniform"][column], rel=1e-9), column
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_prompt_pairs_are_the_causal_pairs_each_layer_attends_to(seed):
+    """prefill_pairs against counting: position p attends to p + 1 keys, at most a sliding layer's window."""
+    rng = random.Random(seed)
+    shares = tuple(WindowShare(rng.randint(1, 200), rng.random() / 2) for _ in range(rng.randint(0, 2)))
+    spans = []
+    for _ in range(rng.randint(1, 4)):
+        start = rng.randint(0, 300)
+        spans.append((start, start + rng.randint(0, 300)))
+    full = sum(p + 1 for a, b in spans for p in range(a, b))
+    expected = full * (1 - sum(s.fraction for s in shares))
+    for s in shares:
+        expected += s.fraction * sum(min(p + 1, s.window) for a, b in spans for p in range(a, b))
+    assert prefill_pairs(shares, tuple(spans)) == pytest.approx(expected)
+    assert prefill_pairs(shares, ()) == 0
+
+
+def test_a_chunked_prompt_attends_to_the_pairs_of_the_whole_prompt():
+    """Chunks of one prompt, each attending to the chunks before it: their pairs sum to the whole prompt's."""
+    whole = prefill_pairs(GEMMA, ((0, 5000),))
+    assert sum(prefill_pairs(GEMMA, ((a, min(a + 2048, 5000)),)) for a in range(0, 5000, 2048)) == \
+        pytest.approx(whole)
+    assert prefill_pairs((), ((0, 2048),)) == 2048 * 2049 / 2

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from kvbench.harness.serving.cost_model import CostModel, gpu_spec
-from kvbench.harness.serving.model_cost import attention_flops_per_token, model_cost
+from kvbench.harness.serving.model_cost import attention_flops_per_token, model_cost, prefill_attention_flops_per_pair
 from tests.helpers.models import load_named
 
 
@@ -69,3 +69,20 @@ def test_a_model_of_kv_layers_keeps_its_version_6_price(compose):
         clock = _clock(compose, model, "h100-sxm")
         assert clock.model.state_bytes_per_seq == 0
         assert clock._attn_s_per_token == clock.model.kv_bytes_per_token / clock.attn_bytes_per_s
+
+
+def test_prompt_attention_flops_a_pair_and_their_price(compose):
+    """Roofline version 10: a prompt's attention, per (query, key) pair. MLA's prefill is the un-absorbed form."""
+    # DeepSeek-V3: 61 layers x 2 x 128 heads x (192 for q.k + 128 for p.v); GQA's equals its decode figure
+    assert prefill_attention_flops_per_pair(load_named("deepseek-v3")) == 61 * 2 * 128 * (192 + 128)
+    assert prefill_attention_flops_per_pair(load_named("llama-3.1-70b")) == 80 * 2 * 64 * 256
+    assert prefill_attention_flops_per_pair(load_named("qwen3-next-80b-a3b")) == 12 * 2 * 16 * 512
+    clock = _clock(compose, "llama-3.1-8b", "h100-sxm")
+    pairs = 2048 * 2049 / 2
+    attention = pairs * 32 * 2 * 32 * 256 / clock.attn_flops_per_s
+    assert clock.prefill_s(2048, spans=((0, 2048),)) - clock.prefill_s(2048) == pytest.approx(attention)
+    # 4% of the 8B model's 2,048-token prefill FLOPs, and priced as such (module doc of cost_model.py)
+    assert 0.03 < pairs * clock.model.prefill_flops_per_pair / clock.model.flops(2048, 1) < 0.05
+    # A chunk attends to the chunks before it: the second half of the prompt pays three quarters of the pairs.
+    second = clock.mixed_s(1024, 4, 4000, spans=((1024, 2048),)) - clock.mixed_s(1024, 4, 4000)
+    assert second == pytest.approx(attention * (2048 * 2049 - 1024 * 1025) / (2048 * 2049))

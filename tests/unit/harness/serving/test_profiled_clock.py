@@ -60,7 +60,7 @@ def test_the_same_points_give_the_same_id():
 
 def test_a_fallback_prices_the_shapes_outside_the_profile():
     class Roofline:
-        def prefill_s(self, tokens):
+        def prefill_s(self, tokens, prompts=1, spans=()):
             return 1.0
 
         def decode_s(self, batch, kv, steps=1):

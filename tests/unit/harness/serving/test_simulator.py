@@ -59,10 +59,12 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
             # a last chunk samples.
             read = alloc.decode_read_tokens([alloc.num_tokens(s.seq_id) for s in plan.decodes])
             chunk_tokens = sum(c.end - c.start for c in plan.chunks)
+            spans = tuple((c.start, c.end) for c in plan.chunks)
             tokens = len(plan.decodes) + chunk_tokens
             touched = [*plan.decodes, *(s for c in plan.chunks if c.last for s in (c.seq, *c.admission.forks))]
         elif plan.is_prefill:
             tokens = sum(a.seq.num_tokens - a.seq.num_cached for a in plan.admitted)
+            spans = tuple((a.seq.num_cached, a.seq.num_tokens) for a in plan.admitted)
             read = sum(a.seq.num_tokens for a in plan.admitted)
             touched = [s for a in plan.admitted for s in (a.seq, *a.forks)]
         elif plan.decodes:
@@ -83,9 +85,9 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
         duration = 0.0
         if clock is not None:
             if kind == "mixed" or (chunked and plan.chunks):
-                duration = clock.mixed_s(chunk_tokens, len(plan.decodes), read)
+                duration = clock.mixed_s(chunk_tokens, len(plan.decodes), read, spans)
             elif plan.is_prefill:  # a step of swap-ins alone (preemption=swap) computes nothing
-                duration = clock.prefill_s(tokens) if plan.admitted else 0.0
+                duration = clock.prefill_s(tokens, spans=spans) if plan.admitted else 0.0
             else:
                 duration = clock.decode_s(len(plan.decodes), read)
             if plan.host_copies:  # the step waits for its host-tier copies
@@ -183,8 +185,9 @@ def test_event_driven_equals_step_by_step(case):
     assert_same(make, requests, max_num_seqs, max_tokens, vocab)
 
 
+# A prompt's attention priced large (roofline version 10), so that a step given the wrong positions shows.
 TINY = ModelCost(params=10**9, weight_bytes=2 * 10**9, kv_bytes_per_token=10**5, num_layers=4, hidden_size=512,
-                 elem_bytes=2)
+                 elem_bytes=2, prefill_flops_per_pair=10**7)
 
 
 def tiny_clock(count: int) -> CostModel:
@@ -367,9 +370,9 @@ def step_by_step_closed_loop(alloc, source, max_num_seqs, max_tokens, vocab, clo
             continue
         plan = sched.schedule()
         if plan.is_prefill:
-            tokens = sum(a.seq.num_tokens - a.seq.num_cached for a in plan.admitted)
+            spans = tuple((a.seq.num_cached, a.seq.num_tokens) for a in plan.admitted)
             touched = [s for a in plan.admitted for s in (a.seq, *a.forks)]
-            duration = clock.prefill_s(tokens)
+            duration = clock.prefill_s(sum(b - a for a, b in spans), spans=spans)
         elif plan.decodes:
             touched = plan.decodes
             duration = clock.decode_s(len(touched), alloc.usage().logical_tokens)
