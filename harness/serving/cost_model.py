@@ -52,7 +52,8 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
         S prompts of 100 tokens or more (H is under 1/50 of P for the models here). Matmuls of a few hundred rows
         reach neither the streaming rate nor the FLOP rate (the knee p): a small prefill costs more than one
         weight read; a large one is compute-bound, where the knee changes little. The prompts' attention
-        (FlashAttention's kernels, after the matmuls) runs at the dense bf16 rate n*F*ef: quadratic, it is 4% of a
+        (FlashAttention's kernels, after the matmuls) runs at the bf16 peak times a large step's ef (at fp8 weights
+        too: attention runs at the activations' dtype), an assumption: quadratic, it is 4% of a
         2,048-token prompt's FLOPs for Llama-3.1-8B and 9% at 5,000 (more at fp8, whose matmuls run faster).
     mixed_s(T, B, R) = fixed(T+B) + mm(W / (n*A),  cmp(T+B, B+1)) + R*a + pairs(spans)*ap / (n*F*ef)
         chunked prefill's step: T prompt-chunk tokens and B decodes in one forward: one weight read serves
@@ -118,9 +119,10 @@ NVLink-C2C where that is the link) between steps:
         attention reads it; an evicted block's store must leave before the step overwrites it).
         An engine that stores asynchronously, or overlaps loads with earlier layers, pays less.
 
-Version 10 (2026-12-07) prices a prompt's attention (version 9 left it out: a 2,048-token MoE prompt's attention is
-12% of its step) and the routed experts' grouped GEMMs at em of the dense rate (version 9 priced them as dense
-GEMMs: Qwen3-30B-A3B's 8,192-token step at half its published time, conf/engine/vllm_v1.yaml gives the source).
+Version 10 (2026-12-06) prices a prompt's attention (version 9 left it out: 15% of a 2,048-token Qwen3-30B-A3B
+prompt's FLOPs) and the routed experts' grouped GEMMs at em of the dense rate (version 9 priced them as dense GEMMs:
+Qwen3-30B-A3B's 8,192-token steps at about half the time its published TTFTs imply; conf/engine/vllm_v1.yaml gives
+em's source, published fused_moe kernel times).
 
 Left out on purpose: KV writes and activation traffic, sampling, and any overlap of communication with compute.
 """
