@@ -48,7 +48,7 @@ do not shrink. Each layer all-reduces its attention output and its MLP output (M
     cmp(T, S)      = (2*(P - Pe)*T + 2*H*S) / (n*F*ef) + 2*Pe*T / (n*F*ef*em)     the matmuls' FLOPs, in seconds
     prefill_s(T, S) = fixed(T) + mm(W / (n*A),  cmp(T, S)) + pairs(spans)*ap / (n*F*ef)
         T prompt tokens computed (prefix-cache hits are not) of S prompts, each one row of logits. The
-        simulator passes T alone: S = 1 is assumed, which leaves out (S-1)*2*H FLOPs, under 0.1% of a prefill of
+        simulator passes T and the spans: S = 1 is assumed, which leaves out (S-1)*2*H FLOPs, under 0.1% of a prefill of
         S prompts of 100 tokens or more (H is under 1/50 of P for the models here). Matmuls of a few hundred rows
         reach neither the streaming rate nor the FLOP rate (the knee p): a small prefill costs more than one
         weight read; a large one is compute-bound, where the knee changes little. The prompts' attention
@@ -119,7 +119,7 @@ NVLink-C2C where that is the link) between steps:
         attention reads it; an evicted block's store must leave before the step overwrites it).
         An engine that stores asynchronously, or overlaps loads with earlier layers, pays less.
 
-Version 10 (2026-12-06) prices a prompt's attention (version 9 left it out: 15% of a 2,048-token Qwen3-30B-A3B
+Version 10 (2026-12-06) prices a prompt's attention (version 9 left it out: 13% of a 2,048-token Qwen3-30B-A3B
 prompt's FLOPs) and the routed experts' grouped GEMMs at em of the dense rate (version 9 priced them as dense GEMMs:
 Qwen3-30B-A3B's 8,192-token steps at about half the time its published TTFTs imply; conf/engine/vllm_v1.yaml gives
 em's source, published fused_moe kernel times).

@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvbench.harness.kv.latent import LINEAR_ATTENTION
+
 
 @dataclass(frozen=True)
 class WindowShare:
@@ -35,12 +37,14 @@ class WindowShare:
 
 
 def window_shares(layer_types: list[str] | None, sliding_window: int | None) -> tuple[WindowShare, ...]:
-    """The sliding layers' share of the model's KV bytes, per window (every layer caches the same bytes a token);
-    empty for a model whose every layer attends to all its context."""
+    """The sliding layers' share of the model's KV bytes, per window (every caching layer caches the same bytes a
+    token; a linear-attention layer caches none, so it is no part of the share); empty for a model whose every layer
+    attends to all its context."""
     if not layer_types or sliding_window is None:
         return ()
     sliding = sum(kind == "sliding_attention" for kind in layer_types)
-    return (WindowShare(sliding_window, sliding / len(layer_types)),) if sliding else ()
+    caching = sum(kind != LINEAR_ATTENTION for kind in layer_types)
+    return (WindowShare(sliding_window, sliding / caching),) if sliding else ()
 
 
 def windowed_read(shares: tuple[WindowShare, ...], batch: int, tokens: float) -> float:

@@ -141,3 +141,11 @@ def test_a_chunked_prompt_attends_to_the_pairs_of_the_whole_prompt():
     assert sum(prefill_pairs(GEMMA, ((a, min(a + 2048, 5000)),)) for a in range(0, 5000, 2048)) == \
         pytest.approx(whole)
     assert prefill_pairs((), ((0, 2048),)) == 2048 * 2049 / 2
+
+
+def test_a_sliding_share_is_of_the_caching_layers():
+    """A linear-attention layer caches no token: a model of 2 sliding, 2 full and 4 linear layers slides half its
+    KV (and half its prompts' attention pairs), not a quarter."""
+    kinds = ["sliding_attention", "full_attention", "linear_attention", "linear_attention"] * 2
+    (share,) = window_shares(kinds, 64)
+    assert share == WindowShare(64, 0.5)
