@@ -181,9 +181,10 @@ def _resolve_engine(cfg: Config) -> None:
 def _fill_gpu(gpu: GpuConfig) -> None:
     """The figures of conf/gpu/NAME.yaml that ``gpu`` leaves unset (a key already set wins)."""
     one_of("gpu.name", gpu.name, choices("gpu"))
-    spec_file = load_group("gpu", gpu.name, GpuConfig)
-    for key in GpuSpec.field_names():
-        if getattr(gpu, key) is None:
+    unset = [key for key in GpuSpec.field_names() if getattr(gpu, key) is None]
+    if unset:  # every figure given on the command line: no file to read
+        spec_file = load_group("gpu", gpu.name, GpuConfig)
+        for key in unset:
             setattr(gpu, key, getattr(spec_file, key))
 
 

@@ -76,10 +76,9 @@ def attention_flops_per_token(model: ModelConfig) -> int:
 
 def prefill_attention_flops_per_pair(model: ModelConfig) -> int:
     """A prompt's attention FLOPs per (query, key) pair, over every caching layer (MLA: the un-absorbed form)."""
-    if latent.is_latent(model):
-        per_head = model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim
-    else:
-        per_head = 2 * model.head_dim
+    if not latent.is_latent(model):  # GQA: the same q.k and p.v as a decode step's, per key
+        return attention_flops_per_token(model)
+    per_head = model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim
     return latent.cached_layers(model) * 2 * model.num_heads * per_head
 
 
