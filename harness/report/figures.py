@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import math
 import numbers
+import re
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,8 +51,34 @@ def _png(fig: Figure, path: Path) -> None:
     atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=png_dpi(fig), metadata={"Software": None}))
 
 
+# matplotlib names an SVG's clip paths, markers and hatches by a hash of their full-precision geometry: a
+# clip box a millionth of a point off (a figure drawn after another in the same process, or in a fresh one)
+# gets a new name, and a published plot whose drawing is the same to the printed digit came out changed.
+_SVG_ID = re.compile(r'(?<=id=")[pmh][0-9a-f]{10}(?=")|(?<=url\(#)[pmh][0-9a-f]{10}(?=\))|(?<=xlink:href="#)[pmh][0-9a-f]{10}(?=")')
+
+
+def stable_svg_ids(text: str) -> str:
+    """``text`` with matplotlib's hashed ids renamed by first appearance (clip0, clip1 ...; one prefix a kind):
+    the file then depends only on what it draws, to the digits it prints."""
+    names: dict[str, str] = {}
+    counts = {"p": 0, "m": 0, "h": 0}
+    kinds = {"p": "clip", "m": "marker", "h": "hatch"}
+
+    def rename(match: re.Match) -> str:
+        old = match.group(0)
+        if old not in names:
+            names[old] = f"{kinds[old[0]]}{counts[old[0]]}"
+            counts[old[0]] += 1
+        return names[old]
+
+    return _SVG_ID.sub(rename, text)
+
+
 def _svg(fig: Figure, path: Path) -> None:
-    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="svg", metadata={"Date": None, "Creator": None}))
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    text = stable_svg_ids(buf.getvalue())
+    atomic_write(Path(path), lambda tmp: tmp.write_text(text))
 
 
 def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:

@@ -38,6 +38,7 @@ from kvbench.harness.scenarios.profile_grid import GridSampler, grid_batches, gr
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from kvbench.harness.scenarios.compute import Compute
+    from kvbench.harness.scenarios.job_budget import JobBudget
     from kvbench.harness.scenarios.job_run import JobRun
     from kvbench.harness.scenarios.job_workload import JobWorkload
     from kvbench.harness.scenarios.outputs import Outputs
@@ -198,7 +199,25 @@ def _probed(job: JobRun, measure: Callable[[], None], seen: list) -> Callable[[]
     return run
 
 
-def run(job: JobRun, workload: JobWorkload, compute: Compute, out: Outputs, impl: ImplConfig) -> list[dict]:
+def budget_fits(job: JobRun, impl: ImplConfig, budget: JobBudget):
+    """(sequences, context) -> whether the job's KV budget holds that many sequences of that context at once
+    (a block of slack each: a step's sequences differ in length), for the grid's reach (profile_grid.py
+    ``reach``); None where the scenario names its own batches or contexts: a named grid is measured whole."""
+    from kvbench.harness.kv.factory import analytic_max_concurrency
+
+    sc = job.cfg.scenario
+    if sc.batches or sc.contexts:
+        return None
+    kv_bytes, slack = budget.measured().kv_bytes, job.cfg.block_size
+
+    def fits(sequences: int, context: int) -> bool:
+        return analytic_max_concurrency(impl, job.cfg, kv_bytes, max(1, context - slack)) >= sequences
+
+    return fits
+
+
+def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget, out: Outputs,
+        impl: ImplConfig) -> list[dict]:
     from kvbench.harness.measure.contention import with_contention
     import pandas as pd
 
@@ -211,7 +230,8 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, out: Outputs, impl
 
     check(job)
     sc = job.cfg.scenario
-    sampler = GridSampler(job, workload, compute, impl, profile_grid(job.cfg, compute.model.gemm_row_breaks()))
+    sampler = GridSampler(job, workload, compute, impl, profile_grid(job.cfg, compute.model.gemm_row_breaks()),
+                          budget_fits(job, impl, budget))
     sampler.warm_up(sc.warmup)
     runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
     walls = WallRuns(job, compute, out, impl, runs, sc.max_rate)

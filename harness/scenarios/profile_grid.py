@@ -10,7 +10,7 @@ point's samples. Nothing here is a scenario (harness/scenarios/__init__.py ``NOT
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from kvbench.harness.config import ImplConfig
 
@@ -108,6 +108,27 @@ def _serve(job: JobRun, compute: Compute, impl: ImplConfig, prompts: list[tuple[
 
 
 Key = tuple  # ("decode", batch, context) or ("prefill", tokens, 0)
+Fits = Callable[[int, int], bool]  # (sequences, context) -> whether the run's KV budget holds them at once
+
+
+def reach(batches: Sequence[int], contexts: Sequence[int], fits: Fits) -> list[tuple[int, int]]:
+    """The decode points a run of a KV budget can price on (``fits``): each batch's line up to the first context
+    at which the fewest sequences priced on it (one more than the batch below; 1 on the first line) no longer
+    fit, that one included, so that every step the budget holds is interpolated between measured points, never
+    extrapolated; a line on which no such step lies is left out. On the CPU clock's 2,048-token budget the
+    contiguous cache holds 4 sequences (lines 8 to 32 left out) and a paged one no 17 sequences of 216 tokens
+    ((32, 507) left out): the points that cost a profile pass most (their prompts are prefilled to set them up),
+    none of which a run of that budget could reach. A step past them (another budget's run) is counted outside."""
+    points: list[tuple[int, int]] = []
+    for i, b in enumerate(batches):
+        fewest = batches[i - 1] + 1 if i else 1
+        if i and not fits(fewest, contexts[0]):
+            break  # no larger line either: their fewest are more
+        for c in contexts:
+            points.append((b, c))
+            if not fits(fewest, c):
+                break
+    return points
 
 
 class GridSampler:
@@ -121,10 +142,11 @@ class GridSampler:
     wall runs (``run``), so that the profile samples the machine over the minutes they do."""
 
     def __init__(self, job: JobRun, workload: JobWorkload, compute: Compute, impl: ImplConfig,
-                 grid: tuple[list[int], list[int], list[int]]) -> None:
+                 grid: tuple[list[int], list[int], list[int]], fits: Fits | None = None) -> None:
         batches, contexts, prefill = grid
         self.job, self.compute, self.impl = job, compute, impl
-        self.keys: list[Key] = [("decode", b, c) for b in batches for c in contexts] + [("prefill", t, 0) for t in prefill]
+        decode = reach(batches, contexts, fits) if fits is not None else [(b, c) for b in batches for c in contexts]
+        self.keys: list[Key] = [("decode", b, c) for b, c in decode] + [("prefill", t, 0) for t in prefill]
         self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []
         self._prompt_len = prefill_prompt_len(job, workload)
 

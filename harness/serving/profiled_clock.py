@@ -112,7 +112,7 @@ class ProfiledClock:
     _batches: tuple[int, ...] = field(init=False, repr=False)
     _by_batch: dict[int, Line] = field(init=False, repr=False)
     _prefill: Line = field(init=False, repr=False)
-    _contexts: tuple[float, float] = field(init=False, repr=False)
+    _contexts: dict[int, tuple[float, float]] = field(init=False, repr=False)  # each batch's line's range
     _tokens: tuple[int, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -123,8 +123,7 @@ class ProfiledClock:
             by.setdefault(int(batch), {})[float(context)] = float(seconds)
         self._batches = tuple(sorted(by))
         self._by_batch = {b: Line(tuple(sorted(by[b])), tuple(by[b][c] for c in sorted(by[b]))) for b in by}
-        contexts = [c for _, c, _ in self.points.decode]
-        self._contexts = (min(contexts), max(contexts))
+        self._contexts = {b: (min(by[b]), max(by[b])) for b in by}
         prefill = dict((int(t), float(s)) for t, s in self.points.prefill)
         tokens = sorted(prefill)
         self._prefill = Line(tuple(map(float, tokens)), tuple(prefill[t] for t in tokens))
@@ -178,9 +177,15 @@ class ProfiledClock:
         return b0, b1, (batch - b0) / (b1 - b0)
 
     def _outside_decode(self, batch: int, kv_tokens_read: int, steps: int) -> bool:
-        lo, hi = self._contexts
+        """Past the largest batch, or past the contexts of either batch line that prices it (a profile of a small
+        KV budget measures a large batch at the short contexts its budget holds only: scenario=profile's reach)."""
+        if batch > self._batches[-1]:
+            return True
+        b0, b1, _ = self._around(batch)
+        lo = max(self._contexts[b0][0], self._contexts[b1][0])
+        hi = min(self._contexts[b0][1], self._contexts[b1][1])
         context = kv_tokens_read / batch
-        return batch > self._batches[-1] or context < lo or context + steps - 1 > hi
+        return context < lo or context + steps - 1 > hi
 
     def decode_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """The price of a record's ``steps`` decode steps; those outside the profile are counted."""

@@ -77,3 +77,40 @@ def test_save_all_draws_the_pngs_itself_when_a_figure_cannot_be_pickled(tmp_path
         got = save_all(_two_figures(), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "a.svg", "b.png", "b.svg"]
     assert all(p.stat().st_size for p in got)
+
+
+def _drawn(tmp_path, name: str, left: float) -> bytes:
+    """One plot with a clip box and markers, its axes' left edge at ``left``, saved as the report saves."""
+    import re
+
+    from kvbench.harness.report.figures import save, theme
+
+    with theme():
+        fig = plt.figure(figsize=(4, 3))
+        ax = fig.add_axes((left, 0.15, 0.8, 0.75))
+        ax.plot([1, 2, 3], [3, 1, 2], marker="o")
+        ax.bar([1.5], [1.0], hatch="//")
+        save(fig, tmp_path, name)
+    text = (tmp_path / f"{name}.svg").read_text()
+    ids = set(re.findall(r'id="([^"]+)"', text))
+    refs = set(re.findall(r"url\(#([^)]+)\)", text)) | set(re.findall(r'xlink:href="#([^"]+)"', text))
+    assert refs and refs <= ids  # every clip path, marker and hatch a part names is in the file
+    return text.encode()
+
+
+def test_an_svg_is_the_same_file_when_its_layout_moves_by_less_than_it_prints(tmp_path):
+    # matplotlib names a clip path by a hash of its full-precision box: axes 1e-13 of the figure apart drew
+    # the same picture to every printed digit and came out with other names (a published plot "changed")
+    assert _drawn(tmp_path, "a", 0.15) == _drawn(tmp_path, "b", 0.15 + 1e-13)
+    assert _drawn(tmp_path, "c", 0.15) != _drawn(tmp_path, "d", 0.2)
+
+
+def test_svg_ids_are_renamed_by_first_appearance():
+    from kvbench.harness.report.figures import stable_svg_ids
+
+    text = '<g clip-path="url(#p0123456789)"/><use xlink:href="#m9876543210"/><clipPath id="p0123456789"/>'
+    text += '<path clip-path="url(#pabcdefabcd)"/><path id="m9876543210"/>'
+    assert stable_svg_ids(text) == (
+        '<g clip-path="url(#clip0)"/><use xlink:href="#marker0"/><clipPath id="clip0"/>'
+        '<path clip-path="url(#clip1)"/><path id="marker0"/>'
+    )

@@ -19,3 +19,36 @@ def test_the_default_grids_measure_both_sides_of_every_gemm_kernel_change(compos
     assert batches == [1, 2, 4, 8, 16, 32, 64, 65, 100] and prefill == [16, 32, 50]  # breaks within range only
     named = compose(["scenario=profile", "batch=100", "scenario.batches=[1,8]", "scenario.prefill_tokens=[16,100]"])
     assert profile_grid(named, breaks)[0::2] == ([1, 8], [16, 100])  # a grid the user names is measured as named
+
+
+def _pool_fits(tokens: int, block_size: int = 16):
+    """A paged pool of ``tokens`` slots: ``n`` sequences of ``context`` tokens fit when their blocks do."""
+    return lambda n, context: n * -(-context // block_size) <= tokens // block_size
+
+
+def test_reach_keeps_every_point_a_step_of_the_budget_prices_on_and_drops_the_rest():
+    import random
+
+    from kvbench.harness.scenarios.profile_grid import reach
+    from kvbench.harness.serving.profiled_clock import clock_from_rows
+
+    batches, contexts = [1, 2, 4, 8, 16, 32], [16, 38, 90, 212, 503]
+    # the CPU clock's budget, 2,048 tokens: a paged cache drops (32, 503) only; a contiguous one holding 4
+    # sequences whatever their length, every line past 4
+    assert reach(batches, contexts, _pool_fits(2048)) == [(b, c) for b in batches for c in contexts if (b, c) != (32, 503)]
+    assert reach(batches, contexts, lambda n, c: n <= 4) == [(b, c) for b in (1, 2, 4) for c in contexts]
+    assert reach(batches, contexts, lambda n, c: True) == [(b, c) for b in batches for c in contexts]
+    # randomized: every step a budget holds is priced between measured points, never outside them
+    rng = random.Random(0)
+    for _ in range(200):
+        tokens = rng.choice([64, 300, 1000, 2048, 5000, 20000])
+        fits = _pool_fits(tokens)
+        points = reach(batches, contexts, fits)
+        clock = clock_from_rows([(b, c, 1e-3 * b + 1e-5 * c) for b, c in points], [(16, 1e-3)])
+        for _ in range(50):
+            n = rng.randint(1, 32)
+            context = rng.randint(16, 503)
+            if fits(n, context + 16):  # held with a block of slack, as profile.py's budget_fits asks
+                before = clock.outside
+                clock.decode_s(n, n * context)
+                assert clock.outside == before, (tokens, n, context, points)

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from kvbench.harness.serving.profiled_clock import Line, ProfiledClock, ProfilePoints, profile_id
+from kvbench.harness.serving.profiled_clock import Line, ProfiledClock, ProfilePoints, clock_from_rows, profile_id
 
 
 def test_a_line_passes_through_its_points_and_extends_its_end_segments():
@@ -102,3 +102,15 @@ def test_a_simulation_counts_each_step_outside_the_profile_once(chunked):
                    arrival_s=[0.05 * i for i in range(8)], chunked_prefill=chunked)
     assert sim.finished == 8 and sim.decode_steps > len(sim.records) / 2  # jumps of many steps
     assert clock.outside == sim.decode_steps
+
+
+def test_a_batch_line_measured_at_short_contexts_only_counts_a_longer_step_outside():
+    # scenario=profile's reach: a small KV budget measures batch 32 up to context 212 only
+    rows = [(b, c, 1e-3 * b + 1e-5 * c) for b in (16, 32) for c in (16, 90, 212, 503) if (b, c) != (32, 503)]
+    clock = clock_from_rows(rows, [(16, 1e-3)])
+    clock.decode_s(24, 24 * 200)  # between the lines, within both
+    clock.decode_s(16, 16 * 400)  # on the long line alone
+    assert clock.outside == 0
+    clock.decode_s(24, 24 * 300)  # past batch 32's contexts
+    clock.decode_s(32, 32 * 300)
+    assert clock.outside == 2
