@@ -55,7 +55,7 @@ def memory_headlines(col: Collection, points_table: pd.DataFrame) -> list[Headli
             ANY_DEVICE, str(model), "KV memory saved", f"{pick['saved by paging GB']:.1f} GB",
             f"{pick['contiguous GB']:.1f} GB contiguous → {pick['paged GB']:.1f} GB paged at "
             f"{int(pick['requests'])} concurrent requests ({pick['workload']} workload, block {int(pick['block_size'])})",
-            "memory_vs_concurrency", _first(src)))
+            "memory_vs_concurrency", _first(src, col)))
     return out
 
 
@@ -84,7 +84,7 @@ def concurrency_headlines(col: Collection, table: pd.DataFrame) -> list[Headline
             str(setting["device_slug"]), str(setting["model"]), "max concurrency", f"{bound}{n1 / n0:.2f}×",
             f"{best['impl']} {n1:.0f} vs contiguous {n0:.0f} concurrent requests in a "
             f"{_size(setting.get('budget_kv_bytes'))} KV budget ({setting.get('workload')} workload)",
-            "max_concurrency", _first(src)))
+            "max_concurrency", _first(src, col)))
     return out
 
 
@@ -109,7 +109,7 @@ def rate_headlines(col: Collection, table: pd.DataFrame) -> list[Headline]:
             device, str(best["model"]), "max rate within the SLO", f"{best['ratio']:.2f}×",
             f"{best['impl']} {best['max_rate_rps']:.3g} vs contiguous {best['contiguous_rps']:.3g} req/s "
             f"({best['workload']} workload, SLO {best['slo']}, {'simulated' if simulated else 'wall'} clock)",
-            "max_rate", _first(src)))
+            "max_rate", _first(src, col)))
     return unique(sorted(out, key=lambda h: (h.device, h.model, h.detail, -_newest(col, h.run_dir))))
 
 
@@ -144,5 +144,14 @@ def _size(n) -> str:
     return f"{n:.0f} B"
 
 
-def _first(rows: pd.DataFrame) -> str | None:
-    return None if rows.empty or "run_dir" not in rows else str(sorted(rows["run_dir"].dropna().unique())[0])
+def _first(rows: pd.DataFrame, col: Collection) -> str | None:
+    """The run folder a headline cites: the first of ``rows``' that this checkout's code measured, else the first.
+    The KV accounting is every machine's: two machines' folders give the same figure, and the other machine's,
+    measured by older code, would mark a fresh figure stale."""
+    if rows.empty or "run_dir" not in rows:
+        return None
+    dirs = sorted(rows["run_dir"].dropna().unique())
+    if "stale" in col.rows:
+        stale = set(col.rows.loc[col.rows["stale"].notna(), "run_dir"])
+        dirs = [d for d in dirs if d not in stale] or dirs
+    return str(dirs[0]) if dirs else None

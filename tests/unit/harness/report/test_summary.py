@@ -117,3 +117,22 @@ def test_no_concurrency_ratio_is_claimed_where_batch_capped_contiguous():
     budget_bound = rows.assign(max_concurrency=[60, 100])  # contiguous stopped by the budget: paged's is a bound
     (said,) = concurrency_headlines(col, concurrency_table(budget_bound))
     assert said.value == "≥ 1.67×"
+
+
+def test_the_kv_accounting_headline_cites_a_folder_this_code_measured():
+    # two machines' capacity folders give the same figure; the one measured by older code (first by name) made the
+    # published headline say "stale" though the other machine's fresh folder said the same
+    from kvbench.harness.report.markdown import memory_points_table as points_table
+    from kvbench.harness.report.summary import memory_headlines
+
+    col = _collection()
+    old = col.points.assign(run_dir="results/cpu-a/capacity/0")
+    new = col.points.assign(run_dir="results/cpu-b/capacity/0")
+    rows = pd.DataFrame([{**ENV, "run_dir": d, "scenario": "capacity", "model": "llama-2-7b", "impl": "paged_torch"}
+                         for d in ("results/cpu-a/capacity/0", "results/cpu-b/capacity/0")])
+    both = Collection(rows.assign(stale=["code changed since abc1234 (3 commits, 2 code files)", None]),
+                      pd.concat([old, new], ignore_index=True))
+    (said,) = memory_headlines(both, points_table(both.points))
+    assert said.run_dir == "results/cpu-b/capacity/0"
+    fresh_first = Collection(rows.assign(stale=[None, "code changed since abc1234"]), both.points)
+    assert memory_headlines(fresh_first, points_table(both.points))[0].run_dir == "results/cpu-a/capacity/0"
