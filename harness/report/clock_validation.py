@@ -217,7 +217,7 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
         s = summary(pairs[chunked & mine], pd.DataFrame())
         if s:
             parts.append(f"With chunked prefill{on} (mixed steps priced as the decode step plus what the chunk adds "
-                         "along the prefill line): " + ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
+                         "along the prefill line and the prefill attention path): " + ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
     if not pairs.empty:
         pairs = pairs.assign(chunked=chunked.map({True: "yes", False: "no"}))
         t = pairs.assign(**{f"{f} err": pairs[f"{f}_err"].map(_pct) for f in

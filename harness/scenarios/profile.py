@@ -145,10 +145,12 @@ def attention_shares(rows: list[dict]) -> dict:
 
 
 def points_of(rows: list[dict]) -> ProfilePoints:
-    from kvbench.harness.serving.profiled_clock import ProfilePoints
+    from kvbench.harness.serving.profiled_clock import ProfilePoints, prefill_path_s
 
+    prefill = [r for r in rows if r["kind"] == "prefill"]
     return ProfilePoints(tuple((r["batch"], r["context"], r["seconds"]) for r in rows if r["kind"] == "decode"),
-                         tuple((r["tokens"], r["seconds"]) for r in rows if r["kind"] == "prefill"))
+                         tuple((r["tokens"], r["seconds"]) for r in prefill),
+                         prefill_path_s((r["tokens"], r.get("attention_seconds")) for r in prefill))
 
 
 def made_by(job: JobRun, impl: ImplConfig) -> Provenance:

@@ -31,7 +31,7 @@ import pandas as pd
 from kvbench.harness.config import Config
 from kvbench.harness.errors import ConfigError
 from kvbench.harness.measure.metrics import percentile
-from kvbench.harness.serving.profiled_clock import ProfiledClock, ProfilePoints
+from kvbench.harness.serving.profiled_clock import ProfiledClock, ProfilePoints, prefill_path_s
 
 PROFILE = "profile"  # the table's name in a run folder
 PROFILE_COLUMNS = ["impl", "kind", "batch", "context", "tokens", "seconds", "seconds_p10", "seconds_p90", "samples",
@@ -264,9 +264,12 @@ def clock_from_table(df: pd.DataFrame, impl: str, source: str) -> ProfiledClock:
     rows = df[df["impl"] == impl]
     decode = rows[rows["kind"] == "decode"]
     prefill = rows[rows["kind"] == "prefill"]
+    attention = prefill["attention_seconds"] if "attention_seconds" in prefill else [None] * len(prefill)
     points = ProfilePoints(tuple((int(b), float(c), float(s)) for b, c, s in
                                  zip(decode["batch"], decode["context"], decode["seconds"])),
-                           tuple((int(t), float(s)) for t, s in zip(prefill["tokens"], prefill["seconds"])))
+                           tuple((int(t), float(s)) for t, s in zip(prefill["tokens"], prefill["seconds"])),
+                           prefill_path_s((int(t), None if pd.isna(a) else float(a))
+                                          for t, a in zip(prefill["tokens"], attention)))
     if not points.decode or not points.prefill:
         raise ConfigError(f"clock_profile={source}: impl {shown(impl)} needs decode and prefill points "
                           f"(it has {len(points.decode)} and {len(points.prefill)})")

@@ -89,7 +89,13 @@ def test_a_table_without_the_spread_columns_still_reads(tmp_path):
     rows = [{k: v for k, v in r.items() if k not in ("seconds_p10", "seconds_p90", "attention_seconds")}
             for r in _rows()]
     df, source = read_profile_table(_write(tmp_path, rows))
-    assert len(clock_from_table(df, IMPL, source).points.decode) == 2
+    points = clock_from_table(df, IMPL, source).points
+    assert len(points.decode) == 2 and points.prefill_path_s == 0.0  # no attention timed: mixed steps as before
+
+
+def test_a_mixed_step_is_priced_with_the_smallest_prefills_attention_read_from_the_table(tmp_path):
+    df, source = read_profile_table(_write(tmp_path, _rows()[::-1]))  # any row order
+    assert clock_from_table(df, IMPL, source).points.prefill_path_s == pytest.approx(0.004 / 4)  # 16 tokens' point
 
 
 @pytest.mark.parametrize("row, column, value", [

@@ -114,3 +114,24 @@ def test_a_batch_line_measured_at_short_contexts_only_counts_a_longer_step_outsi
     clock.decode_s(24, 24 * 300)  # past batch 32's contexts
     clock.decode_s(32, 32 * 300)
     assert clock.outside == 2
+
+
+def test_a_mixed_step_also_pays_the_prefill_attention_path_beside_the_decode_one():
+    # each layer of a mixed step attends its decode rows through forward_decode and the chunk's through
+    # forward_prefill: the prefill path's fixed part (the smallest prefill point's attention time) is not in the
+    # decode step, and the difference along the prefill line cancels it
+    from dataclasses import replace
+
+    from kvbench.harness.serving.profiled_clock import prefill_path_s
+
+    base = _clock()
+    paid = ProfiledClock(replace(base.points, prefill_path_s=0.0007))
+    for tokens, batch, read in ((240, 4, 4 * 128), (17, 1, 20), (900, 16, 16 * 300)):
+        assert paid.mixed_s(tokens, batch, read) == pytest.approx(base.mixed_s(tokens, batch, read) + 0.0007)
+    # a prefill alone or a decode alone runs one path: priced as before
+    assert paid.mixed_s(256, 0, 0) == base.mixed_s(256, 0, 0) and paid.mixed_s(0, 4, 512) == base.mixed_s(0, 4, 512)
+    # the smallest point's attention, whatever the order; none timed (a table made before it): nothing added,
+    # and such a table keeps its id
+    assert prefill_path_s([(256, 0.002), (16, 0.0007), (64, 0.001)]) == 0.0007
+    assert prefill_path_s([(16, None), (64, 0.001)]) == 0.0 and prefill_path_s([]) == 0.0
+    assert base.id == profile_id(ProfilePoints(base.points.decode, base.points.prefill)) != paid.id
