@@ -14,6 +14,7 @@ quietly (harness/console.py).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -97,14 +98,38 @@ def _run(argv: list[str]) -> int | None:
         os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])  # Hydra's query reads it there
     if (code := check_command_line(sys.argv[1:])) is not None:
         return code
+    _start_run()
     main()
     return None
+
+
+class _CtrlC:
+    """Whether a Ctrl-C came before the run started. A library that catches every exception while it imports (a bare
+    ``except``) can swallow the KeyboardInterrupt, and the run would go on as if no key was pressed: the flag
+    remembers it, and ``_start_run`` raises it again at the last point before the run."""
+
+    seen = False
+
+    @classmethod
+    def handler(cls, signum, frame) -> None:
+        cls.seen = True
+        raise KeyboardInterrupt
+
+
+def _start_run() -> None:
+    """Stop here if a Ctrl-C came and was swallowed; else hand SIGINT back to Python's own handler for the run."""
+    if _CtrlC.seen:
+        raise KeyboardInterrupt
+    if signal.getsignal(signal.SIGINT) is _CtrlC.handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def cli() -> None:
     """What ``kvbench ARGS`` and ``python -m harness ARGS`` do; a closed pipe (``| head``) ends it quietly."""
     from kvbench.harness.console import quiet_when_closed
 
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a parent chose to ignore it
+        signal.signal(signal.SIGINT, _CtrlC.handler)
     try:  # a Ctrl-C before a run has started (imports, composing): one line, no traceback
         code = quiet_when_closed(lambda: _run(sys.argv[1:]))
     except KeyboardInterrupt:

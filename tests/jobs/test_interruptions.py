@@ -125,3 +125,38 @@ def test_ctrl_c_before_the_run_starts_is_one_line(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
     assert len(stderr.strip().splitlines()) == 1
+
+
+SWALLOWING_IMPORT = """
+import os, signal, sys, time
+import kvbench.harness.front.preflight as preflight
+checked = preflight.check_command_line
+def swallowing(argv):
+    try:  # what a library import with a bare except does to a Ctrl-C that lands in it
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+    except BaseException:
+        pass
+    return checked(argv)
+preflight.check_command_line = swallowing
+sys.argv[0] = "kvbench"
+from kvbench.harness.__main__ import cli
+cli()
+"""
+
+
+def test_a_ctrl_c_a_library_swallowed_before_the_run_still_stops_it(tmp_path):
+    """The Ctrl-C is remembered: swallowed during the imports, it is raised again at the last point before the run
+    (without that, this run went on and exited 0), one line and 130 as for any Ctrl-C before a run."""
+    import subprocess
+    import sys
+
+    from tests.helpers.harness_proc import _default_sigint, env
+
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", SWALLOWING_IMPORT, "+impl=paged_torch", *TINY,
+                           f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=120, env=env(),
+                          preexec_fn=_default_sigint)
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["kvbench: interrupted before any run started; nothing was written"]
+    assert not (out / "rows.csv").exists()
