@@ -35,7 +35,8 @@ row's `gpu=`, `gpu.count=`, `model=`, `weight_dtype=`, its lengths (fixed; or, w
 EOS, `output_len_mean`, outputs uniform up to its max_tokens with that mean), `arrival=burst` (offline, or a closed loop:
 `arrival.max_concurrency=` the client's, `engine.offline=false`, latencies counted from each request's sending) or
 `arrival=poisson`, and
-`engine=` where conf/engine/ has the row's engine. An offline point runs at most the sequences that fit whole
+`engine=` where conf/engine/ has the row's engine, then the row's `engine_overrides` where its source ran other kernels than
+the profile's defaults (the reason in its note). An offline point runs at most the sequences that fit whole
 in the KV cache (TensorRT-LLM's GUARANTEED_NO_EVICT admission), on max({cap}, 6 x that batch) of its requests;
 any other point on at most {cap} (same lengths: the steady state the figure describes).
 
@@ -44,8 +45,12 @@ too low. Split: within each source, every third row (0-based position % 3 == 2) 
 chosen on `fit` rows only, so the holdout line is the error on points nothing was tuned to.
 Measured: TensorRT-LLM's offline throughput (H100, H200; 8B and 70B in fp8, TP 1-2), vLLM closed-loop
 serving on an L4 (0.5B) and an RTX 4090 (7B), Qwen2.5-72B on 2 x H100 at concurrency 1, and the
-Qwen3-30B-A3B mixture of experts on one H100 at concurrency 10 (added after every constant was chosen).
-No A100, L40S or ShareGPT-workload point is in the set yet. ShareGPT's lengths, fitted to vLLM's benchmark's
+Qwen3-30B-A3B mixture of experts on one H100 at concurrency 10 (added after every constant was chosen; its TTFTs came
+out 19% and 20% fast, and one constant was then fitted on them: the experts' rate under vLLM's fused_moe default
+configs of August 2025, `engine.moe_gemm_half_n=1200`, conf/engine/vllm_v1.yaml, a single source), and
+TensorRT-LLM 0.13's offline throughput on an A100-SXM4-80GB (FP16) and an L40S (FP8), Llama-3.1-8B on one GPU and
+Llama-3.1-70B on four (added after every constant was chosen, and priced as they came: nothing was fitted to them).
+No A10G or ShareGPT-workload point is in the set yet. ShareGPT's lengths, fitted to vLLM's benchmark's
 published means: [validation/sharegpt_fit.md](validation/sharegpt_fit.md).
 """
 

@@ -31,7 +31,11 @@ KV_DTYPES = ("", "fp8_e4m3", "fp8_e5m2", "int8")
 COLUMNS = ("id", "source_url", "source_date", "engine", "engine_version", "gpu", "gpu_count", "model",
            "published_model", "dtype", "weight_dtype", "kv_dtype", "workload", "prompt_len", "output_len", "output_len_mean",
            "request_rate",
-           "num_requests", "max_concurrency", "metric", "value", "split", "note")
+           "num_requests", "max_concurrency", "metric", "value", "split", "note", "engine_overrides")
+# The engine figures a row may set for its own run (``engine_overrides``): the kernels or host its source ran where
+# they differ from the engine profile's defaults (e.g. an older release's kernel configs), each a plain number.
+ENGINE_OVERRIDE_KEYS = ("step_overhead_us", "seq_overhead_us", "layer_overhead_us", "frontend_ms", "gemm_knee",
+                        "moe_gemm_half_n")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Point:
     # None: every output is output_len tokens (--ignore-eos). Else outputs stopped at EOS or output_len, this many
     # on average (the source's own output tok/s over its req/s): priced as lengths uniform up to output_len.
     output_len_mean: float | None = None
+    # engine.KEY=VALUE overrides of the row's engine profile (ENGINE_OVERRIDE_KEYS), each with its reason in the note
+    engine_overrides: tuple[str, ...] = ()
 
 
 def split_for(position_in_source: int) -> str:
@@ -82,6 +88,27 @@ def _int(row: dict, key: str, low: int) -> int:
     if v < low:
         raise _bad(row["id"], key, row[key], f"an integer >= {low}")
     return v
+
+
+def parse_engine_overrides(rid: str, text: str) -> tuple[str, ...]:
+    """A row's ``engine_overrides``: space-separated ``engine.KEY=NUMBER``, KEY one of ENGINE_OVERRIDE_KEYS, each
+    once. Only plain numbers: the set is data, and its values reach a command line."""
+    allowed = f"space-separated engine.KEY=NUMBER, KEY one of {', '.join(ENGINE_OVERRIDE_KEYS)}"
+    out, seen = [], set()
+    for item in text.split():
+        key, eq, value = item.partition("=")
+        name = key.removeprefix("engine.")
+        if not eq or not key.startswith("engine.") or name not in ENGINE_OVERRIDE_KEYS or name in seen:
+            raise _bad(rid, "engine_overrides", text, allowed + " (each once)")
+        try:
+            number = float(value)
+        except ValueError:
+            raise _bad(rid, "engine_overrides", text, allowed) from None
+        if not math.isfinite(number) or number < 0:
+            raise _bad(rid, "engine_overrides", text, allowed + " (finite, >= 0)")
+        seen.add(name)
+        out.append(f"engine.{name}={number:g}")
+    return tuple(out)
 
 
 def parse_row(row: dict) -> Point:
@@ -125,7 +152,8 @@ def parse_row(row: dict) -> Point:
                  weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"], workload=row["workload"],
                  prompt_len=_int(row, "prompt_len", 1), output_len=output_len, output_len_mean=mean,
                  request_rate=rate, num_requests=_int(row, "num_requests", 1), max_concurrency=conc,
-                 metric=row["metric"], value=value, split=row["split"], note=row["note"])
+                 metric=row["metric"], value=value, split=row["split"], note=row["note"],
+                 engine_overrides=parse_engine_overrides(rid, row["engine_overrides"]))
 
 
 def check_splits(points: list[Point]) -> None:

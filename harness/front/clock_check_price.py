@@ -114,6 +114,7 @@ def overrides(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, fits: int
     engine = ENGINE_PROFILE.get(point.engine)
     if engine and (repo / "conf" / "engine" / f"{engine}.yaml").is_file():
         args.append(f"engine={engine}")
+        args += point.engine_overrides  # what the row's source ran where it differs from the profile's defaults
     return args
 
 

@@ -83,3 +83,19 @@ def test_the_rtx4090_rows_carry_the_sources_own_mean_output():
     rows = {p.id: p for p in load_points()}
     assert rows["r4090-c4-tput"].output_len_mean == 100 and rows["r4090-c4-tput"].output_len == 128
     assert rows["l4-c8-ttft"].output_len_mean is None  # --ignore-eos: every output whole
+
+
+@pytest.mark.parametrize("text", ["moe_gemm_half_n=1400", "engine.name=x", "engine.moe_gemm_half_n=abc",
+                                  "engine.moe_gemm_half_n=inf", "engine.frontend_ms=-1",
+                                  "engine.frontend_ms=5 engine.frontend_ms=6", "engine.moe_gemm_half_n=1;rm"])
+def test_engine_overrides_are_engine_numbers_only_each_once(text):
+    """The set is data: what it passes to a command line is a known engine key and a plain number."""
+    with pytest.raises(ConfigError) as e:
+        parse_row(dict(_rows()[0], engine_overrides=text))
+    assert "engine_overrides" in str(e.value) and "moe_gemm_half_n" in str(e.value)
+
+
+def test_engine_overrides_parse_to_canonical_command_line_items():
+    row = dict(_rows()[0], engine_overrides=" engine.moe_gemm_half_n=1400.0  engine.frontend_ms=8 ")
+    assert parse_row(row).engine_overrides == ("engine.moe_gemm_half_n=1400", "engine.frontend_ms=8")
+    assert parse_row(dict(_rows()[0], engine_overrides="")).engine_overrides == ()

@@ -96,3 +96,14 @@ def test_a_row_whose_outputs_stop_at_eos_prices_fixed_prompts_and_uniform_output
                           "workload.output_len=100", "workload.output_spread=0.28"]  # outputs in [72, 128]
     assert "max_seq_len=384" in args and not any(a.startswith("workload=fixed") for a in args)
 
+
+
+def test_a_rows_engine_overrides_follow_its_engine_profile_on_the_command_line(tmp_path):
+    # A row whose source ran other kernels than the profile's defaults (an older release's) says so, and its run
+    # gets them after engine=, where Hydra applies them over the profile; without a profile there is nothing to
+    # override, so none is passed
+    point = dataclasses.replace(_point("l4-c8-e2el"), engine_overrides=("engine.moe_gemm_half_n=1400",))
+    assert overrides(point, cap=300, repo=tmp_path)[-1] == "engine.offline=false"
+    (tmp_path / "conf" / "engine").mkdir(parents=True)
+    (tmp_path / "conf" / "engine" / "vllm_v1.yaml").write_text("name: vllm_v1\n")
+    assert overrides(point, cap=300, repo=tmp_path)[-2:] == ["engine=vllm_v1", "engine.moe_gemm_half_n=1400"]
