@@ -99,3 +99,17 @@ def test_engine_overrides_parse_to_canonical_command_line_items():
     row = dict(_rows()[0], engine_overrides=" engine.moe_gemm_half_n=1400.0  engine.frontend_ms=8 ")
     assert parse_row(row).engine_overrides == ("engine.moe_gemm_half_n=1400", "engine.frontend_ms=8")
     assert parse_row(dict(_rows()[0], engine_overrides="")).engine_overrides == ()
+
+
+def test_every_engine_override_in_the_set_is_explained_in_its_sources_notes():
+    """An override changes what a figure is priced with: the source's rows must say which and why (a row's note, or
+    its source's first row's), so that nobody reads a tuned figure as a plain one."""
+    points = load_points()
+    notes: dict[str, str] = {}
+    for p in points:
+        notes[p.source_url] = notes.get(p.source_url, "") + " " + p.note
+    overridden = [p for p in points if p.engine_overrides]
+    assert overridden, "the set has an overridden row (Qwen3-30B-A3B's August 2025 fused_moe configs)"
+    for p in overridden:
+        for item in p.engine_overrides:
+            assert item in notes[p.source_url], (p.id, item)
