@@ -217,6 +217,11 @@ class EngineConfig:
     # The default of a top-level max_num_batched_tokens left null: the first tier the card meets. null in a file:
     # DEFAULT_TOKEN_BUDGET.
     token_budget: Optional[List[TokenBudgetTier]] = None
+    # What device.utilization is a fraction of when a simulated GPU's KV budget is sized (harness/kv/budget.py):
+    # "total" (vLLM's gpu_memory_utilization: the KV cache gets what that share of the card leaves after the
+    # weights and activations) or "free" (TensorRT-LLM's free_gpu_memory_fraction: that share of what the weights
+    # and activations leave). null in a file: total.
+    kv_fraction_of: Optional[str] = None
     # No front-end cost: an offline batch. null: offline when every request arrives at t=0 (arrival=burst).
     offline: Optional[bool] = None
 

@@ -149,6 +149,10 @@ def _simulated_gpu(cfg: Config) -> bool:
     return cfg.gpu is not None and cfg.scenario.bookkeeping
 
 
+# What device.utilization is a fraction of when an engine sizes a simulated GPU's KV cache (harness/kv/budget.py).
+KV_FRACTION_OF = ("total", "free")
+
+
 def _resolve_engine(cfg: Config) -> None:
     """Fill the engine's figures from conf/engine/NAME.yaml (a key already set wins; gpu=NAME and no engine:
     vllm_v1) and check them; ``chunked_prefill`` and ``max_num_batched_tokens`` left null take the engine's
@@ -170,6 +174,8 @@ def _resolve_engine(cfg: Config) -> None:
         if getattr(engine, f.name) is None:
             setattr(engine, f.name, getattr(spec_file, f.name))
     engine_spec(engine, is_offline(cfg))  # a figure out of range is a ConfigError naming its key and range
+    if engine.kv_fraction_of is not None:
+        one_of("engine.kv_fraction_of", engine.kv_fraction_of, KV_FRACTION_OF)
     if cfg.chunked_prefill is None:
         cfg.chunked_prefill = bool(engine.chunked_prefill) and cfg.scenario.bookkeeping
     if cfg.max_num_batched_tokens is None:

@@ -62,6 +62,13 @@ def logits_rows_bound(cfg: Config) -> int:
     return cfg.batch * cfg.workload.n
 
 
+def kv_fraction_of(cfg: Config) -> str:
+    """What ``device.utilization`` is a fraction of: the engine's ``kv_fraction_of`` ("total" without an engine:
+    vLLM's rule, and every CPU run's)."""
+    engine = getattr(cfg, "engine", None)
+    return (engine.kv_fraction_of if engine is not None else None) or "total"
+
+
 def kv_budget(
     cfg: Config,
     device_total_bytes: int | None = None,
@@ -88,6 +95,9 @@ def kv_budget(
            else activation_bytes_estimate(cfg.model, cfg.dtype, forward_tokens_bound(cfg, prompt_lens),
                                           logits_rows_bound(cfg)))
     kv = usable - weights - act - graph_bytes
+    if kv_fraction_of(cfg) == "free":  # TensorRT-LLM: utilization x what the weights and activations leave
+        kv = int((device_bytes - weights - act - graph_bytes) * cfg.device.utilization)
+        usable = weights + act + graph_bytes + max(kv, 0)
     if cfg.device.kv_cache_gb is not None:
         if cfg.device.kv_cache_gb * GB > device_bytes:
             raise ConfigError(f"device.kv_cache_gb={cfg.device.kv_cache_gb:g} is larger than the device "
@@ -97,9 +107,12 @@ def kv_budget(
                             graph_bytes)
     if kv <= 0:
         gpu = f"gpu={cfg.gpu.name} x gpu.count={cfg.gpu.count}: " if cfg.gpu is not None else ""
+        share = (f"device.memory_gb={device_bytes / GB:.2f} GB x device.utilization={cfg.device.utilization} "
+                 f"= {usable / GB:.2f} GB" if kv_fraction_of(cfg) == "total" else
+                 f"device.memory_gb={device_bytes / GB:.2f} GB (engine.kv_fraction_of=free: the KV cache gets "
+                 f"device.utilization x what the rest leaves)")
         raise ConfigError(
-            f"{gpu}device.memory_gb={device_bytes / GB:.2f} GB x device.utilization={cfg.device.utilization} "
-            f"= {usable / GB:.2f} GB leaves nothing for the KV cache: weights need {weights / GB:.2f} GB "
+            f"{gpu}{share} leaves nothing for the KV cache: weights need {weights / GB:.2f} GB "
             f"and activations {act / GB:.2f} GB"
             + (f" and CUDA graphs {graph_bytes / GB:.2f} GB" if graph_bytes else "")
             + f" (model={cfg.model.name}, dtype={cfg.dtype})"

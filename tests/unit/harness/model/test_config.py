@@ -20,6 +20,7 @@ PUBLISHED_PARAMETERS = {
     "llama-3-8b": 8_030_261_248,
     "llama-3.1-8b": 8_030_261_248,
     "llama-3.1-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,  # the model card's safetensors total
     "llama-3.2-1b": 1_235_814_400,
     "mistral-7b": 7_241_732_096,
     "qwen2.5-0.5b": 494_032_768,
