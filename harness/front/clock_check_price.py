@@ -74,7 +74,16 @@ def unpriceable(point: Point, repo: Path = REPO) -> str:
     for group, name in (("model", point.model), ("gpu", point.gpu)):
         if not (repo / "conf" / group / f"{name}.yaml").is_file():
             return f"no conf/{group}/{name}.yaml ({point.published_model if group == 'model' else name})"
+    if point.engine_overrides and not _engine_profile(point, repo):  # priced without them, it would read as theirs
+        return (f"engine_overrides ({' '.join(point.engine_overrides)}) override an engine profile, and "
+                f"engine={point.engine} has none in conf/engine/")
     return ""
+
+
+def _engine_profile(point: Point, repo: Path) -> str | None:
+    """The conf/engine/ name of the row's engine, where that file exists."""
+    engine = ENGINE_PROFILE.get(point.engine)
+    return engine if engine and (repo / "conf" / "engine" / f"{engine}.yaml").is_file() else None
 
 
 def is_offline(point: Point) -> bool:
@@ -111,8 +120,8 @@ def overrides(point: Point, cap: int = DEFAULT_CAP, repo: Path = REPO, fits: int
         args.append(f"weight_dtype={point.weight_dtype}")
     if point.kv_dtype:
         args.append(f"kv_dtype={point.kv_dtype}")
-    engine = ENGINE_PROFILE.get(point.engine)
-    if engine and (repo / "conf" / "engine" / f"{engine}.yaml").is_file():
+    engine = _engine_profile(point, repo)
+    if engine:
         args.append(f"engine={engine}")
         args += point.engine_overrides  # what the row's source ran where it differs from the profile's defaults
     return args

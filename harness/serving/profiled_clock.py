@@ -171,13 +171,14 @@ class ProfiledClock:
             return self.prefill_s(tokens, spans=spans) if tokens else 0.0
         if not tokens:
             return self.decode_s(batch, kv_tokens_read)
+        outside = self._outside_decode(batch, kv_tokens_read, 1)
         if tokens + batch > self._tokens[1]:  # one step, counted once whichever part lies outside
             self.outside += 1
             if self.fallback is not None:
                 return self.fallback.mixed_s(tokens, batch, kv_tokens_read, spans)
-        elif self._outside_decode(batch, kv_tokens_read, 1):
+        elif outside:
             self.outside += 1
-        decode = self.decode_price_s(batch, kv_tokens_read)
+        decode = self._decode_price(batch, kv_tokens_read, 1, outside)
         return decode + max(0.0, self._prefill(tokens + batch) - self._prefill(batch)) + self.points.prefill_path_s
 
     def host_copy_s(self, stores: int, loads: int, block_tokens: int) -> float:
@@ -212,18 +213,25 @@ class ProfiledClock:
         """The price of a record's ``steps`` decode steps; those outside the profile are counted."""
         if steps < 1:
             raise ValueError(f"steps={steps} must be >= 1")
-        if batch >= 1 and self._outside_decode(batch, kv_tokens_read, steps):
+        outside = batch >= 1 and self._outside_decode(batch, kv_tokens_read, steps)
+        if outside:
             self.outside += steps
-        return self.decode_price_s(batch, kv_tokens_read, steps)
+        return self._decode_price(batch, kv_tokens_read, steps, outside)
 
     def decode_price_s(self, batch: int, kv_tokens_read: int, steps: int = 1) -> float:
         """``decode_s`` without counting: the simulator asks this while it searches where a jump ends,
         and ``outside`` counts each step priced once, in its record."""
         if steps < 1:
             raise ValueError(f"steps={steps} must be >= 1")
+        outside = batch >= 1 and self.fallback is not None and self._outside_decode(batch, kv_tokens_read, steps)
+        return self._decode_price(batch, kv_tokens_read, steps, outside)
+
+    def _decode_price(self, batch: int, kv_tokens_read: int, steps: int, outside: bool) -> float:
+        """The price of ``steps`` decode steps, ``outside`` (already known: ``_outside_decode``) sending them to
+        the fallback where there is one."""
         if batch < 1:
             return 0.0
-        if self.fallback is not None and self._outside_decode(batch, kv_tokens_read, steps):
+        if outside and self.fallback is not None:
             return self.fallback.decode_s(batch, kv_tokens_read, steps)
         context = kv_tokens_read / batch
         b0, b1, w = self._around(batch)

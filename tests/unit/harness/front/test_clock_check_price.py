@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from kvbench.harness.front.clock_check_points import load_points
-from kvbench.harness.front.clock_check_price import RequestTimes, metric_value, overrides, price
+from kvbench.harness.front.clock_check_price import RequestTimes, metric_value, overrides, price, unpriceable
 
 
 def _point(pid):
@@ -101,9 +101,16 @@ def test_a_row_whose_outputs_stop_at_eos_prices_fixed_prompts_and_uniform_output
 def test_a_rows_engine_overrides_follow_its_engine_profile_on_the_command_line(tmp_path):
     # A row whose source ran other kernels than the profile's defaults (an older release's) says so, and its run
     # gets them after engine=, where Hydra applies them over the profile; without a profile there is nothing to
-    # override, so none is passed
+    # override, so none is passed, and the point is not priced: it would read as priced with them
     point = dataclasses.replace(_point("l4-c8-e2el"), engine_overrides=("engine.moe_gemm_half_n=1400",))
     assert overrides(point, cap=300, repo=tmp_path)[-1] == "engine.offline=false"
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "gpu").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / f"{point.model}.yaml").write_text("")
+    (tmp_path / "conf" / "gpu" / f"{point.gpu}.yaml").write_text("")
+    assert unpriceable(point, tmp_path) == ("engine_overrides (engine.moe_gemm_half_n=1400) override an engine "
+                                            "profile, and engine=vllm_v1 has none in conf/engine/")
     (tmp_path / "conf" / "engine").mkdir(parents=True)
     (tmp_path / "conf" / "engine" / "vllm_v1.yaml").write_text("name: vllm_v1\n")
     assert overrides(point, cap=300, repo=tmp_path)[-2:] == ["engine=vllm_v1", "engine.moe_gemm_half_n=1400"]
+    assert unpriceable(point, tmp_path) == ""
