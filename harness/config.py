@@ -8,7 +8,7 @@ at the entry point, raising ``ConfigError`` naming the bad key and the allowed v
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from omegaconf import MISSING, OmegaConf
 
@@ -171,6 +171,9 @@ class GpuConfig:
     fp8_flops_efficiency: Optional[float] = None  # at fp8_tflops (W8A8), every size; null: flops_efficiency
     interconnect_gbps: Optional[float] = None  # per GPU and direction, GB/s
     interconnect_latency_us: Optional[float] = None
+    # Roofline version 11: [[count, latency_us, busbw_gbps], ...], the all-reduce measured on that many GPUs (NCCL at
+    # a decode's message sizes); a count not listed takes interconnect_latency_us and interconnect_gbps.
+    allreduce_by_count: Optional[List[Any]] = None  # rows of three numbers (OmegaConf types no nested list of floats)
     # Roofline version 2 and later (harness/serving/cost_model.py): a measured copy bandwidth (null: none known),
     # decode attention's fraction of it. (A step's and a layer's fixed costs, and the matmuls' knee, are the
     # engine's since versions 6 and 8: EngineConfig.)

@@ -1,4 +1,4 @@
-"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 10).
+"""The simulated clock: what one scheduler step costs on a named GPU (a roofline per step, version 11).
 
 Every input is a plain number; conf/gpu/*.yaml gives them per GPU, each with its source.
 Symbols (bytes, seconds, FLOP):
@@ -27,7 +27,8 @@ Symbols (bytes, seconds, FLOP):
           (layer_terms.py)
     kvb   KV bytes per token (every layer, K and V)
     L     layers          h  hidden size   e    bytes per activation element
-    link  interconnect bandwidth per GPU and direction, bytes/s;  lat  latency of one collective, s
+    link  an all-reduce's bus bandwidth, bytes/s;  lat  its latency, s: measured on n GPUs where the GPU file lists n
+          (``allreduce_by_count``, version 11), else ``interconnect_gbps`` and ``interconnect_latency_us``
 
 Tensor parallelism splits the weights, the KV heads and the FLOPs evenly over the n GPUs, so
 the model sees n*A bytes/s and n*F*ef FLOP/s; each GPU still runs every layer, so o and L*lo
@@ -122,7 +123,10 @@ NVLink-C2C where that is the link) between steps:
 Version 10 (2026-12-06) prices a prompt's attention (version 9 left it out: 13% of a 2,048-token Qwen3-30B-A3B
 prompt's FLOPs) and the routed experts' grouped GEMMs at em of the dense rate (version 9 priced them as dense GEMMs:
 Qwen3-30B-A3B's 8,192-token steps at about half the time its published TTFTs imply; conf/engine/vllm_v1.yaml gives
-em's source, published fused_moe kernel times).
+em's source, published fused_moe kernel times). Version 11 (2026-12-07) prices an all-reduce on n GPUs by what was
+measured on n where a GPU file lists it (``allreduce_by_count``: NCCL's all_reduce_perf at 1-32 MiB on A100, H100 and
+H200 at 4 and 8 GPUs, 19-36 us and 174-338 GB/s; version 10 priced every n at the 2-GPU figures, 10 us and 208-370 GB/s,
+which a decode's 4-16 MiB all-reduces on 8 GPUs take 1.4-1.7x as long as).
 
 Left out on purpose: KV writes and activation traffic, sampling, and any overlap of communication with compute.
 """
@@ -142,7 +146,7 @@ from kvbench.harness.serving.layer_terms import Spans, prefill_pairs, windowed_r
 from kvbench.harness.serving.model_cost import ModelCost, model_cost  # noqa: F401
 
 # Bump when a formula below changes what a step costs: job identities of roofline-priced runs change with it.
-ROOFLINE_VERSION = 10
+ROOFLINE_VERSION = 11
 
 
 @dataclass(frozen=True)
@@ -247,9 +251,7 @@ class CostModel:
         g, m = self.gpu, self.model
         if g.count == 1:
             return 0.0
-        message = tokens * m.hidden_size * m.elem_bytes
-        ring = 2 * (g.count - 1) / g.count * message / (g.interconnect_gbps * 1e9)
-        return 2 * m.num_layers * (g.interconnect_latency_us * 1e-6 + ring)
+        return 2 * m.num_layers * g.allreduce_s(tokens * m.hidden_size * m.elem_bytes)
 
     def weights_s(self, tokens: int | None = None) -> float:
         """One read of the weights at the streaming rate: of a mixture, the experts ``tokens`` tokens route to

@@ -6,6 +6,7 @@ Version 9's FLOP efficiency by a step's work, ``ef(g)``, is a property of the ca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from kvbench.harness.config import GpuConfig
@@ -18,6 +19,8 @@ _POSITIVE = ("memory_mib", "bandwidth_gbps", "tflops", "bw_efficiency", "flops_e
 # Added times: 0 is a valid idealisation (no overhead, no latency).
 _NON_NEGATIVE = ("interconnect_latency_us", "host_link_latency_us")
 _FRACTIONS = ("bw_efficiency", "flops_efficiency", "attn_bw_efficiency")
+# The smallest message an ``allreduce_by_count`` row was fitted on (conf/gpu/: NCCL at 1-32 MiB).
+ALLREDUCE_FIT_FROM = 2**20
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class GpuSpec:
     flops_efficiency_small: float | None = None  # ef0: a small step's; None: flops_efficiency at every size
     flops_ramp_gflop: float | None = None  # g0: a layer's GFLOP on one GPU at which ef(g) is half-way to the top
     fp8_flops_efficiency: float | None = None  # ef at fp8_tflops, at every size; None: flops_efficiency
+    # (count, latency_us, busbw_gbps): the all-reduce measured on ``count`` GPUs; other counts: interconnect_*
+    allreduce_by_count: tuple[tuple[int, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for key in _POSITIVE:
@@ -69,6 +74,7 @@ class GpuSpec:
         if self.fp8_flops_efficiency is not None and not 0 < self.fp8_flops_efficiency <= 1:
             raise ConfigError(f"gpu.fp8_flops_efficiency={self.fp8_flops_efficiency} must be in (0, 1], or null for "
                               f"flops_efficiency (gpu={self.name})")
+        _check_allreduce(self.allreduce_by_count, self.name)
         small, ramp = self.flops_efficiency_small, self.flops_ramp_gflop
         if (small is None) != (ramp is None) or (small is not None and not (0 < small <= self.flops_efficiency
                                                                               and ramp > 0)):
@@ -82,6 +88,31 @@ class GpuSpec:
             return self.flops_efficiency
         top, ramp = self.flops_efficiency, self.flops_ramp_gflop
         return top - (top - self.flops_efficiency_small) * ramp / (layer_gflop + ramp)
+
+    def allreduce_s(self, message_bytes: float) -> float:
+        """One ring all-reduce of ``message_bytes`` on ``count`` GPUs: latency + 2(n-1)/n x bytes / busbw. A measured
+        row was fitted from ``ALLREDUCE_FIT_FROM`` up, where its latency is NCCL's protocols' intercept (19-36 us), not
+        a small message's: below it the time runs linearly from interconnect_latency_us (an empty message; 10 us
+        on NVLink, under CUDA graphs) to the row's at ``ALLREDUCE_FIT_FROM``."""
+        latency_us, busbw_gbps = self.allreduce()
+        ring = 2 * (self.count - 1) / self.count
+
+        def fitted(size: float) -> float:
+            return latency_us * 1e-6 + ring * size / (busbw_gbps * 1e9)
+
+        if self._measured_row() is None or message_bytes >= ALLREDUCE_FIT_FROM:
+            return fitted(message_bytes)
+        empty = self.interconnect_latency_us * 1e-6
+        return empty + (fitted(ALLREDUCE_FIT_FROM) - empty) * message_bytes / ALLREDUCE_FIT_FROM
+
+    def allreduce(self) -> tuple[float, float]:
+        """(latency us, bus bandwidth GB/s) of one all-reduce on ``count`` GPUs: the measured row for that count,
+        else interconnect_latency_us and interconnect_gbps."""
+        row = self._measured_row()
+        return (row[1], row[2]) if row is not None else (self.interconnect_latency_us, self.interconnect_gbps)
+
+    def _measured_row(self) -> tuple[int, float, float] | None:
+        return next((row for row in self.allreduce_by_count if row[0] == self.count), None)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -98,15 +129,30 @@ class GpuSpec:
         return self.bandwidth_gbps * self.bw_efficiency
 
 
+def _check_allreduce(rows, name: str) -> None:
+    for row in rows:
+        numbers = isinstance(row, Sequence) and not isinstance(row, str) and len(row) == 3 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
+        if not numbers or not float(row[0]).is_integer() or row[0] < 2 or not row[1] >= 0 or not row[2] > 0:
+            raise ConfigError(f"gpu.allreduce_by_count: {row} (gpu={name}): each row is [count, latency_us, "
+                              "busbw_gbps], count an integer >= 2, latency_us >= 0, busbw_gbps > 0")
+    counts = [row[0] for row in rows]
+    if len(set(counts)) != len(counts):
+        raise ConfigError(f"gpu.allreduce_by_count lists a GPU count twice: {counts} (gpu={name})")
+
+
 def gpu_spec(gpu: GpuConfig) -> GpuSpec:
     """A resolved ``GpuConfig`` (harness/config.py: every figure filled) as a validated spec."""
     figures = {key: getattr(gpu, key) for key in GpuSpec.field_names()}
     optional = ("copy_bandwidth_gbps", "host_link_gbps", "host_link_latency_us", "fp8_tflops",  # None: unknown
-                "flops_efficiency_small", "flops_ramp_gflop", "fp8_flops_efficiency")
+                "flops_efficiency_small", "flops_ramp_gflop", "fp8_flops_efficiency", "allreduce_by_count")
     unset = [key for key, value in figures.items() if value is None and key not in optional]
     if unset:  # a GPU file of its own that predates a figure: name what it lacks
         raise ConfigError(f"gpu={gpu.name}: {', '.join(f'gpu.{k}' for k in unset)} not set; conf/gpu/{gpu.name}.yaml "
                           f"(or the command line) must give each (copy_bandwidth_gbps may be null)")
     if figures["host_link_latency_us"] is None:
         del figures["host_link_latency_us"]
+    rows = figures.pop("allreduce_by_count") or []
+    _check_allreduce(rows, gpu.name)
+    figures["allreduce_by_count"] = tuple((int(r[0]), float(r[1]), float(r[2])) for r in rows)
     return GpuSpec(**figures)

@@ -23,7 +23,7 @@ BYTES_AND_COUNTS = ("kv_bytes_per_token", "kv_pool_bytes", "kv_bytes_reserved", 
 
 def test_gpu_name_gives_the_roofline(compose):
     clock, name = step_clock(resolve(compose(SETUP + ["gpu=a100-40gb"])), "paged_torch")
-    assert isinstance(clock, CostModel) and name == ROOFLINE == "roofline-v10"
+    assert isinstance(clock, CostModel) and name == ROOFLINE == "roofline-v11"
     assert clock.engine.layer_overhead_us == 30 and clock.gpu.copy_bandwidth_gbps is None
     assert clock.engine.name == "vllm_v1"  # gpu=NAME and no engine: the default engine
     assert step_clock(resolve(compose(SETUP + ["device.memory_gb=40"])), "paged_torch") == (None, None)
