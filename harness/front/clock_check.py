@@ -51,8 +51,9 @@ configs of August 2025, `engine.moe_gemm_half_n=1200`, conf/engine/vllm_v1.yaml,
 TensorRT-LLM 0.13's offline throughput on an A100-SXM4-80GB (FP16) and an L40S (FP8), Llama-3.1-8B on one GPU and
 Llama-3.1-70B on four (added after every constant was chosen, and priced as they came: nothing was fitted to them),
 then the same table's Llama-3.1-70B at TP 2 and 8, and TensorRT-LLM 1.0's Llama-3.1-405B (FP8) on 8 x H100 and 8 x
-H200 (added later still; the PCIe all-reduce figures of conf/gpu/l40s.yaml and TensorRT-LLM's KV sizing rule,
-`engine.kv_fraction_of=free`, were taken from their sources in between, not fitted to any row).
+H200 (added later still; the PCIe all-reduce figures of conf/gpu/l40s.yaml, TensorRT-LLM's KV sizing rule,
+`engine.kv_fraction_of=free`, and the all-reduce NCCL measured on 4 and 8 A100s, H100s and H200s, roofline version 11,
+were taken from their sources in between, not fitted to any row).
 No A10G or ShareGPT-workload point is in the set yet. ShareGPT's lengths, fitted to vLLM's benchmark's
 published means: [validation/sharegpt_fit.md](validation/sharegpt_fit.md).
 """
