@@ -94,10 +94,12 @@ def kv_budget(
     act = (measured_activation_bytes if measured_activation_bytes is not None
            else activation_bytes_estimate(cfg.model, cfg.dtype, forward_tokens_bound(cfg, prompt_lens),
                                           logits_rows_bound(cfg)))
-    kv = usable - weights - act - graph_bytes
-    if kv_fraction_of(cfg) == "free":  # TensorRT-LLM: utilization x what the weights and activations leave
+    rule = kv_fraction_of(cfg)
+    if rule == "free":  # TensorRT-LLM: utilization x what the weights and activations leave
         kv = int((device_bytes - weights - act - graph_bytes) * cfg.device.utilization)
         usable = weights + act + graph_bytes + max(kv, 0)
+    else:  # vLLM: utilization x the card, less the weights and activations
+        kv = usable - weights - act - graph_bytes
     if cfg.device.kv_cache_gb is not None:
         if cfg.device.kv_cache_gb * GB > device_bytes:
             raise ConfigError(f"device.kv_cache_gb={cfg.device.kv_cache_gb:g} is larger than the device "
@@ -108,7 +110,7 @@ def kv_budget(
     if kv <= 0:
         gpu = f"gpu={cfg.gpu.name} x gpu.count={cfg.gpu.count}: " if cfg.gpu is not None else ""
         share = (f"device.memory_gb={device_bytes / GB:.2f} GB x device.utilization={cfg.device.utilization} "
-                 f"= {usable / GB:.2f} GB" if kv_fraction_of(cfg) == "total" else
+                 f"= {usable / GB:.2f} GB" if rule == "total" else
                  f"device.memory_gb={device_bytes / GB:.2f} GB (engine.kv_fraction_of=free: the KV cache gets "
                  f"device.utilization x what the rest leaves)")
         raise ConfigError(

@@ -134,7 +134,8 @@ def _check_allreduce(rows, name: str) -> None:
         numbers = isinstance(row, Sequence) and not isinstance(row, str) and len(row) == 3 and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
         if not numbers or not float(row[0]).is_integer() or row[0] < 2 or not row[1] >= 0 or not row[2] > 0:
-            raise ConfigError(f"gpu.allreduce_by_count: {row} (gpu={name}): each row is [count, latency_us, "
+            shown = list(row) if isinstance(row, Sequence) and not isinstance(row, str) else row
+            raise ConfigError(f"gpu.allreduce_by_count: {shown} (gpu={name}): each row is [count, latency_us, "
                               "busbw_gbps], count an integer >= 2, latency_us >= 0, busbw_gbps > 0")
     counts = [row[0] for row in rows]
     if len(set(counts)) != len(counts):
@@ -152,7 +153,5 @@ def gpu_spec(gpu: GpuConfig) -> GpuSpec:
                           f"(or the command line) must give each (copy_bandwidth_gbps may be null)")
     if figures["host_link_latency_us"] is None:
         del figures["host_link_latency_us"]
-    rows = figures.pop("allreduce_by_count") or []
-    _check_allreduce(rows, gpu.name)
-    figures["allreduce_by_count"] = tuple((int(r[0]), float(r[1]), float(r[2])) for r in rows)
+    figures["allreduce_by_count"] = tuple(tuple(row) for row in figures["allreduce_by_count"] or ())  # checked in the spec
     return GpuSpec(**figures)

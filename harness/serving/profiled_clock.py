@@ -171,12 +171,12 @@ class ProfiledClock:
             return self.prefill_s(tokens, spans=spans) if tokens else 0.0
         if not tokens:
             return self.decode_s(batch, kv_tokens_read)
-        outside = self._outside_decode(batch, kv_tokens_read, 1)
-        if tokens + batch > self._tokens[1]:  # one step, counted once whichever part lies outside
+        beyond = tokens + batch > self._tokens[1]
+        if beyond and self.fallback is not None:  # one step, counted once whichever part lies outside
             self.outside += 1
-            if self.fallback is not None:
-                return self.fallback.mixed_s(tokens, batch, kv_tokens_read, spans)
-        elif outside:
+            return self.fallback.mixed_s(tokens, batch, kv_tokens_read, spans)
+        outside = self._outside_decode(batch, kv_tokens_read, 1)
+        if beyond or outside:
             self.outside += 1
         decode = self._decode_price(batch, kv_tokens_read, 1, outside)
         return decode + max(0.0, self._prefill(tokens + batch) - self._prefill(batch)) + self.points.prefill_path_s
