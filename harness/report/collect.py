@@ -30,7 +30,8 @@ NUMERIC = [
     "concurrency", "kv_bytes_reserved", "kv_bytes_used", "budget_kv_bytes",
     # rate_probes and steps side tables
     "rate_rps", "t_s", "running", "waiting", "tokens", "kv_used_bytes", "kv_reserved_bytes",
-    "price_s", "kv_tokens_read",  # a validating profile job's wall steps: the profile's price, the KV read
+    # a validating profile job's wall steps: the profile's price, the KV read, the place since the engine slept
+    "price_s", "kv_tokens_read", "place",
 ]
 # The side tables the report draws from (a run's requests table is for the user; no plot reads it).
 SIDE_TABLES = ("points", "rate_probes", "steps")

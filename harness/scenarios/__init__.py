@@ -17,7 +17,7 @@ from functools import cache
 from types import ModuleType
 
 # modules of this package that are not scenarios: a job's pieces and their assembly, and scenario=profile's parts
-NOT_SCENARIOS = ("compute", "context", "job_budget", "job_run", "job_workload", "outputs", "profile_grid", "wall_check")
+NOT_SCENARIOS = ("after_idle_probe", "compute", "context", "job_budget", "job_run", "job_workload", "outputs", "profile_grid", "wall_check")
 
 
 def module(name: str) -> ModuleType:

@@ -145,12 +145,15 @@ def attention_shares(rows: list[dict]) -> dict:
 
 
 def points_of(rows: list[dict]) -> ProfilePoints:
+    from kvbench.harness.serving.after_idle import AfterIdle
     from kvbench.harness.serving.profiled_clock import ProfilePoints, prefill_path_s
 
     prefill = [r for r in rows if r["kind"] == "prefill"]
+    idle = {r["place"]: r["factor"] for r in rows if r["kind"] == "after_idle"}
+    after = AfterIdle(idle.pop(0), tuple(sorted(idle.items()))) if idle else None
     return ProfilePoints(tuple((r["batch"], r["context"], r["seconds"]) for r in rows if r["kind"] == "decode"),
                          tuple((r["tokens"], r["seconds"]) for r in prefill),
-                         prefill_path_s((r["tokens"], r.get("attention_seconds")) for r in prefill))
+                         prefill_path_s((r["tokens"], r.get("attention_seconds")) for r in prefill), after)
 
 
 def made_by(job: JobRun, impl: ImplConfig) -> Provenance:
@@ -223,6 +226,8 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget,
     from kvbench.harness.measure.contention import with_contention
     import pandas as pd
 
+    from kvbench.harness.scenarios.after_idle_probe import after_idle_rows
+    from kvbench.harness.serving.after_idle import DECODE_BINS
     from kvbench.harness.scenarios.max_rate import probe_record, search_rate
     from kvbench.harness.scenarios.wall_check import WallRuns, drift, priced
     from kvbench.harness.serving.profile_table import profile_frame
@@ -246,12 +251,18 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget,
     measure_pass()
     interleaved(tasks, sc.passes - 1, measure_pass)
     rows = sampler.rows()
+    # the steps after a sleep, each over its price on the grid its pass measured (harness/scenarios/after_idle_probe.py)
+    rows += after_idle_rows(impl.name, [(got, ProfiledClock(points_of(sampler.rows(slice(n, n + 1)))))
+                                        for n, got in enumerate(sampler.idle)])
     append_table(out.tables, "profile", profile_frame(rows, made_by(job, impl)))
     points = points_of(rows)
     pid = profile_id(points)
     spread = f"; measured in {sc.passes} passes spread over the wall runs" if tasks and sc.passes > 1 else ""
+    idle = (f"; after a sleep: the prefill at {points.after_idle.prefill:.2f}x its price, decode steps "
+            + ", ".join(f"{f:.2f}x" for k, f in points.after_idle.decode if k in DECODE_BINS)
+            if points.after_idle else "; no after-idle factors (the probe's steps did not fill every bin)")
     summary = {"status": "ok", "clock_source": pid, "probes": len(rows), **attention_shares(rows),
-               "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points{spread}; "
+               "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points{spread}{idle}; "
                         f"clock_profile={job.run_id} prices a simulated run from them"}
     if seen:  # the pass whose CPU was the most contended speaks for the profile
         summary = with_contention(summary, max(seen, key=lambda c: (c.contended, c.others_cpu or 0.0)))

@@ -13,6 +13,8 @@ import copy
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from kvbench.harness.config import ImplConfig
+from kvbench.harness.scenarios import after_idle_probe
+from kvbench.harness.scenarios.after_idle_probe import Sample
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from kvbench.harness.scenarios.compute import Compute
@@ -132,7 +134,8 @@ def reach(batches: Sequence[int], contexts: Sequence[int], fits: Fits) -> list[t
 
 
 class GridSampler:
-    """A profile's grid points and their samples, measured pass by pass.
+    """A profile's grid points and their samples, measured pass by pass (each pass ending with the after-idle
+    probe: harness/scenarios/after_idle_probe.py).
 
     Each pass serves every point once (every other pass in reverse order); a point's row pools its samples
     from the passes asked for (their median). On a shared machine a slow spell of a few seconds then lands
@@ -148,6 +151,7 @@ class GridSampler:
         decode = reach(batches, contexts, fits) if fits is not None else [(b, c) for b in batches for c in contexts]
         self.keys: list[Key] = [("decode", b, c) for b, c in decode] + [("prefill", t, 0) for t in prefill]
         self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []
+        self.idle: list[list[Sample]] = []  # each pass's after-idle probe (harness/scenarios/after_idle_probe.py)
         self._prompt_len = prefill_prompt_len(job, workload)
 
     def warm_up(self, times: int) -> None:
@@ -176,6 +180,7 @@ class GridSampler:
                         seconds.append(s)
                         attention.append(a)
         self.passes.append(got)
+        self.idle.append(after_idle_probe.probe(job, compute, impl, self._prompt_len, salt=n))
 
     def rows(self, passes: slice = slice(None)) -> list[dict]:
         """The profile table's rows from the samples of ``passes`` (all of them by default)."""

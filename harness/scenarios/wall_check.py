@@ -58,16 +58,24 @@ def probe_identifiers(probe: JobContext, impl: ImplConfig) -> dict:
 
 
 def priced(steps: pd.DataFrame, clock) -> pd.DataFrame:
-    """The steps table with ``price_s``: what ``clock`` (the job's profile) prices each decode and prefill
-    step's shape at, beside its wall ``duration_s`` (a mixed step's split into decodes and chunk is not
-    recorded: left empty)."""
-    def price(kind: str, batch: int, tokens: int, read) -> float | None:
-        if kind == "decode":
-            return clock.decode_s(int(batch), int(read))
-        return clock.prefill_s(int(tokens)) if kind == "prefill" else None
+    """The steps table (one wall run's, in order) with ``place``, each step's place since the engine last slept,
+    and ``price_s``: what ``clock`` (the job's profile) prices each decode and prefill step at, its shape's price
+    times its place's after-idle factor (harness/serving/after_idle.py), as the simulation prices it, beside its
+    wall ``duration_s`` (a mixed step's split into decodes and chunk is not recorded: left empty)."""
+    from kvbench.harness.serving.after_idle import places
 
-    return steps.assign(price_s=[price(k, b, t, r) for k, b, t, r in
-                                 zip(steps["kind"], steps["batch"], steps["tokens"], steps["kv_tokens_read"])])
+    after = clock.after_idle
+    where = places(steps["start_s"].tolist(), steps["duration_s"].tolist())
+
+    def price(kind: str, batch: int, tokens: int, read, place: int) -> float | None:
+        factor = 1.0 if after is None else after.step_factor(kind, place)
+        if kind == "decode":
+            return clock.decode_s(int(batch), int(read)) * factor
+        return clock.prefill_s(int(tokens)) * factor if kind == "prefill" else None
+
+    return steps.assign(place=where, price_s=[
+        price(k, b, t, r, w) for k, b, t, r, w in
+        zip(steps["kind"], steps["batch"], steps["tokens"], steps["kv_tokens_read"], where)])
 
 
 def wall_row(job: JobRun, compute: Compute, out: Outputs, impl: ImplConfig, rate: float,

@@ -1,12 +1,16 @@
 """A step profile as a tidy table (``profile.csv`` / ``profile.parquet`` in its run folder), and back.
 
-One row per profiled point of one impl: ``kind`` (decode | prefill), ``batch`` and ``context``
+One row per profiled point of one impl: ``kind`` (decode | prefill | after_idle), ``batch`` and ``context``
 (decode: sequences, and the mean KV tokens each step's attention read per sequence), ``tokens``
 (prefill: prompt tokens the forward computed), ``seconds`` (the median step), ``seconds_p10``,
 ``seconds_p90`` and ``samples``; ``attention_seconds`` (the median step's time in the cache's
 attention: K/V writes and kernel, harness/measure/attention_timer.py) and ``attention_share`` (the
 median over steps of that time over the step's). The clock reads only ``seconds``; the attention
 columns say how much of a step is the cache's, and may be absent in a table made before them.
+``after_idle`` rows (absent in a table made before them) hold what the steps after the engine slept cost
+against the points' prices: ``place`` (the step's place since the sleep: 0 the prefill, then the first decode
+place of each bin) and ``factor`` (the median of its steps' time over their price), with the bin's median step
+in ``seconds`` (harness/serving/after_idle.py).
 Each row also records what measured it (``PROVENANCE``: model, dtype, KV store, kernel, device and
 kvbench's commit), absent in a table made before that record; harness/serving/clocks.py compares it
 with the run a profile prices. ``clock_profile=PATH`` (a run folder holding the table, or the
@@ -31,16 +35,18 @@ import pandas as pd
 from kvbench.harness.config import Config
 from kvbench.harness.errors import ConfigError
 from kvbench.harness.measure.metrics import percentile
+from kvbench.harness.serving.after_idle import MAX_FACTOR, MIN_FACTOR, AfterIdle
 from kvbench.harness.serving.profiled_clock import ProfiledClock, ProfilePoints, prefill_path_s
 
 PROFILE = "profile"  # the table's name in a run folder
 PROFILE_COLUMNS = ["impl", "kind", "batch", "context", "tokens", "seconds", "seconds_p10", "seconds_p90", "samples",
-                   "attention_seconds", "attention_share"]
-KINDS = ("decode", "prefill")
+                   "attention_seconds", "attention_share", "place", "factor"]
+KINDS = ("decode", "prefill", "after_idle")
 # The columns each kind of point needs (the others of its row may be empty).
-NEEDED = {"decode": ("batch", "context", "seconds"), "prefill": ("tokens", "seconds")}
+NEEDED = {"decode": ("batch", "context", "seconds"), "prefill": ("tokens", "seconds"),
+          "after_idle": ("place", "factor")}
 # A point's identity: a table holding one twice would have the last row win silently.
-POINT_KEYS = {"decode": ("batch", "context"), "prefill": ("tokens",)}
+POINT_KEYS = {"decode": ("batch", "context"), "prefill": ("tokens",), "after_idle": ("place",)}
 
 # One step's plausible time. 100 ns is far below any forward pass (a GPU kernel launch alone takes a few us, the
 # engine's host work per step tens of us), so a time below it is a zero or a unit slip (ns written as s); 1000 s
@@ -57,6 +63,7 @@ class Bound:
     high: float
     whole: bool = False
     low_open: bool = False
+    said: str = ""  # what the column holds, where the default wording does not fit
 
     def holds(self, values: pd.Series) -> pd.Series:
         v = values.to_numpy(dtype=float)
@@ -67,6 +74,8 @@ class Bound:
         return pd.Series(ok, index=values.index)
 
     def text(self) -> str:
+        if self.said:
+            return self.said
         if self.whole:
             top = "2**53" if self.high == 2**53 else f"{int(self.high)}"
             return f"a whole number from {self.low:g} to {top}"
@@ -80,7 +89,10 @@ STEP = Bound(MIN_STEP_S, MAX_STEP_S)
 COUNT = Bound(1, 2**53, whole=True)
 BOUNDS = {"batch": COUNT, "tokens": COUNT, "samples": COUNT,
           "context": Bound(0, math.inf, low_open=True),  # a mean of KV tokens read per sequence
-          "seconds": STEP, "seconds_p10": STEP, "seconds_p90": STEP, "attention_seconds": STEP}
+          "seconds": STEP, "seconds_p10": STEP, "seconds_p90": STEP, "attention_seconds": STEP,
+          # an after-idle row: the step's place since the engine slept (0: the prefill), and its price factor
+          "place": Bound(0, 2**53, whole=True),
+          "factor": Bound(MIN_FACTOR, MAX_FACTOR, said=f"a price factor in [{MIN_FACTOR:g}, {MAX_FACTOR:g}]")}
 
 
 @dataclass(frozen=True)
@@ -188,6 +200,12 @@ def checked_table(df: pd.DataFrame, source: str) -> pd.DataFrame:
         out[col] = _numbers(out[col], col, source)
     for kind, needed in NEEDED.items():
         for col in needed:
+            if col not in out.columns:  # a table made before the kind: fine while it holds none of its rows
+                bad = _first(out["kind"] == kind)
+                if bad is not None:
+                    raise ConfigError(f"clock_profile={source}: row {bad + 1}, a {kind} point, has no {col} "
+                                      f"column ({col} must be {BOUNDS[col].text()})")
+                continue
             bad = _first((out["kind"] == kind) & out[col].isna())
             if bad is not None:
                 raise ConfigError(f"clock_profile={source}: row {bad + 1}, a {kind} point, has no {col} "
@@ -269,11 +287,25 @@ def clock_from_table(df: pd.DataFrame, impl: str, source: str) -> ProfiledClock:
                                  zip(decode["batch"], decode["context"], decode["seconds"])),
                            tuple((int(t), float(s)) for t, s in zip(prefill["tokens"], prefill["seconds"])),
                            prefill_path_s((int(t), None if pd.isna(a) else float(a))
-                                          for t, a in zip(prefill["tokens"], attention)))
+                                          for t, a in zip(prefill["tokens"], attention)),
+                           _after_idle(rows[rows["kind"] == "after_idle"], impl, source))
     if not points.decode or not points.prefill:
         raise ConfigError(f"clock_profile={source}: impl {shown(impl)} needs decode and prefill points "
                           f"(it has {len(points.decode)} and {len(points.prefill)})")
     return ProfiledClock(points)
+
+
+def _after_idle(rows: pd.DataFrame, impl: str, source: str) -> AfterIdle | None:
+    """An impl's after-idle rows as factors (harness/serving/after_idle.py); None where it has none. Place 0 is the
+    prefill's; the decode places, ascending from 1, each hold up to the next."""
+    if rows.empty:
+        return None
+    by_place = {int(p): float(f) for p, f in zip(rows["place"], rows["factor"])}
+    if 0 not in by_place or 1 not in by_place:
+        raise ConfigError(f"clock_profile={source}: impl {shown(impl)}'s after_idle rows need place 0 (the prefill "
+                          f"after a sleep) and place 1 (the first decode step); it has places "
+                          f"{', '.join(str(p) for p in sorted(by_place))}")
+    return AfterIdle(by_place.pop(0), tuple(sorted(by_place.items())))
 
 
 def load_profile(path: str, impl: str) -> tuple[ProfiledClock, Provenance | None, str]:

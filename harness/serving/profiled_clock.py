@@ -31,6 +31,9 @@ Prices are interpolated, piecewise-linearly, never fitted:
                         a0 its mixed steps ran at a median 1.04-1.16x their price on the Intel 2-core,
                         with it 1.02-1.05x (a0 0.5-0.8 ms of a 3.5-4.3 ms smallest prefill, tiny-llama).
 
+A profile that measured them also holds ``after_idle`` factors: what a step costs against these prices by its
+place since the engine last slept (harness/serving/after_idle.py); the simulator applies them, not this clock.
+
 Every price is at least 0. A step whose batch or context lies outside the profile is counted
 in ``outside``, so a row can say how much of its run the profile did not cover, and priced by
 ``fallback`` (the roofline of ``gpu=NAME``, when the run names one) or else by the extension.
@@ -44,6 +47,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence as Seq
 
+from kvbench.harness.serving.after_idle import AfterIdle
 from kvbench.harness.serving.layer_terms import Spans
 
 
@@ -101,6 +105,9 @@ class ProfilePoints:
     # The attention seconds of the smallest prefill point: the prefill path a mixed step runs beside the decode
     # one (``mixed_s``); 0 where the table times no attention (made before it did)
     prefill_path_s: float = 0.0
+    # What the steps after the engine slept cost against these prices (harness/serving/after_idle.py); None where
+    # the table holds no after-idle rows (made before the probe): the simulator then prices every step as here
+    after_idle: AfterIdle | None = None
 
 
 def prefill_path_s(points: Iterable[tuple[float, float | None]]) -> float:
@@ -119,6 +126,8 @@ def profile_id(points: ProfilePoints) -> str:
     text = repr((sorted(points.decode), sorted(points.prefill)))
     if points.prefill_path_s:
         text += repr(points.prefill_path_s)
+    if points.after_idle is not None:
+        text += repr(points.after_idle)
     return "profile-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -153,6 +162,11 @@ class ProfiledClock:
     @property
     def id(self) -> str:
         return profile_id(self.points)
+
+    @property
+    def after_idle(self) -> AfterIdle | None:
+        """The factors the simulator multiplies a step's price by, by its place after a sleep (sim_clock.py)."""
+        return self.points.after_idle
 
     def prefill_s(self, tokens: int, prompts: int = 1, spans: Spans = ()) -> float:
         """The profile's prefill of ``tokens`` (``spans`` serve only the roofline it falls back to). Its measured

@@ -61,7 +61,10 @@ class ChunkedSteps:
         start = duration = None
         if clock is not None:
             spans = tuple((c.start, c.end) for c in plan.chunks)
-            duration = host_s + (clock.mixed_s(chunk_tokens, batch, kv_read, spans) if batch or chunk_tokens else 0.0)
+            # a step of prompt chunks alone is a prefill by its place after a sleep; one with decodes, a decode
+            factor = self._step_factor("decode" if batch else "prefill") if batch or chunk_tokens else 1.0
+            duration = host_s + (clock.mixed_s(chunk_tokens, batch, kv_read, spans) * factor
+                                 if batch or chunk_tokens else 0.0)
             start, self.now = self.now, self.now + duration
         rec = StepRecord(kind, 1, touched, batch + chunk_tokens, len(sched.running),
                          len(sched.waiting), usage.used_tokens * self.bpt, usage.reserved_tokens * self.bpt,

@@ -2,13 +2,16 @@
 decode record, and where a jump must end so that no step starts after a request arrives.
 
 ``ClockedSteps`` is a part of harness/serving/sim_run.py's run, kept apart by concept: it reads the
-run's clock, its time (``now``) and the prefills that stalled the running sequences (``_stalls``).
+run's clock, its time (``now``), the prefills that stalled the running sequences (``_stalls``), and
+each step's place since the engine last slept (``since``): a clock with ``after_idle`` factors (a profile
+that measured them, harness/serving/after_idle.py) prices a step by its place.
 """
 
 from __future__ import annotations
 
 from typing import Optional, Protocol
 
+from kvbench.harness.serving.after_idle import MIN_IDLE_S, STEADY, AfterIdle
 from kvbench.harness.serving.layer_terms import Spans
 from kvbench.harness.serving.scheduler import StepPlan
 
@@ -34,7 +37,45 @@ class StepClock(Protocol):
 
 
 class ClockedSteps:
-    """The clock's side of a run: host-copy time, inter-token gaps, a jump's end before an arrival."""
+    """The clock's side of a run: host-copy time, step prices by their place after a sleep, inter-token gaps, a
+    jump's end before an arrival."""
+
+    since: int  # the next step's place since the engine last slept (STEADY before any sleep)
+
+    def _after_idle(self) -> AfterIdle | None:
+        return getattr(self.clock, "after_idle", None)
+
+    def idled(self, seconds: float) -> None:
+        """The engine waited ``seconds`` for an arrival with nothing to run: a sleep, if long enough."""
+        if seconds >= MIN_IDLE_S:
+            self.since = 0
+
+    def _step_factor(self, kind: str) -> float:
+        """The next step's factor (and it takes its place: the one after it is one later)."""
+        after, k = self._after_idle(), self.since
+        self.since += 1
+        return 1.0 if after is None else after.step_factor(kind, k)
+
+    def _decode_price(self, batch: int, kv_first: int, steps: int, counted: bool) -> float:
+        """``steps`` decode steps from place ``since`` on: the clock's price of each run of places sharing a
+        factor, times it (``counted``: the record's, whose steps a profiled clock counts; else a search's)."""
+        price = self.clock.decode_s if counted else self.clock.decode_price_s
+        after = self._after_idle()
+        if after is None:
+            return price(batch, kv_first, steps)
+        total, done = 0.0, 0
+        for n, factor in after.segments(self.since, steps):
+            total += factor * price(batch, kv_first + done * batch, n)
+            done += n
+        return total
+
+    def _step_prices(self, batch: int, kv_first: int, steps: int, first_place: int) -> list[float]:
+        """Each of a record's decode steps' own price (uncounted), from place ``first_place`` on."""
+        durations = self.clock.decode_steps_s(batch, kv_first, steps)
+        after = self._after_idle()
+        if after is not None:
+            durations = [d * after.decode_factor(first_place + j) for j, d in enumerate(durations)]
+        return durations
 
     def _host_s(self, plan: StepPlan) -> float:
         """The plan's host-tier copies: its first step waits for them (cost_model.py host_copy_s)."""
@@ -44,14 +85,15 @@ class ClockedSteps:
         return self.clock.host_copy_s(len(copies.stores), len(copies.loads), self.alloc.block_size)
 
     def _gaps(self, batch: int, kv_first: int, steps: int, host_s: float = 0.0,
-              durations: Optional[list[float]] = None) -> None:
+              durations: Optional[list[float]] = None, first_place: int = STEADY) -> None:
         """The inter-token gaps of a decode record: its first step's token follows each sequence's
         previous one across the prefills since the last decode record (a sequence those prefills
         started waited only for the later ones); every later step's gap is that step's duration,
-        for all ``batch`` sequences. A preempted sequence's stall shows in its E2EL, not here."""
-        clock, gaps, counts = self.clock, self.itl_gaps, self.itl_counts
+        for all ``batch`` sequences. A preempted sequence's stall shows in its E2EL, not here.
+        ``first_place``: the record's first step's place since the engine slept."""
+        gaps, counts = self.itl_gaps, self.itl_counts
         if durations is None:  # priced, not counted again: the record's decode_s counted these steps
-            durations = clock.decode_steps_s(batch, kv_first, steps)
+            durations = self._step_prices(batch, kv_first, steps, first_place)
             durations[0] += host_s
         started = min(batch, sum(n for _, n in self._stalls))
         stall = sum(d for d, _ in self._stalls)
@@ -72,10 +114,8 @@ class ClockedSteps:
     def _until(self, arrival: float, batch: int, kv_first: int, most: int, host_s: float = 0.0) -> int:
         """Fewest steps (<= ``most``) after which the clock has reached ``arrival``: no later step
         of the jump may start at or after it, since that step would admit it."""
-        price = self.clock.decode_price_s  # a search: its prices are not steps priced, so not counted
-
-        def reached(k: int) -> bool:
-            return self.now + host_s + price(batch, kv_first, k) >= arrival
+        def reached(k: int) -> bool:  # a search: its prices are not steps priced, so not counted
+            return self.now + host_s + self._decode_price(batch, kv_first, k, counted=False) >= arrival
 
         if not reached(most):
             return most

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from kvbench.harness.measure.kv_peaks import KVPeaks
+from kvbench.harness.serving.after_idle import STEADY
 from kvbench.harness.serving.layer_terms import Spans
 from kvbench.harness.serving.scheduler import Scheduler, StepPlan
 from kvbench.harness.serving.sequence import Sequence
@@ -56,6 +57,7 @@ class Run(ChunkedSteps, ClockedSteps):
         self.records: list[StepRecord] = []
         self.prefill_steps = 0
         self.idle_s = 0.0
+        self.since = STEADY  # the next step's place since the engine last slept (sim_clock.py ClockedSteps)
         # With a clock: inter-token gaps as (seconds, count). The prefills since the last decode
         # record stall every running sequence: (duration, sequences that prefill started).
         self.itl_gaps: list[float] = []
@@ -164,9 +166,11 @@ class Run(ChunkedSteps, ClockedSteps):
         start = duration = None
         if self.clock is not None:
             if kind == "prefill":  # a step of swap-ins alone computes nothing: only its copies
-                duration = host_s + (self.clock.prefill_s(tokens, spans=spans) if batch else 0.0)
-            else:
-                duration = host_s + self.clock.decode_s(batch, kv_read, steps)
+                duration = host_s + (self.clock.prefill_s(tokens, spans=spans) * self._step_factor(kind)
+                                     if batch else 0.0)
+            else:  # priced by each step's place since the engine slept, which the jump's steps then take
+                duration = host_s + self._decode_price(batch, kv_read, steps, counted=True)
+                self.since += steps
             start, self.now = self.now, self.now + duration
         rec = StepRecord(kind, steps, batch, tokens, batch if kind == "decode" else None, len(self.sched.waiting),
                          usage.used_tokens * self.bpt, usage.reserved_tokens * self.bpt, preemptions,
@@ -229,6 +233,7 @@ class Run(ChunkedSteps, ClockedSteps):
         if next_arrival is not None:
             steps = self._until(next_arrival, batch, kv_first, steps, host_s)
         last = self.done + steps
+        first_place = self.since
         finished = self.finishing.at(last)
         finished.sort(key=self.rank.__getitem__)  # released in running order, as a real step does (LRU order)
         for s in finished:
@@ -237,7 +242,7 @@ class Run(ChunkedSteps, ClockedSteps):
         rec = self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last), len(plan.preempted),
                            host_s)
         if self.clock is not None:
-            self._gaps(batch, kv_first, steps, host_s)
+            self._gaps(batch, kv_first, steps, host_s, first_place=first_place)
             for s in finished:
                 s.finish_s = self.now + self.frontend_s
         if self.observer is not None:

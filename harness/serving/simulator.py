@@ -107,6 +107,7 @@ def _simulate(allocator, source, max_num_seqs, max_num_batched_tokens, vocab, by
             if next_arrival is None:
                 break
             run.idle_s += next_arrival - run.now
+            run.idled(next_arrival - run.now)
             run.now = next_arrival  # idle until the next request
             continue
         run.listed = []

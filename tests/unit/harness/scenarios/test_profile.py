@@ -41,6 +41,7 @@ def profiled(tmp_path_factory):
 def test_the_profile_table_holds_each_grid_point_measured(profiled):
     out, rows = profiled
     table = pd.read_parquet(out / "profile.parquet")
+    table = table[table.kind != "after_idle"]  # the after-idle probe's rows: the test below
     decode, prefill = table[table.kind == "decode"], table[table.kind == "prefill"]
     assert sorted(zip(decode.batch, decode.context)) == [(1, 10.0), (1, 42.0), (3, 10.0), (3, 42.0)]  # c + 1 + 1
     assert sorted(prefill.tokens) == [16, 100]
@@ -49,13 +50,34 @@ def test_the_profile_table_holds_each_grid_point_measured(profiled):
     assert (table.seconds <= table.seconds_p90).all() and (table.samples == 9).all()
     summary = rows[0]
     assert summary["scenario"] == "profile" and summary["clock_source"].startswith("profile-")
-    assert summary["probes"] == 6 and "cpu_util" in summary  # the CPU it got while it measured
+    assert summary["probes"] == 6 + 5 and "cpu_util" in summary  # the CPU it got while it measured
     # attention (the cache's writes and kernel) is timed apart from the dense work, inside each step
     assert (table.attention_seconds > 0).all() and (table.attention_seconds < table.seconds_p90).all()
     assert ((table.attention_share > 0) & (table.attention_share < 1)).all()
     assert 0 < summary["attention_share_decode"] < 1 and 0 < summary["attention_share_prefill"] < 1
     top = decode.sort_values(["batch", "context"]).iloc[-1]
     assert summary["attention_share_decode_top"] == top.attention_share
+
+
+def test_the_probe_prices_the_steps_after_a_sleep_and_the_simulated_clock_reads_its_factors(profiled):
+    """Each pass ends with the after-idle probe (harness/scenarios/after_idle_probe.py): three sleeps, each then a
+    12-token prompt for 32 decode steps (max_seq_len 64 leaves them), so every bin has samples: the prefill's 9,
+    one place each of the early bins, the reference the other 29 places."""
+    from kvbench.harness.serving.after_idle import DECODE_BINS, MAX_FACTOR, MIN_FACTOR, REFERENCE_FROM
+    from kvbench.harness.serving.profile_table import load_profile
+
+    out, rows = profiled
+    table = pd.read_parquet(out / "profile.parquet")
+    idle = table[table.kind == "after_idle"].sort_values("place")
+    assert list(idle.place) == [0, *DECODE_BINS, REFERENCE_FROM]
+    assert list(idle.samples) == [9, 9, 9, 9, 9 * (32 - REFERENCE_FROM + 1)]
+    assert idle.factor.between(MIN_FACTOR, MAX_FACTOR).all() and (idle.seconds > 0).all()
+    assert idle.factor.iloc[-1] == 1.0  # the reference: from its place on, a step costs the grid's price
+    clock, _, _ = load_profile(str(out), "paged_torch")
+    assert clock.after_idle.prefill == idle.factor.iloc[0]
+    assert [f for _, f in clock.after_idle.decode] == list(idle.factor.iloc[1:])
+    assert rows[0]["clock_source"] == clock.id  # the factors are part of the profile's identity
+    assert "after a sleep: the prefill at" in rows[0]["notes"]
 
 
 def test_each_rate_is_simulated_on_the_profile_with_the_wall_runs_workload(profiled, compose, tmp_path):
@@ -229,7 +251,7 @@ def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_reco
     drift = rows[0]["profile_drift"]
     assert isinstance(drift, float) and -0.9 < drift < 9  # the last pass's points over the first's, less 1: finite
     table = pd.read_parquet(out / "profile.parquet")
-    assert len(table) == 6  # one row a point: its passes pooled, not added as points
+    assert len(table[table.kind != "after_idle"]) == 6  # one row a point: its passes pooled, not added as points
 
 
 def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_the_whole_profile(validated):
@@ -238,15 +260,23 @@ def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_t
     out, rows = validated
     assert "measured in 3 passes spread over the wall runs" in rows[0]["notes"]
     table = pd.read_parquet(out / "profile.parquet")
-    assert (table.samples == 9).all()  # every pass's samples, the ones after the wall runs began included
+    grid = table[table.kind != "after_idle"]
+    assert (grid.samples == 9).all()  # every pass's samples, the ones after the wall runs began included
     clock = clock_from_table(table, "paged_torch", "profile")
     steps = pd.read_parquet(out / "steps.parquet")
     decode, prefill = steps[steps.kind == "decode"], steps[steps.kind == "prefill"]
     assert len(decode) and len(prefill)
+    # each priced as the simulation prices it: its shape's price times its place's after-idle factor; the first
+    # step of each wall run (its engine slept until the first arrival) is a prefill at place 0
+    factor = clock.after_idle.step_factor
+    firsts = steps.groupby(["request_rate", "chunked_prefill"]).head(1)
+    assert (firsts.place == 0).all() and (firsts.kind == "prefill").all()
     for rec in decode.itertuples():
-        assert rec.price_s == pytest.approx(clock.decode_s(int(rec.batch), int(rec.kv_tokens_read)))
+        assert rec.price_s == pytest.approx(clock.decode_s(int(rec.batch), int(rec.kv_tokens_read))
+                                            * factor("decode", rec.place))
     for rec in prefill.itertuples():
-        assert rec.price_s == pytest.approx(clock.prefill_s(int(rec.tokens)))
+        assert rec.price_s == pytest.approx(clock.prefill_s(int(rec.tokens)) * factor("prefill", rec.place))
+    assert (prefill.place == 0).any() and (decode.place > 0).all()
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +292,9 @@ def test_one_pass_re_times_part_of_its_grid_for_the_drift_and_a_rate_served_twic
     assert "passes spread" not in summary["notes"]
     assert isinstance(summary["profile_drift"], float) and -0.9 < summary["profile_drift"] < 9
     table = pd.read_parquet(out / "profile.parquet")
-    assert len(table) == 6 and (table.samples == 3).all()  # one pass: 3 decode steps, 3 prefill forwards
+    grid = table[table.kind != "after_idle"]
+    assert len(grid) == 6 and (grid.samples == 3).all()  # one pass: 3 decode steps, 3 prefill forwards
+    assert (table[table.kind == "after_idle"].place == 0).sum() == 1  # and one probe: 3 sleeps
     served = [r for r in rows if r.get("clock") == "wall"]
     assert len(served) == 2 and served[0] is not served[1]
     assert [r["request_rate"] for r in rows if r.get("clock")] == [20, 20, 20, 20]  # wall, simulated, twice

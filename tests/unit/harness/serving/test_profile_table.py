@@ -154,7 +154,7 @@ def test_a_bool_is_not_a_number(tmp_path):
 
 
 def test_an_unknown_kind_or_an_empty_impl_is_refused(tmp_path):
-    assert "row 2, column kind: 'Decode' is not a kind of point (allowed: decode, prefill)" in \
+    assert "row 2, column kind: 'Decode' is not a kind of point (allowed: decode, prefill, after_idle)" in \
         _refusal(tmp_path, _with(2, kind="Decode"))
     assert "row 1, column impl is empty" in _refusal(tmp_path, _with(1, impl=None))
 
@@ -196,3 +196,33 @@ def test_a_fifo_in_place_of_the_table_is_refused_not_read(tmp_path):
     os.mkfifo(tmp_path / "profile.csv")  # read as a table, it would block the run forever
     with pytest.raises(ConfigError, match="profile.csv: cannot read it .*not a regular file"):
         read_profile_table(tmp_path)
+
+
+def _after_idle(*places_factors) -> list[dict]:
+    return [{"impl": IMPL, "kind": "after_idle", "place": p, "factor": f, "seconds": 0.002, "samples": 9}
+            for p, f in places_factors]
+
+
+def test_after_idle_rows_read_back_as_the_clocks_factors_and_a_table_without_them_has_none(tmp_path):
+    rows = _rows() + _after_idle((0, 1.3), (1, 1.5), (2, 1.2), (3, 1.1), (4, 1.0))
+    df, source = read_profile_table(_write(tmp_path, rows, "parquet"))
+    clock = clock_from_table(df, IMPL, source)
+    assert clock.after_idle.prefill == 1.3 and clock.after_idle.decode == ((1, 1.5), (2, 1.2), (3, 1.1), (4, 1.0))
+    plain = clock_from_table(read_profile_table(_write(tmp_path, _rows()))[0], IMPL, source)
+    assert plain.after_idle is None and plain.id != clock.id  # the factors are part of the profile's identity
+
+
+@pytest.mark.parametrize("extra, said", [
+    (((0, 1.3), (1, 9.0)), "row 6, column factor: 9.0 is not a price factor in [0.2, 5]"),
+    (((0, 1.3), (1, 0.0)), "row 6, column factor: 0.0 is not a price factor"),
+    (((0, 1.3), (1.5, 1.0)), "row 6, column place: 1.5 is not a whole number from 0"),
+    (((0, 1.3), (1, 1.0), (1, 1.1)), "rows 6, 7 are the same point (impl 'paged_torch', after_idle, place 1)"),
+    (((1, 1.0), (2, 1.0)), "after_idle rows need place 0 (the prefill after a sleep) and place 1"),
+    (((0, 1.3), (2, 1.0)), "it has places 0, 2"),
+])
+def test_a_malformed_after_idle_row_is_refused_in_one_line(tmp_path, extra, said):
+    rows = _rows() + _after_idle(*extra)
+    path = _write(tmp_path, rows)
+    with pytest.raises(ConfigError) as e:
+        clock_from_table(read_profile_table(path)[0], IMPL, str(path))
+    assert said in str(e.value) and "\n" not in str(e.value)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvbench.harness.serving.after_idle import MIN_IDLE_S, STEADY, AfterIdle
 from kvbench.harness.serving.cost_model import CostModel, GpuSpec, ModelCost
 from kvbench.harness.serving.engine_profile import EngineSpec
 from kvbench.harness.measure.kv_peaks import KVPeaks
@@ -44,6 +45,8 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
     times = arrival_s or [0.0] * len(requests)
     order = sorted(range(len(requests)), key=lambda i: times[i])
     now, arrived, steps, peaks = 0.0, 0, [], KVPeaks(BPT)
+    after = getattr(clock, "after_idle", None)  # each step priced by its place since the last sleep
+    since = STEADY
     while True:
         while arrived < len(order) and times[order[arrived]] <= now:
             sched.add_request(requests[order[arrived]])
@@ -51,6 +54,8 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
         if sched.done:
             if arrived == len(order):
                 break
+            if times[order[arrived]] - now >= MIN_IDLE_S:
+                since = 0
             now = times[order[arrived]]
             continue
         plan = sched.schedule()
@@ -86,10 +91,16 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
         if clock is not None:
             if kind == "mixed" or (chunked and plan.chunks):
                 duration = clock.mixed_s(chunk_tokens, len(plan.decodes), read, spans)
+                place_kind = "decode" if plan.decodes else "prefill"
             elif plan.is_prefill:  # a step of swap-ins alone (preemption=swap) computes nothing
                 duration = clock.prefill_s(tokens, spans=spans) if plan.admitted else 0.0
+                place_kind = "prefill" if plan.admitted else None
             else:
                 duration = clock.decode_s(len(plan.decodes), read)
+                place_kind = "decode"
+            if after is not None and place_kind is not None:  # a step that computes nothing takes no place
+                duration *= after.step_factor(place_kind, since)
+                since += 1
             if plan.host_copies:  # the step waits for its host-tier copies
                 duration += clock.host_copy_s(len(plan.host_copies.stores), len(plan.host_copies.loads),
                                               alloc.block_size)
@@ -219,6 +230,48 @@ def test_with_a_clock_and_arrivals_equals_step_by_step(case, seed, count, chunke
         max_tokens = chunk_budget(max_num_seqs, max_tokens)
     sim = assert_same(make, requests, max_num_seqs, max_tokens, vocab, tiny_clock(count), arrivals, chunked)
     assert sim.elapsed_s >= max(arrivals)
+
+
+class SleepyClock(CostModel):
+    """tiny_clock's prices with after-idle factors (a profile's, harness/serving/after_idle.py), steep ones."""
+
+    after_idle = AfterIdle(1.7, ((1, 1.9), (2, 1.3), (3, 1.1), (4, 1.0), (8, 0.95), (16, 0.9), (32, 0.8)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(workloads(), st.integers(0, 2**32), st.booleans())
+def test_each_step_is_priced_by_its_place_after_a_sleep_as_step_by_step(case, seed, chunked):
+    """A jump's price is the sum of its steps' own, each times its place's factor: the jumps split where the
+    factor changes, and end before an arrival by those prices."""
+    make, requests, max_num_seqs, max_tokens, vocab = case
+    rng = random.Random(seed)
+    arrivals = [rng.choice([0.0, rng.uniform(0, 0.3)]) for _ in requests]
+    if chunked:
+        max_tokens = chunk_budget(max_num_seqs, max_tokens)
+    plain = tiny_clock(1)
+    clock = SleepyClock(plain.gpu, TINY, engine=EngineSpec("test", step_overhead_us=100))
+    assert_same(make, requests, max_num_seqs, max_tokens, vocab, clock, arrivals, chunked)
+
+
+def test_the_steps_after_a_sleep_cost_their_factors_and_a_busy_stretch_its_last():
+    requests = [Request(0, tuple(range(40)), 50), Request(1, tuple(range(40)), 50)]
+    plain = tiny_clock(1)
+    clock = SleepyClock(plain.gpu, TINY, engine=EngineSpec("test", step_overhead_us=100))
+    # the second request arrives long after the first finished: two sleeps (the first before any arrival)
+    sim = simulate(BlockManager(100, 16), requests, 4, 4096, 32000, BPT, clock, [0.5, 5.0])
+    base = simulate(BlockManager(100, 16), requests, 4, 4096, 32000, BPT, plain, [0.5, 5.0])
+    prefills = [r.duration_s for r in sim.records if r.kind == "prefill"]
+    assert prefills == pytest.approx([1.7 * r.duration_s for r in base.records if r.kind == "prefill"], rel=1e-9)
+    first = [r for r in sim.records if r.kind == "decode" and r.start_s < 5.0]
+    kv = first[0].kv_tokens_read
+    priced = sum(plain.decode_s(1, kv + j) * clock.after_idle.decode_factor(1 + j) for j in range(49))
+    assert sum(r.steps for r in first) == 49
+    assert sum(r.duration_s for r in first) == pytest.approx(priced, rel=1e-9)
+    # a burst at t=0 never sleeps: every step is a steady one
+    burst = simulate(BlockManager(100, 16), requests[:1], 4, 4096, 32000, BPT, clock, [0.0])
+    plain_burst = simulate(BlockManager(100, 16), requests[:1], 4, 4096, 32000, BPT, plain, [0.0])
+    assert burst.records[0].duration_s == pytest.approx(plain_burst.records[0].duration_s, rel=1e-9)
+    assert burst.records[1].duration_s == pytest.approx(0.8 * plain_burst.records[1].duration_s, rel=1e-9)
 
 
 def test_a_decode_run_jumps_between_events():

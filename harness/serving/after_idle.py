@@ -1,0 +1,116 @@
+"""Steps after the engine idled: what they cost against the profile's price, by how many steps ago it slept.
+
+A serving engine with nothing to run sleeps until the next request arrives. Measured on the 2-core CPU
+machines (the steps tables of the clock validation's wall runs, every impl, both machines), the steps after
+such a sleep are not the steps a profile prices: the prefill that ends the sleep ran at 1.17-1.59x its price
+(busy prefills: 0.96-1.09x); the decode steps after it at 1.19x (AMD) and 1.66x (Intel) for the first, 1.08x
+and 1.33x for the second, about 1.0x by the fourth. The sleep empties the caches the steps ran warm in; the
+first steps after it refill them. At 5-10 req/s most prefills end a sleep, and every request's TTFT is one.
+
+The profile measures the curve itself (``scenario=profile``'s after-idle probe,
+harness/scenarios/after_idle_probe.py): one sequence served after a sleep, each step's time over the price the
+grid gives its shape, divided by the same ratio of the probe's own later steps (its ``REFERENCE_FROM``-th on):
+the probe's engine is not the wall run's (its pool holds one sequence), so its steps' level is not theirs, but
+how much slower its first steps are than its later ones is the sleep's. Deeper into a busy stretch the wall
+steps ran at 0.85-0.91x their price, a level the probe cannot reproduce (its own late steps ran at 0.69-1.05x
+the grid's across runs): places from the reference on are priced as the grid measured them. ``AfterIdle`` holds
+the factors; the simulator counts the steps since it last idled and multiplies each step's price by the factor
+of its place (harness/serving/sim_clock.py). A profile made before the probe has none: every factor is 1.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+# An idle spell shorter than this is not a sleep: the engine's own pause between steps is tens of microseconds,
+# and the wall runs' prefills after a 2-10 ms wait already ran at 1.05-1.13x their price.
+MIN_IDLE_S = 0.002
+# The decode places (since the sleep) with a factor of their own: the steep part of the curve.
+DECODE_BINS = (1, 2, 3)
+# From this place on a step costs the grid's price (factor 1): the probe's steps from here are its reference.
+REFERENCE_FROM = 4
+# A factor outside this range is not a cache refilling: a unit slip or a broken table.
+MIN_FACTOR, MAX_FACTOR = 0.2, 5.0
+STEADY = 1 << 40  # steps since the sleep before any sleep was seen: the last bin's
+
+
+@dataclass(frozen=True)
+class AfterIdle:
+    """Price factors of the steps after a sleep: ``prefill`` for the prefill that ends it (step 0), ``decode``
+    as (first step index, factor) ascending from 1, each holding up to the next."""
+
+    prefill: float
+    decode: tuple[tuple[int, float], ...]
+
+    def __post_init__(self) -> None:
+        firsts = [k for k, _ in self.decode]
+        if not firsts or firsts[0] != 1 or any(b <= a for a, b in zip(firsts, firsts[1:])):
+            raise ValueError(f"after-idle decode factors must start at step 1 and ascend: {firsts}")
+        for f in (self.prefill, *(f for _, f in self.decode)):
+            if not MIN_FACTOR <= f <= MAX_FACTOR:
+                raise ValueError(f"after-idle factor {f:g} is outside [{MIN_FACTOR:g}, {MAX_FACTOR:g}]")
+
+    def decode_factor(self, k: int) -> float:
+        """The factor of a decode step ``k`` steps after the sleep (a decode with no prefill before it, k = 0,
+        takes the first step's)."""
+        i = bisect.bisect_right([first for first, _ in self.decode], max(k, 1)) - 1
+        return self.decode[i][1]
+
+    def step_factor(self, kind: str, k: int) -> float:
+        """A step's factor by its kind and place: the prefill (or a chunked step computing only prompt chunks)
+        that ends a sleep takes ``prefill``; a later one is priced as measured (1); decode and mixed steps their
+        place's decode factor."""
+        if kind == "prefill":
+            return self.prefill if k == 0 else 1.0
+        return self.decode_factor(k)
+
+    def segments(self, k0: int, steps: int) -> list[tuple[int, float]]:
+        """Decode steps ``k0 .. k0 + steps - 1`` (their places since the sleep) as (count, factor) runs, in order:
+        a jump's closed-form price is one per run."""
+        out: list[tuple[int, float]] = []
+        firsts = [first for first, _ in self.decode]
+        k, end = k0, k0 + steps
+        while k < end:
+            i = bisect.bisect_right(firsts, max(k, 1)) - 1
+            upto = end if i + 1 >= len(firsts) else min(end, firsts[i + 1])
+            out.append((upto - k, self.decode[i][1]))
+            k = upto
+        return out
+
+
+def places(starts: Sequence[float], durations: Sequence[float], min_idle_s: float = MIN_IDLE_S) -> list[int]:
+    """Each step's place since the engine last slept (0: the first step after a sleep), from the steps' start
+    times and durations in order; a step before any sleep (the first one) counts as just after one."""
+    out: list[int] = []
+    end = None
+    for start, dur in zip(starts, durations):
+        out.append(0 if end is None or start - end >= min_idle_s else out[-1] + 1)
+        end = start + dur
+    return out
+
+
+def fitted(samples: Iterable[tuple[str, int, float]]) -> AfterIdle | None:
+    """The factors from (kind, place, step seconds / its price) samples: each bin's median ratio (the prefill's:
+    place-0 prefills') over the median ratio of the decode steps from ``REFERENCE_FROM`` on, whose factor is 1;
+    None where a bin, the prefill or the reference has no sample, or a factor lies outside
+    [MIN_FACTOR, MAX_FACTOR]."""
+    pre: list[float] = []
+    ref: list[float] = []
+    by_bin: dict[int, list[float]] = {}
+    for kind, k, ratio in samples:
+        if kind == "prefill" and k == 0:
+            pre.append(ratio)
+        elif kind == "decode" and k >= REFERENCE_FROM:
+            ref.append(ratio)
+        elif kind == "decode" and k >= 1:
+            by_bin.setdefault(DECODE_BINS[bisect.bisect_right(DECODE_BINS, k) - 1], []).append(ratio)
+    if not pre or not ref or any(b not in by_bin for b in DECODE_BINS):
+        return None
+    level = statistics.median(ref)
+    factors = [statistics.median(pre) / level, *(statistics.median(by_bin[b]) / level for b in DECODE_BINS)]
+    if not all(MIN_FACTOR <= f <= MAX_FACTOR for f in factors):
+        return None  # not a cache refilling (a machine that stalled for seconds): measured, but not a price
+    return AfterIdle(factors[0], (*zip(DECODE_BINS, factors[1:]), (REFERENCE_FROM, 1.0)))
