@@ -41,9 +41,7 @@ class ClockedSteps:
     jump's end before an arrival."""
 
     since: int  # the next step's place since the engine last slept (STEADY before any sleep)
-
-    def _after_idle(self) -> AfterIdle | None:
-        return getattr(self.clock, "after_idle", None)
+    after_idle: AfterIdle | None  # the clock's factors (None: every place priced alike)
 
     def idled(self, seconds: float) -> None:
         """The engine waited ``seconds`` for an arrival with nothing to run: a sleep, if long enough."""
@@ -52,7 +50,7 @@ class ClockedSteps:
 
     def _step_factor(self, kind: str) -> float:
         """The next step's factor (and it takes its place: the one after it is one later)."""
-        after, k = self._after_idle(), self.since
+        after, k = self.after_idle, self.since
         self.since += 1
         return 1.0 if after is None else after.step_factor(kind, k)
 
@@ -60,7 +58,7 @@ class ClockedSteps:
         """``steps`` decode steps from place ``since`` on: the clock's price of each run of places sharing a
         factor, times it (``counted``: the record's, whose steps a profiled clock counts; else a search's)."""
         price = self.clock.decode_s if counted else self.clock.decode_price_s
-        after = self._after_idle()
+        after = self.after_idle
         if after is None:
             return price(batch, kv_first, steps)
         total, done = 0.0, 0
@@ -72,7 +70,7 @@ class ClockedSteps:
     def _step_prices(self, batch: int, kv_first: int, steps: int, first_place: int) -> list[float]:
         """Each of a record's decode steps' own price (uncounted), from place ``first_place`` on."""
         durations = self.clock.decode_steps_s(batch, kv_first, steps)
-        after = self._after_idle()
+        after = self.after_idle
         if after is not None:
             durations = [d * after.decode_factor(first_place + j) for j, d in enumerate(durations)]
         return durations

@@ -58,6 +58,7 @@ class Run(ChunkedSteps, ClockedSteps):
         self.prefill_steps = 0
         self.idle_s = 0.0
         self.since = STEADY  # the next step's place since the engine last slept (sim_clock.py ClockedSteps)
+        self.after_idle = getattr(clock, "after_idle", None)  # a profile's factors by place (the roofline has none)
         # With a clock: inter-token gaps as (seconds, count). The prefills since the last decode
         # record stall every running sequence: (duration, sequences that prefill started).
         self.itl_gaps: list[float] = []
