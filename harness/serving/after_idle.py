@@ -53,6 +53,15 @@ class AfterIdle:
             if not MIN_FACTOR <= f <= MAX_FACTOR:
                 raise ValueError(f"after-idle factor {f:g} is outside [{MIN_FACTOR:g}, {MAX_FACTOR:g}]")
 
+    @classmethod
+    def from_places(cls, factors: dict[int, float]) -> AfterIdle:
+        """From {place: factor}, as a profile table's rows hold them: place 0 the prefill's, the rest the decode
+        places' (ValueError where place 0 is missing or the decode places do not start at 1)."""
+        rest = dict(factors)
+        if 0 not in rest:
+            raise ValueError(f"after-idle factors need place 0 (the prefill); places: {sorted(rest)}")
+        return cls(rest.pop(0), tuple(sorted(rest.items())))
+
     def decode_factor(self, k: int) -> float:
         """The factor of a decode step ``k`` steps after the sleep (a decode with no prefill before it, k = 0,
         takes the first step's)."""

@@ -305,7 +305,7 @@ def _after_idle(rows: pd.DataFrame, impl: str, source: str) -> AfterIdle | None:
         raise ConfigError(f"clock_profile={source}: impl {shown(impl)}'s after_idle rows need place 0 (the prefill "
                           f"after a sleep) and place 1 (the first decode step); it has places "
                           f"{', '.join(str(p) for p in sorted(by_place))}")
-    return AfterIdle(by_place.pop(0), tuple(sorted(by_place.items())))
+    return AfterIdle.from_places(by_place)
 
 
 def load_profile(path: str, impl: str) -> tuple[ProfiledClock, Provenance | None, str]:

@@ -64,3 +64,10 @@ def test_a_bin_without_samples_or_a_factor_no_cache_explains_gives_no_factors():
 def test_a_malformed_curve_is_refused(decode, said):
     with pytest.raises(ValueError, match=said):
         AfterIdle(1.0, decode)
+
+
+def test_from_places_reads_a_tables_place_to_factor_map():
+    assert AfterIdle.from_places({3: 1.1, 0: 1.3, 1: 1.5, 2: 1.2, 4: 1.0}) == AfterIdle(
+        1.3, ((1, 1.5), (2, 1.2), (3, 1.1), (4, 1.0)))
+    with pytest.raises(ValueError, match="need place 0"):
+        AfterIdle.from_places({1: 1.0})
