@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 # An idle spell shorter than this is not a sleep: the engine's own pause between steps is tens of microseconds,
@@ -44,9 +44,12 @@ class AfterIdle:
 
     prefill: float
     decode: tuple[tuple[int, float], ...]
+    # each decode bin's first place, derived once: the simulator asks a factor at every step it prices
+    _firsts: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        firsts = [k for k, _ in self.decode]
+        firsts = tuple(k for k, _ in self.decode)
+        object.__setattr__(self, "_firsts", firsts)
         if not firsts or firsts[0] != 1 or any(b <= a for a, b in zip(firsts, firsts[1:])):
             raise ValueError(f"after-idle decode factors must start at step 1 and ascend: {firsts}")
         for f in (self.prefill, *(f for _, f in self.decode)):
@@ -65,8 +68,7 @@ class AfterIdle:
     def decode_factor(self, k: int) -> float:
         """The factor of a decode step ``k`` steps after the sleep (a decode with no prefill before it, k = 0,
         takes the first step's)."""
-        i = bisect.bisect_right([first for first, _ in self.decode], max(k, 1)) - 1
-        return self.decode[i][1]
+        return self.decode[bisect.bisect_right(self._firsts, max(k, 1)) - 1][1]
 
     def step_factor(self, kind: str, k: int) -> float:
         """A step's factor by its kind and place: the prefill (or a chunked step computing only prompt chunks)
@@ -80,7 +82,7 @@ class AfterIdle:
         """Decode steps ``k0 .. k0 + steps - 1`` (their places since the sleep) as (count, factor) runs, in order:
         a jump's closed-form price is one per run."""
         out: list[tuple[int, float]] = []
-        firsts = [first for first, _ in self.decode]
+        firsts = self._firsts
         k, end = k0, k0 + steps
         while k < end:
             i = bisect.bisect_right(firsts, max(k, 1)) - 1
