@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Callable, List
 
 from kvbench.harness.config import ImplConfig, ScenarioConfig
 from kvbench.harness.errors import ConfigError
-from kvbench.harness.scenarios.profile_grid import GridSampler, grid_batches, grid_contexts, grid_prefill, profile_grid
+from kvbench.harness.scenarios.profile_grid import (GridSampler, grid_batches, grid_contexts, grid_prefill, prefill_reach,
+                                                    profile_grid)
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from kvbench.harness.scenarios.compute import Compute
@@ -221,6 +222,22 @@ def budget_fits(job: JobRun, impl: ImplConfig, budget: JobBudget):
     return fits
 
 
+def prefill_most(job: JobRun, impl: ImplConfig, budget: JobBudget) -> int | None:
+    """The most prompt tokens one prefill step of a run of the job's KV budget computes, for the prefill grid's
+    reach (profile_grid.py ``prefill_reach``): the most tokens that prompts of one length fit at once (each one
+    sequence of the budget, at most ``batch`` of them), over lengths from a block to the longest prompt (a paged
+    pool's most at whole blocks, a contiguous one's at the longest prompt); None where the scenario names its own
+    prefill points: a named grid is measured whole."""
+    from kvbench.harness.kv.factory import analytic_max_concurrency
+
+    cfg = job.cfg
+    if cfg.scenario.prefill_tokens:
+        return None
+    kv_bytes, top = budget.measured().kv_bytes, cfg.max_seq_len - 1
+    lengths = {top} | {cfg.block_size << k for k in range(32) if cfg.block_size << k < top}
+    return max(min(cfg.batch, analytic_max_concurrency(impl, cfg, kv_bytes, n)) * n for n in lengths)
+
+
 def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget, out: Outputs,
         impl: ImplConfig) -> list[dict]:
     from kvbench.harness.measure.contention import with_contention
@@ -237,8 +254,10 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget,
 
     check(job)
     sc = job.cfg.scenario
-    sampler = GridSampler(job, workload, compute, impl, profile_grid(job.cfg, compute.model.gemm_row_breaks()),
-                          budget_fits(job, impl, budget))
+    batches, contexts, prefill = profile_grid(job.cfg, compute.model.gemm_row_breaks())
+    most = prefill_most(job, impl, budget)
+    grid = (batches, contexts, prefill if most is None else prefill_reach(prefill, most))
+    sampler = GridSampler(job, workload, compute, impl, grid, budget_fits(job, impl, budget))
     sampler.warm_up(sc.warmup)
     runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
     walls = WallRuns(job, compute, out, impl, runs, sc.max_rate)

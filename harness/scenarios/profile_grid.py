@@ -109,6 +109,17 @@ def _serve(job: JobRun, compute: Compute, impl: ImplConfig, prompts: list[tuple[
     return out
 
 
+def prefill_reach(prefill: Sequence[int], most: int) -> list[int]:
+    """The prefill points a run whose prefill steps compute at most ``most`` prompt tokens prices on: every point
+    below ``most`` and the first at or above it, so that every such step is interpolated between measured points,
+    never extrapolated (``reach``'s rule for the decode grid). On the CPU clock's 2,048-token budget the
+    4,096-token point goes: half of a pass's timed prefill (three forwards of 0.40-0.42 s), for a step no run of
+    that budget takes (its wall runs' largest prefill: 260-452 tokens). A step past it (another budget's run) is
+    counted outside."""
+    kept = [t for t in prefill if t < most]
+    return kept + [t for t in prefill if t >= most][:1]
+
+
 Key = tuple  # ("decode", batch, context) or ("prefill", tokens, 0)
 Fits = Callable[[int, int], bool]  # (sequences, context) -> whether the run's KV budget holds them at once
 

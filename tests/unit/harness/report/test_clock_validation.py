@@ -135,3 +135,26 @@ def test_a_job_whose_machine_drifted_is_marked_and_left_out_of_the_medians():
     both = pd.concat([moved, other], ignore_index=True)
     text = "\n".join(clock_section(both))
     assert "median TPOT 10%" in text and "4 of 8 pairs came from a job whose machine drifted" in text
+
+
+def test_a_rate_a_job_served_several_times_is_compared_by_the_median_of_its_wall_runs():
+    """One job (scenario.rates=[10,20,10,10]): three wall runs at 10 req/s and their simulated rows, alike; the
+    pair takes the wall runs' median of each figure and says how many and how far apart (TPOT p50: 2.0, 2.6, 3.0)."""
+    runs = [_service("profile", "wall", 10, t, achieved=a, run_dir="p/0") for t, a in ((2.6, 9.0), (2.0, 10.0),
+                                                                                        (3.0, 11.0))]
+    sims = [_service("profile", "simulated", 10, 2.2, clock_source="profile-a", run_dir="p/0") for _ in range(3)]
+    once = [_service("profile", "wall", 20, 3.0, run_dir="p/0"),
+            _service("profile", "simulated", 20, 2.7, clock_source="profile-a", run_dir="p/0")]
+    pairs = service_pairs(pd.DataFrame(runs + sims + once))
+    assert pairs["request_rate"].tolist() == [10, 20]  # one pair a rate, whatever its repeats
+    ten = pairs.iloc[0]
+    assert ten["tpot_ms_p50_wall"] == pytest.approx(2.6) and ten["e2el_ms_p50_wall"] == pytest.approx(2.6 * 60)
+    assert ten["achieved_rps"] == pytest.approx(10.0) and ten["wall_runs"] == 3
+    assert ten["wall_spread"] == pytest.approx((3.0 - 2.0) / 2.6)
+    assert ten["tpot_ms_p50_err"] == pytest.approx(2.2 / 2.6 - 1)
+    assert pairs.iloc[1]["wall_runs"] == 1 and pairs.iloc[1]["wall_spread"] == 0
+    text = "\n".join(clock_section(pd.DataFrame(runs + sims + once)))
+    assert "compared by the median of its wall runs" in text and "| 3 | 38% |" in text
+    # a table of one run a rate keeps its columns and says nothing of repeats
+    plain = "\n".join(clock_section(_rows()))
+    assert "| wall runs |" not in plain and "wall spread" not in plain

@@ -52,3 +52,48 @@ def test_reach_keeps_every_point_a_step_of_the_budget_prices_on_and_drops_the_re
                 before = clock.outside
                 clock.decode_s(n, n * context)
                 assert clock.outside == before, (tokens, n, context, points)
+
+
+def test_prefill_reach_keeps_the_points_a_budget_s_prefill_steps_price_on():
+    import random
+
+    from kvbench.harness.scenarios.profile_grid import prefill_reach
+    from kvbench.harness.serving.profiled_clock import clock_from_rows
+
+    grid = [16, 32, 64, 65, 128, 256, 512, 1024, 2048, 4096]
+    assert prefill_reach(grid, 2048) == grid[:-1]  # the CPU clock's budget: 4,096 goes
+    assert prefill_reach(grid, 2044) == grid[:-1]  # four contiguous lanes of 511-token prompts
+    assert prefill_reach(grid, 600) == [16, 32, 64, 65, 128, 256, 512, 1024]
+    assert prefill_reach(grid, 10**6) == grid and prefill_reach(grid, 1) == [16]
+    rng = random.Random(1)
+    for _ in range(300):  # randomized: every step of at most ``most`` tokens is priced inside the kept points
+        most = rng.randint(1, 5000)
+        kept = prefill_reach(grid, most)
+        clock = clock_from_rows([(1, 16, 1e-3)], [(t, 1e-5 * t) for t in kept])
+        tokens = rng.randint(1, min(most, grid[-1]))
+        before = clock.outside
+        clock.prefill_s(tokens)
+        assert clock.outside == before, (most, tokens, kept)
+
+
+def test_prefill_most_is_the_most_prompt_tokens_the_budget_holds_at_once(compose):
+    """The CPU clock's settings (batch 32, 512-token context, a 2,048-token KV budget): a paged pool fits 2,048
+    prompt tokens (eight 256-token prompts), four contiguous lanes 4 x 511; ``batch`` caps the prompts; a named
+    prefill grid is measured whole."""
+    from types import SimpleNamespace
+
+    from kvbench.harness.front.resolve import resolve
+    from kvbench.harness.kv.sizes import kv_bytes_per_token
+    from kvbench.harness.scenarios.profile import prefill_most
+
+    def most(impl: str, *extra: str):
+        cfg = resolve(compose([f"+impl={impl}", "scenario=profile", "model=tiny-llama", "device=cpu", "batch=32",
+                               "max_seq_len=512", *extra]))
+        kv = SimpleNamespace(kv_bytes=2048 * kv_bytes_per_token(cfg.model, cfg.dtype))
+        budget = SimpleNamespace(measured=lambda: kv)
+        return prefill_most(SimpleNamespace(cfg=cfg), cfg.impl, budget)
+
+    assert most("paged_torch") == 2048
+    assert most("contiguous") == 4 * 511
+    assert most("paged_torch", "batch=2") == 2 * 511
+    assert most("paged_torch", "scenario.prefill_tokens=[16,64]") is None
