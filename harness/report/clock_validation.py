@@ -22,6 +22,13 @@ SATURATED = 0.9  # achieved over offered rate below which a run is saturated
 # or a re-timing at the end, against the first) compares two machines, not two clocks: its pairs stay in the
 # table, marked, and leave the medians. On the shared 2-core machines one process's drift ran from 1% to 68%.
 MAX_DRIFT = 0.15
+PACE_SAID = ("`pace` is the machine's pace in the wall run against its pace while the job measured its profile: "
+             "the median time of one fixed unit of the model's own dense work (its layers' MLPs and the logits, "
+             "no cache), timed in the serving thread between the profile's points and every quarter second of the "
+             "wall run (harness/measure/pace_meter.py; 1.20: the same work took 1.2x as long). On the shared 2-core "
+             "machines the host slows a thread by up to 1.9x for seconds to tens of seconds, unseen from inside: "
+             "`at pace` is the error of the same simulation with every price scaled by the run's pace, the clock's "
+             "error with the machine's speed in the run measured rather than assumed.\n")
 FIGURES = [f"{m}_ms_{p}" for m in ("ttft", "tpot", "e2el") for p in ("p50", "p99")]
 # What makes two rows the same requests on the same setup (the digest covers prompts and arrival times).
 PAIR = ["device_slug", "model", "dtype", "impl", "batch", "chunked_prefill", "max_num_batched_tokens", "max_seq_len",
@@ -42,7 +49,7 @@ def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     if wall.empty or sim.empty or not need <= set(wall) or not need <= set(sim):
         return pd.DataFrame()
     wall = wall[(wall["clock"] == "wall") & wall["request_rate"].notna()]
-    sim = sim[(sim["clock"] == "simulated") & sim["request_rate"].notna()]
+    sim, at_pace = _paced_apart(sim[(sim["clock"] == "simulated") & sim["request_rate"].notna()])
     keys = _keys(wall, PAIR)
     keys = [k for k in keys if k in sim] + ["request_rate"]
     cols = [c for c in (*FIGURES, "achieved_rps", "preemptions", "run_dir") if c in wall]
@@ -52,12 +59,34 @@ def service_pairs(rows: pd.DataFrame) -> pd.DataFrame:
         sim[keys + [c for c in (*FIGURES, "clock_source", "run_dir") if c in sim]], on=keys, suffixes=("_wall", "_sim"))
     if both.empty:
         return both
-    both = _with_drift(_one_wall_run(both, keys), rows)
+    both = _with_pace(_with_drift(_one_wall_run(both, keys), rows), at_pace, keys, FIGURES)
     for f in FIGURES:
         both[f"{f}_err"] = both[f"{f}_sim"] / both[f"{f}_wall"] - 1
+        both[f"{f}_paced_err"] = both[f"{f}_paced"] / both[f"{f}_wall"] - 1
     both["saturated"] = both["achieved_rps"] < SATURATED * both["request_rate"]
     order = [k for k in ("device_slug", "model", "impl", "chunked_prefill", "request_rate") if k in both]
     return both.sort_values(order).reset_index(drop=True)
+
+
+def _paced_apart(sim: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the simulated rows priced at the profile's own prices, those priced at the machine's pace in their wall run:
+    ``machine_pace``, harness/measure/pace_meter.py); rows from before the meter are all of the first kind."""
+    if "machine_pace" not in sim:
+        return sim, sim.iloc[0:0]
+    paced = sim["machine_pace"].notna()
+    return sim[~paced], sim[paced]
+
+
+def _with_pace(both: pd.DataFrame, at_pace: pd.DataFrame, keys: list[str], figures: list[str]) -> pd.DataFrame:
+    """``both`` with each of ``figures`` as its job simulated it at the machine's pace in the wall run (``<f>_paced``;
+    the median where the job served the rate more than once, each run at its own pace) and that pace
+    (``machine_pace``, the median likewise); NaN where the job measured no pace."""
+    cols = [f for f in figures if f in at_pace]
+    if at_pace.empty or "run_dir" not in at_pace or "run_dir_sim" not in both:
+        return both.assign(machine_pace=float("nan"), **{f"{f}_paced": float("nan") for f in figures})
+    paced = (at_pace.groupby([*keys, "run_dir"], dropna=False, sort=False)[[*cols, "machine_pace"]].median()
+             .reset_index().rename(columns={"run_dir": "run_dir_sim", **{f: f"{f}_paced" for f in cols}}))
+    return both.merge(paced, on=[*keys, "run_dir_sim"], how="left")
 
 
 def _median_of_repeats(wall: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -103,32 +132,37 @@ def rate_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     if wall.empty or sim.empty or "max_rate_rps" not in sim or "clock" not in wall:
         return pd.DataFrame()
     wall = wall[(wall["clock"] == "wall") & wall["max_rate_rps"].notna()]
-    sim = sim[(sim["clock"] == "simulated") & sim["max_rate_rps"].notna()]  # not the job's own wall search
+    sim, at_pace = _paced_apart(sim[(sim["clock"] == "simulated") & sim["max_rate_rps"].notna()])  # not the wall search
     keys = [k for k in _keys(wall, RATE_PAIR) if k in sim]
     where = ["run_dir"] if "run_dir" in wall and "run_dir" in sim else []
     both = wall[keys + ["max_rate_rps", *where]].merge(sim[keys + ["max_rate_rps", "clock_source", *where]],
                                                        on=keys, suffixes=("_wall", "_sim"))
     if both.empty:
         return both
-    both = _with_drift(_one_wall_run(both, keys), rows)
+    both = _with_pace(_with_drift(_one_wall_run(both, keys), rows), at_pace, keys, ["max_rate_rps"])
     both["max_rate_err"] = both["max_rate_rps_sim"] / both["max_rate_rps_wall"] - 1
+    both["max_rate_paced_err"] = both["max_rate_rps_paced"] / both["max_rate_rps_wall"] - 1
     return both.sort_values(["device_slug", "model", "impl"]).reset_index(drop=True)
 
 
-def summary(pairs: pd.DataFrame, rates: pd.DataFrame) -> dict[str, float]:
+def summary(pairs: pd.DataFrame, rates: pd.DataFrame, paced: bool = False) -> dict[str, float]:
     """Median absolute errors below saturation (TPOT and E2EL p50, the issue's goals) and of the max rate,
-    over the pairs whose job's machine did not drift past MAX_DRIFT."""
+    over the pairs whose job's machine did not drift past MAX_DRIFT; with ``paced``, the errors of the simulations
+    priced at the machine's pace in their wall runs, over the pairs that have one."""
     out: dict[str, float] = {}
     if not pairs.empty and "drifted" in pairs:
         pairs = pairs[~pairs["drifted"]]
     if not rates.empty and "drifted" in rates:
         rates = rates[~rates["drifted"]]
     below = pairs[~pairs["saturated"]] if not pairs.empty else pairs
+    tail = "_paced_err" if paced else "_err"
     for f in ("tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p50"):
-        if not below.empty:
-            out[f] = float(below[f"{f}_err"].abs().median())
-    if not rates.empty:
-        out["max_rate_rps"] = float(rates["max_rate_err"].abs().median())
+        errors = below[f"{f}{tail}"].dropna() if f"{f}{tail}" in below else pd.Series(dtype=float)
+        if not errors.empty:
+            out[f] = float(errors.abs().median())
+    name = "max_rate_paced_err" if paced else "max_rate_err"
+    if not rates.empty and name in rates and rates[name].notna().any():
+        out["max_rate_rps"] = float(rates[name].dropna().abs().median())
     return out
 
 
@@ -207,6 +241,18 @@ def _step_lines(steps: pd.DataFrame) -> list[str]:
                               "ratio_p50": "median price / wall", "sum_ratio": "sum price / sum wall"}))]
 
 
+def _medians(said: dict[str, str], own: dict[str, float], paced: dict[str, float]) -> str:
+    """The medians' sentence after its subject: at the machine's pace first where the jobs measured it, then at the
+    profile's own prices; empty without either."""
+    def listed(s: dict[str, float]) -> str:
+        return ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items())
+
+    if paced:
+        tail = f". At the profile's own pace: {listed(own)}." if own else "."
+        return f", each simulation priced at the machine's pace in its wall run: {listed(paced)}{tail}"
+    return f": {listed(own)}." if own else ""
+
+
 def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list[str]:
     """Each rate served on both clocks (harness/report/clock_validation.py), and the max rates; with the
     validating jobs' steps tables, each wall step against its price on the job's profile."""
@@ -230,19 +276,22 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
         mine = pairs["device_slug"] == device if device is not None else pd.Series(True, index=pairs.index)
         on = f" on {md_text(device)}" if device is not None and len(devices) > 1 else ""
         its_rates = rates[rates["device_slug"] == device] if device is not None and not rates.empty else rates
-        s = summary(pairs[~chunked & mine], its_rates)
-        if s:
-            parts.append(f"Median absolute error below saturation{on}: " +
-                         ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
+        both = _medians(said, summary(pairs[~chunked & mine], its_rates), summary(pairs[~chunked & mine], its_rates, True))
+        if both:
+            parts.append(f"Median absolute error below saturation{on}{both}\n")
         parts += _drifted_line(pairs[mine], its_rates, on)
-        s = summary(pairs[chunked & mine], pd.DataFrame())
-        if s:
+        both = _medians(said, summary(pairs[chunked & mine], pd.DataFrame()),
+                        summary(pairs[chunked & mine], pd.DataFrame(), True))
+        if both:
             parts.append(f"With chunked prefill{on} (mixed steps priced as the decode step plus what the chunk adds "
-                         "along the prefill line and the prefill attention path): " + ", ".join(f"{said[k]} {100 * v:.0f}%" for k, v in s.items()) + ".\n")
+                         f"along the prefill line and the prefill attention path){both}\n")
     if not pairs.empty:
         pairs = pairs.assign(chunked=chunked.map({True: "yes", False: "no"}))
+        paced = bool(pairs["machine_pace"].notna().any())
         t = pairs.assign(**{f"{f} err": pairs[f"{f}_err"].map(_pct) for f in
                             ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
+                         **{f"{f} paced": pairs[f"{f}_paced_err"].map(_pct) for f in ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50")},
+                         pace=pairs["machine_pace"].map(lambda v: "–" if pd.isna(v) else f"{v:.2f}"),
                          saturated=pairs["saturated"].map({True: "yes", False: "no"}),
                          one_process=pairs["same_process"].map({True: "yes", False: "no"}),
                          drift_said=_drift_said(pairs))
@@ -252,25 +301,37 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
             parts.append("A rate a job served more than once is compared by the median of its wall runs (`wall "
                          "runs`); `wall spread` is their TPOT p50's (max - min) / median: the wall clock's own "
                          "reproducibility, which bounds how near any simulated figure can come.\n")
+        if paced:
+            parts.append(PACE_SAID)
         parts.append(md_table(pick(t, {
             "device_slug": "device", "model": "model", "impl": "impl", "chunked": "chunked prefill",
             "request_rate": "offered req/s",
             "achieved_rps": "achieved req/s", "saturated": "saturated", "one_process": "one process",
             "drift_said": "drift",
             **({"wall_runs": "wall runs", "wall_spread": "wall spread"} if repeated else {}),
+            **({"pace": "pace"} if paced else {}),
             "tpot_ms_p50_wall": "TPOT p50 ms wall", "tpot_ms_p50_sim": "simulated", "tpot_ms_p50 err": "error",
+            **({"tpot_ms_p50 paced": "at pace"} if paced else {}),
             "e2el_ms_p50_wall": "E2EL p50 ms wall", "e2el_ms_p50_sim": "simulated", "e2el_ms_p50 err": "error ",
+            **({"e2el_ms_p50 paced": "at pace "} if paced else {}),
             "ttft_ms_p50_wall": "TTFT p50 ms wall", "ttft_ms_p50_sim": "simulated", "ttft_ms_p50 err": "error  ",
+            **({"ttft_ms_p50 paced": "at pace  "} if paced else {}),
             "tpot_ms_p99 err": "TPOT p99 error", "e2el_ms_p99 err": "E2EL p99 error", "ttft_ms_p99 err": "TTFT p99 error",
         })))
     parts += _drift_lines(rows)
     if steps is not None:
         parts += _step_lines(steps)
     if not rates.empty:
-        t = rates.assign(error=rates["max_rate_err"].map(_pct),
+        paced = bool(rates["machine_pace"].notna().any())
+        t = rates.assign(error=rates["max_rate_err"].map(_pct), paced_error=rates["max_rate_paced_err"].map(_pct),
+                         pace=rates["machine_pace"].map(lambda v: "–" if pd.isna(v) else f"{v:.2f}"),
                          drift_said=_drift_said(rates))
-        parts += ["Max rate within the SLO on each clock:\n",
+        parts += ["Max rate within the SLO on each clock" + (" (at pace: the simulated search priced at the "
+                  "machine's pace over the wall search's runs)" if paced else "") + ":\n",
                   md_table(pick(t, {"device_slug": "device", "model": "model", "impl": "impl", "slo": "SLO",
                                      "max_rate_rps_wall": "wall req/s", "max_rate_rps_sim": "simulated req/s",
-                                     "error": "error", "drift_said": "drift", "clock_source": "profile"}))]
+                                     "error": "error",
+                                     **({"pace": "pace", "max_rate_rps_paced": "at pace req/s",
+                                         "paced_error": "error at pace"} if paced else {}),
+                                     "drift_said": "drift", "clock_source": "profile"}))]
     return parts

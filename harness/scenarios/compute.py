@@ -14,6 +14,7 @@ from kvbench.harness.scenarios.job_run import JobRun
 from kvbench.harness.scenarios.job_workload import JobWorkload
 
 if TYPE_CHECKING:
+    from kvbench.harness.measure.pace_meter import PaceMeter
     from kvbench.harness.model.compiled import CompiledDecode
     from kvbench.harness.model.piecewise import PiecewiseDecode
 
@@ -25,6 +26,9 @@ BUILT = ("model", "decode_pieces", "decode_compiled")
 class Compute:
     job: JobRun  # the config, the device and the memo (cpu_threads, cpu_compile: decided once per job)
     workload: JobWorkload  # auto cpu_compile weighs the job's decode tokens
+    # A validating profile job's meter of the machine's pace (harness/measure/pace_meter.py): its wall runs'
+    # engines tick it after their steps; None elsewhere. Its probes share it.
+    pace: PaceMeter | None = None
 
     def shared_with(self, job: JobRun, workload: JobWorkload) -> Compute:
         """The compute of a probe run of ``job`` (another config of the same job): the built model shared;
@@ -33,7 +37,7 @@ class Compute:
         (max_concurrency's) captures its own, as a run with that batch would, and has the graph memory of that
         batch charged. The compiled graph depends on the model alone (its batch dimension is dynamic): every
         probe keeps it."""
-        probe = Compute(job, workload)
+        probe = Compute(job, workload, self.pace)
         same = (job.cfg.batch, job.cfg.cuda_graph) == (self.job.cfg.batch, self.job.cfg.cuda_graph)
         for name in BUILT:
             if name in self.__dict__ and (name != "decode_pieces" or same):

@@ -12,6 +12,7 @@ from kvbench.harness.config import ImplConfig, ScenarioConfig
 
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from kvbench.harness.kv.budget import MemoryBudget
+    from kvbench.harness.measure.pace_meter import PaceMeter
     from kvbench.harness.scenarios.compute import Compute
     from kvbench.harness.scenarios.job_budget import JobBudget
     from kvbench.harness.scenarios.job_run import JobRun
@@ -52,6 +53,15 @@ def warmup_requests(requests: list[Request]) -> list[Request]:
     return [Request(r.request_id, r.prompt_ids[:16], min(r.output_len, 4), 1) for r in requests[:2]]
 
 
+def _paced(meter: ReuseMeter, pace: PaceMeter):
+    """The step observer of a measured run of a validating job: the reuse meter, then the pace meter's tick."""
+    def observe(rec, plan, finished) -> None:
+        meter(rec, plan, finished)
+        pace.observe(rec, plan, finished)
+
+    return observe
+
+
 def _run_once(job: JobRun, workload: JobWorkload, compute: Compute, impl: ImplConfig, kv: MemoryBudget,
               requests: list[Request], track: bool):
     import torch
@@ -73,7 +83,8 @@ def _run_once(job: JobRun, workload: JobWorkload, compute: Compute, impl: ImplCo
     meter = ReuseMeter(cache.allocator)
     try:
         with tracker:
-            result = engine.run([] if source is not None else requests, source=source, observer=meter)
+            result = engine.run([] if source is not None else requests, source=source,
+                                observer=meter if compute.pace is None or not track else _paced(meter, compute.pace))
     finally:
         close()
     # What the repeat served, with the arrival times it had, and how much it reused.

@@ -179,6 +179,20 @@ def _simulated(job: JobRun, compute: Compute, impl: ImplConfig, points: ProfileP
     return {**probe.call(simulated_row, impl, clock=clock, source=clock.id), **probe_identifiers(probe, impl)}
 
 
+def _simulated_rows(job: JobRun, compute: Compute, impl: ImplConfig, points: ProfilePoints, rate: float,
+                    budget: int | None, pace: float | None) -> list[dict]:
+    """The job's workload at ``rate`` on the profiled clock (``_simulated``) and, where the pace meter measured the
+    machine's pace in the rate's wall run, on the profile at that pace too (``machine_pace``): the price of the same
+    steps on the machine as fast as it was then (harness/measure/pace_meter.py)."""
+    rows = [_simulated(job, compute, impl, points, rate, budget)]
+    if pace is not None:
+        paced = _simulated(job, compute, impl, points.at_pace(pace), rate, budget)
+        said = f"priced at the machine's pace in its wall run: {pace:.3f}x the profile's prices"
+        rows.append({**paced, "clock_source": rows[0]["clock_source"], "machine_pace": pace,
+                     "notes": " | ".join(n for n in (said, paced.get("notes")) if n)})
+    return rows
+
+
 def recheck(job: JobRun, workload: JobWorkload, compute: Compute, impl: ImplConfig) -> list[dict]:
     """Part of a one-pass profile timed again at a validating job's end, for its drift: every context at the
     middle batch of the grid, and the second smallest prefill point (a few seconds at tiny scale); the
@@ -241,6 +255,8 @@ def prefill_most(job: JobRun, impl: ImplConfig, budget: JobBudget) -> int | None
 def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget, out: Outputs,
         impl: ImplConfig) -> list[dict]:
     from kvbench.harness.measure.contention import with_contention
+    from kvbench.harness.measure.pace_meter import PaceMeter, pace
+    from kvbench.harness.serving.after_idle import MIN_IDLE_S
     import pandas as pd
 
     from kvbench.harness.scenarios.after_idle_probe import after_idle_rows
@@ -257,6 +273,8 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget,
     batches, contexts, prefill = profile_grid(job.cfg, compute.model.gemm_row_breaks())
     most = prefill_most(job, impl, budget)
     grid = (batches, contexts, prefill if most is None else prefill_reach(prefill, most))
+    if sc.wall and job.device.type == "cpu":  # the machine's pace, timed in this thread (pace_meter.py says why)
+        compute.pace = PaceMeter.of_model(compute.model, MIN_IDLE_S)
     sampler = GridSampler(job, workload, compute, impl, grid, budget_fits(job, impl, budget))
     sampler.warm_up(sc.warmup)
     runs = [(rate, None) for rate in sc.rates] + [(rate, sc.chunked_budget) for rate in sc.chunked_rates]
@@ -267,8 +285,11 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget,
     tasks = walls.tasks() if sc.wall else []
     seen: list = []  # the CPU each pass got
     measure_pass = _probed(job, sampler.measure_pass, seen)
-    measure_pass()
-    interleaved(tasks, sc.passes - 1, measure_pass)
+    try:
+        measure_pass()
+        interleaved(tasks, sc.passes - 1, measure_pass)
+    finally:
+        compute.pace = None
     rows = sampler.rows()
     # the steps after a sleep, each over its price on the grid its pass measured (harness/scenarios/after_idle_probe.py)
     rows += after_idle_rows(impl.name, [(got, ProfiledClock(points_of(sampler.rows(slice(n, n + 1)))))
@@ -290,25 +311,30 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget,
     for frame in walls.steps:  # each wall step beside its price on the whole profile
         append_table(out.tables, "steps", priced(frame, ProfiledClock(points)))
     for i, (rate, budget) in enumerate(runs):  # each rate on both clocks, the wall row first
+        at = pace(walls.paced.get(i, []), sampler.pace_s)
         if i in walls.rows:
-            result.append(walls.rows[i])
-        result.append(_simulated(job, compute, impl, points, rate, budget))
+            result.append({**walls.rows[i], "machine_pace": at})
+        result += _simulated_rows(job, compute, impl, points, rate, budget, at)
     if sc.max_rate:
         # Both searches' probes in the job's rate_probes table, told apart by ``clock``: where the two
         # clocks' verdicts part, and by how much normalized latency.
+        at = pace(walls.search_paced, sampler.pace_s)
         if walls.searched is not None:
-            result.append(walls.searched)
+            result.append({**walls.searched, "machine_pace": at})
+        for priced in [points] + ([points.at_pace(at)] if at is not None else []):
+            def passes(rate: float, priced=priced) -> bool:
+                row = _simulated(job, compute, impl, priced, rate)
+                if priced is points:  # the probes of the search at the profile's own prices
+                    walls.listed.append(probe_record(impl.name, job.run_id, rate, row, "simulated"))
+                return bool(row.get("slo_pass"))
 
-        def passes(rate: float) -> bool:
-            row = _simulated(job, compute, impl, points, rate)
-            walls.listed.append(probe_record(impl.name, job.run_id, rate, row, "simulated"))
-            return bool(row.get("slo_pass"))
-
-        found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
+            found, probes = search_rate(passes, sc.start_rps, sc.search_limit, sc.tolerance_rps)
+            paced = {} if priced is points else {"machine_pace": at}
+            said = "" if priced is points else f", priced at the machine's pace in the wall search: {at:.3f}x"
+            result.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": job.cfg.arrival.name,
+                           "slo": slo_label(job.cfg.slo), "max_rate_rps": found, "probes": probes, **paced,
+                           "notes": f"max rate within the SLO on the profiled clock{said}; {probes} probes"})
         append_table(out.tables, "rate_probes", pd.DataFrame(walls.listed))
-        result.append({"status": "ok", "clock": "simulated", "clock_source": pid, "arrival": job.cfg.arrival.name,
-                       "slo": slo_label(job.cfg.slo), "max_rate_rps": found, "probes": probes,
-                       "notes": f"max rate within the SLO on the profiled clock; {probes} probes"})
     if sc.wall:  # how far the machine moved while the wall runs ran: the last pass against the first
         last = sampler.rows(slice(-1, None)) if len(sampler.passes) > 1 else recheck(job, workload, compute, impl)
         summary["profile_drift"] = drift(sampler.rows(slice(0, 1)), last)

@@ -163,6 +163,8 @@ class GridSampler:
         self.keys: list[Key] = [("decode", b, c) for b, c in decode] + [("prefill", t, 0) for t in prefill]
         self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []
         self.idle: list[list[Sample]] = []  # each pass's after-idle probe (harness/scenarios/after_idle_probe.py)
+        # the pace meter's units timed between this profile's points (compute.pace: a validating job's)
+        self.pace_s: list[float] = []
         self._prompt_len = prefill_prompt_len(job, workload)
 
     def warm_up(self, times: int) -> None:
@@ -190,6 +192,8 @@ class GridSampler:
                     for s, a in _prefill_forward(job, compute, impl, key[1], self._prompt_len, salt):
                         seconds.append(s)
                         attention.append(a)
+            if compute.pace is not None:  # the machine's pace while the profile is measured, point by point
+                self.pace_s.append(compute.pace.tick())
         self.passes.append(got)
         self.idle.append(after_idle_probe.probe(job, compute, impl, self._prompt_len, salt=n))
 

@@ -65,7 +65,9 @@ def priced(steps: pd.DataFrame, clock) -> pd.DataFrame:
     from kvbench.harness.serving.after_idle import places
 
     after = clock.after_idle
-    where = places(steps["start_s"].tolist(), steps["duration_s"].tolist())
+    # a pace meter's unit timed right after a step (``pace_unit_s``) is the engine's time, not a sleep
+    busy = steps["duration_s"] + (steps["pace_unit_s"].fillna(0.0) if "pace_unit_s" in steps else 0.0)
+    where = places(steps["start_s"].tolist(), busy.tolist())
 
     def price(kind: str, batch: int, tokens: int, read, place: int) -> float | None:
         factor = 1.0 if after is None else after.step_factor(kind, place)
@@ -151,6 +153,11 @@ class WallRuns:
     searched: dict | None = None
     listed: list[dict] = field(default_factory=list)
     served: dict[float, dict] = field(default_factory=dict)  # whole-prompt rows, whose verdicts the search reuses
+    # the pace meter's units timed during each run (by index in ``runs``) and during the search
+    # (harness/measure/pace_meter.py; empty without one: compute.pace)
+    paced: dict[int, list[float]] = field(default_factory=dict)
+    search_paced: list[float] = field(default_factory=list)
+    _served_run: dict[float, int] = field(default_factory=dict)  # rate -> the index in ``runs`` of its ``served`` row
 
     def tasks(self) -> list[Callable[[], None]]:
         """Each rate served (the first with a warm-up), then the search."""
@@ -159,15 +166,29 @@ class WallRuns:
 
     def _serve(self, i: int) -> None:
         rate, budget = self.runs[i]
+        meter = self.compute.pace
+        start = meter.mark() if meter is not None else (0, 0)
         row, frame = wall_row(self.job, self.compute, self.out, self.impl, rate, budget, warmup=int(i == 0))
+        self.paced[i] = meter.since(start) if meter is not None else []
+        if frame is not None and meter is not None:  # where a unit was timed between two steps: no sleep
+            frame = frame.assign(pace_unit_s=frame.index.map(meter.after_steps(start)).astype(float))
         self.rows[i] = row
         if frame is not None:
             self.steps.append(frame)
         if budget is None and row.get("status") == "ok" and row.get("slo_pass") is not None:
             self.served[float(rate)] = row
+            self._served_run[float(rate)] = i
 
     def _search(self) -> None:
+        meter = self.compute.pace
+        start = meter.mark() if meter is not None else (0, 0)
+        first = len(self.listed)
         self.searched = wall_max_rate(self.job, self.compute, self.impl, self.served, self.listed)
+        if meter is None:
+            return
+        # the search's own probes' units, and those of the runs whose verdicts it took instead of serving again
+        taken = {float(p["rate_rps"]) for p in self.listed[first:]} & set(self._served_run)
+        self.search_paced = meter.since(start) + [t for r in sorted(taken) for t in self.paced[self._served_run[r]]]
 
 
 def drift(before: list[dict], after: list[dict]) -> float | None:

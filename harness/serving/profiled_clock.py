@@ -109,6 +109,12 @@ class ProfilePoints:
     # the table holds no after-idle rows (made before the probe): the simulator then prices every step as here
     after_idle: AfterIdle | None = None
 
+    def at_pace(self, pace: float) -> ProfilePoints:
+        """These points with every time ``pace`` times as long: the prices of a machine running the same work at
+        that pace against the profile's (harness/measure/pace_meter.py); the after-idle factors, ratios, stay."""
+        return ProfilePoints(tuple((b, c, s * pace) for b, c, s in self.decode),
+                             tuple((t, s * pace) for t, s in self.prefill), self.prefill_path_s * pace, self.after_idle)
+
 
 def prefill_path_s(points: Iterable[tuple[float, float | None]]) -> float:
     """``ProfilePoints.prefill_path_s`` from the prefill points' (tokens, attention seconds): the smallest

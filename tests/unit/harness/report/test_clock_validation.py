@@ -158,3 +158,52 @@ def test_a_rate_a_job_served_several_times_is_compared_by_the_median_of_its_wall
     # a table of one run a rate keeps its columns and says nothing of repeats
     plain = "\n".join(clock_section(_rows()))
     assert "| wall runs |" not in plain and "wall spread" not in plain
+
+
+def _paced_job():
+    """One validating job (p/0) with the pace meter: 10 req/s served twice (paces 1.1 and 1.3), 20 req/s once (0.9);
+    each run simulated on the profile's own prices and at its pace; both searches of the max rate too."""
+    def sim(rate, tpot, pace=None):
+        return _service("profile", "simulated", rate, tpot, clock_source="profile-a", run_dir="p/0", machine_pace=pace)
+
+    return pd.DataFrame([
+        _service("profile", "wall", 10, 2.4, run_dir="p/0", machine_pace=1.1), sim(10, 2.0), sim(10, 2.2, 1.1),
+        _service("profile", "wall", 10, 2.8, run_dir="p/0", machine_pace=1.3), sim(10, 2.0), sim(10, 2.6, 1.3),
+        _service("profile", "wall", 20, 3.0, run_dir="p/0", machine_pace=0.9), sim(20, 3.3), sim(20, 2.97, 0.9),
+        {**SETUP, "scenario": "profile", "clock": "wall", "max_rate_rps": 20.0, "run_dir": "p/0", "machine_pace": 1.25},
+        {**SETUP, "scenario": "profile", "clock": "simulated", "max_rate_rps": 25.0, "clock_source": "profile-a",
+         "run_dir": "p/0"},
+        {**SETUP, "scenario": "profile", "clock": "simulated", "max_rate_rps": 21.0, "clock_source": "profile-a",
+         "run_dir": "p/0", "machine_pace": 1.25},
+    ])
+
+
+def test_each_run_simulated_at_the_machines_pace_is_compared_beside_the_profiles_own_prices():
+    rows = _paced_job()
+    pairs = service_pairs(rows)
+    assert pairs["request_rate"].tolist() == [10, 20]  # one pair a rate: the paced rows are not pairs of their own
+    ten, twenty = pairs.iloc[0], pairs.iloc[1]
+    assert ten["tpot_ms_p50_wall"] == pytest.approx(2.6) and ten["tpot_ms_p50_sim"] == pytest.approx(2.0)
+    # the paced simulations of the rate's runs, by their median, as the wall runs are: 2.4 at a pace of 1.2
+    assert ten["tpot_ms_p50_paced"] == pytest.approx(2.4) and ten["machine_pace"] == pytest.approx(1.2)
+    assert ten["tpot_ms_p50_err"] == pytest.approx(2.0 / 2.6 - 1) and ten["tpot_ms_p50_paced_err"] == pytest.approx(2.4 / 2.6 - 1)
+    assert twenty["tpot_ms_p50_paced_err"] == pytest.approx(-0.01)
+    rates = rate_pairs(rows)
+    assert rates["max_rate_err"].tolist() == pytest.approx([0.25]) and rates["max_rate_paced_err"].tolist() == pytest.approx([0.05])
+    own, paced = summary(pairs, rates), summary(pairs, rates, paced=True)
+    assert own["tpot_ms_p50"] == pytest.approx((0.6 / 2.6 + 0.1) / 2)
+    assert paced["tpot_ms_p50"] == pytest.approx((0.2 / 2.6 + 0.01) / 2) and paced["max_rate_rps"] == pytest.approx(0.05)
+    text = "\n".join(clock_section(rows))
+    assert ("Median absolute error below saturation, each simulation priced at the machine's pace in its wall run: "
+            "median TPOT 4%") in text and "At the profile's own pace: median TPOT 17%" in text
+    header = next(line for line in text.splitlines() if "offered req/s" in line)
+    assert "| pace |" in header and "| at pace |" in header and "| 1.20 |" in text and "`pace` is the machine's pace" in text
+    assert "| error at pace |" in text and "| +5% |" in text
+
+
+def test_without_a_pace_the_section_reads_as_before():
+    text = "\n".join(clock_section(_rows()))
+    assert "Median absolute error below saturation: median TPOT 10%" in text
+    assert "at pace" not in text and "| pace |" not in text and "machine's pace" not in text
+    paced = summary(service_pairs(_rows()), rate_pairs(_rows()), paced=True)
+    assert paced == {}

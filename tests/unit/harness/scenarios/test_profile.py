@@ -203,7 +203,8 @@ def validated(tmp_path_factory):
 def test_with_wall_each_rate_is_served_in_the_profiles_process_beside_its_simulation(validated):
     out, rows = validated
     served = [r for r in rows if r.get("clock") == "wall" and r.get("max_rate_rps") is None]
-    sims = [r for r in rows if r.get("clock") == "simulated" and r.get("max_rate_rps") is None]
+    sims = [r for r in rows if r.get("clock") == "simulated" and r.get("max_rate_rps") is None
+            and r.get("machine_pace") is None]  # on the profile's own prices
     key = [(r["request_rate"], r["chunked_prefill"]) for r in sims]
     assert [(r["request_rate"], r["chunked_prefill"]) for r in served] == key == [(20, False), (40, False), (20, True)]
     for wall, sim in zip(served, sims):  # the very requests, scheduled alike, measured on the wall clock
@@ -223,7 +224,8 @@ def test_with_wall_each_rate_is_served_in_the_profiles_process_beside_its_simula
 
 def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_recorded(validated):
     out, rows = validated
-    searched = {r["clock"]: r for r in rows if r.get("max_rate_rps") is not None}
+    searched = {r["clock"]: r for r in rows if r.get("max_rate_rps") is not None
+                and (r["clock"] == "wall" or r.get("machine_pace") is None)}  # the search on the profile's prices
     assert set(searched) == {"wall", "simulated"} and searched["wall"]["probes"] >= 1
     assert searched["wall"]["max_rate_rps"] in (0.0, 20.0, 40.0)  # the search's bracket: start 20, limit 40
     # Its probes are rates the job already served with whole prompts (20 and 40): their rows' verdicts are
@@ -297,7 +299,9 @@ def test_one_pass_re_times_part_of_its_grid_for_the_drift_and_a_rate_served_twic
     assert (table[table.kind == "after_idle"].place == 0).sum() == 1  # and one probe: 3 sleeps
     served = [r for r in rows if r.get("clock") == "wall"]
     assert len(served) == 2 and served[0] is not served[1]
-    assert [r["request_rate"] for r in rows if r.get("clock")] == [20, 20, 20, 20]  # wall, simulated, twice
+    # wall, simulated on the profile's own prices, twice (and each run at its pace where the meter timed a unit in it)
+    assert [r["request_rate"] for r in rows if r.get("clock") and r.get("machine_pace") is None
+            or r.get("clock") == "wall"] == [20, 20, 20, 20]
     steps = pd.read_parquet(out / "steps.parquet")
     assert len(steps[steps.kind == "decode"]) and steps[steps.kind == "decode"].price_s.notna().all()
 
@@ -317,3 +321,39 @@ def test_passes_are_spread_evenly_over_the_tasks_the_last_after_the_last_task():
 def test_without_wall_no_wall_rows_and_no_drift(profiled):
     out, rows = profiled
     assert not any(r.get("clock") == "wall" for r in rows) and rows[0].get("profile_drift") is None
+
+
+def test_with_wall_on_a_cpu_each_run_is_also_simulated_at_the_machines_pace_in_it(validated):
+    """The pace meter (harness/measure/pace_meter.py) timed in the serving thread: each wall run and the wall search
+    carry the machine's pace against the profile's, and each is simulated again with the profile's prices at it."""
+    out, rows = validated
+    served = [r for r in rows if r.get("clock") == "wall" and r.get("max_rate_rps") is None]
+    sims = [r for r in rows if r.get("clock") == "simulated" and r.get("max_rate_rps") is None]
+    own = [r for r in sims if r.get("machine_pace") is None]
+    paced = {(r["request_rate"], r["chunked_prefill"]): r for r in sims if r.get("machine_pace") is not None}
+    assert len(own) == len(served) == 3
+    # a run the engine never settled in (SETTLED steps since a sleep) times no unit: no pace, no second simulation
+    timed = [w for w in served if w.get("machine_pace") is not None]
+    assert timed and len(paced) == len(timed)
+    for wall, sim in zip(served, own):
+        if wall.get("machine_pace") is None:
+            continue
+        at = paced[(wall["request_rate"], wall["chunked_prefill"])]
+        assert 0.2 < wall["machine_pace"] < 5 and at["machine_pace"] == wall["machine_pace"]
+        assert all(at[k] == sim[k] for k in ("workload_digest", "chunked_prefill", "max_num_batched_tokens",
+                                             "request_rate", "clock_source"))
+        assert at["notes"].startswith(f"priced at the machine's pace in its wall run: {wall['machine_pace']:.3f}x")
+        if abs(wall["machine_pace"] - 1) > 0.02:  # the same requests, every price scaled: other latencies
+            assert at["tpot_ms_p50"] != sim["tpot_ms_p50"]
+    # each unit followed a step the engine ran SETTLED or more steps after its last sleep, the unit's own time
+    # between two steps counted as the engine's, not as a sleep (its steps table's pace_unit_s)
+    from kvbench.harness.measure.pace_meter import SETTLED
+
+    steps = pd.read_parquet(out / "steps.parquet")
+    followed = steps[steps.pace_unit_s.notna()]
+    assert len(followed) and (followed.place >= SETTLED).all() and (followed.pace_unit_s > 0).all()
+    searches = [r for r in rows if r.get("max_rate_rps") is not None]
+    wall_search = next(r for r in searches if r["clock"] == "wall")
+    paced_search = [r for r in searches if r["clock"] == "simulated" and r.get("machine_pace") is not None]
+    assert len(paced_search) == 1 and paced_search[0]["machine_pace"] == wall_search["machine_pace"]
+    assert "priced at the machine's pace in the wall search" in paced_search[0]["notes"]

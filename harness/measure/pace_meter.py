@@ -1,0 +1,141 @@
+"""The machine's pace: one fixed unit of the model's own work, timed in the serving thread while a validating job
+measures its profile and while it serves its wall runs.
+
+On the shared 2-core CPU machines the same code's steps run 0.8x to 1.9x their usual time for seconds to tens of
+seconds at a stretch, with no load, no steal and no other process in the guest (docs/figures.md "Why the runs
+move"): the host's. A wall run of 10-30 s caught in such a spell is slower than the profile priced it, whatever the
+price. A probe on the other core does not see it (two probes' 1-second windows, one per core, correlated at
+0.15-0.32); the thread that serves does.
+
+The unit is the model's dense work at one fixed input: ``ROWS`` token rows through every layer's MLP (its norm
+first) and the logits, on the model's own weights and kernels, with no cache and no attention. It knows nothing of
+the shapes, the cache or the schedule a simulation prices, only how fast this thread runs the model's kind of work
+now. A validating job times it after each grid point of its profile (the profile's pace) and, at most every
+``PERIOD_S``, after a step of each wall run once the engine has run ``SETTLED`` steps since it last slept (the run's
+pace); a run's pace is its median unit over the profile's
+(harness/scenarios/profile.py prices the run's simulation at it).
+
+Measured on the AMD EPYC 2-core (docs/figures.md "The machine's pace"): over seven runs of the clock validation (the
+meter as it was refined; the last two as committed), the runs' pace and their steps' own wall time over their prices
+correlated at 0.51-0.87 by run; the simulations priced at
+the pace came nearer the wall in five of the seven (median TPOT error below saturation over the seven runs 8%, at the
+profile's own prices 17%; E2EL 9% and 18%), further in two quiet ones (TPOT 4% -> 8%, 8% -> 18%). A fixed loop of
+small torch ops (harness/measure/steadiness.py's), timed so, swung about twice as far as the model's steps in a
+spell: it can flag one but not price it.
+
+A tick adds one unit between two steps of a run (about 1.4 ms for tiny-llama: 0.6% of a run at a tick a quarter
+second); ticks come at most every ``PERIOD_S`` and never more often than keeps them under ``MAX_SHARE`` of the run,
+whatever the model's size. The wall figures include them; the simulated ones do not.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+PERIOD_S = 0.25  # at most one unit a quarter second of a wall run
+MAX_SHARE = 0.01  # and the units at most this share of it: a larger model's unit comes less often
+SETTLED = 8  # steps since the engine last slept before a wall run's tick (after_idle.py: by then at about 1x)
+ROWS = 4  # token rows of the unit: a small decode batch's
+WARM_UNITS = 5  # untimed units first: the weights in cache, the dispatcher's paths warm
+
+
+def model_unit(model, rows: int = ROWS, seed: int = 0) -> Callable[[], float]:
+    """The unit: ``rows`` fixed tokens' hidden rows through every layer's MLP (after its post-attention norm) and the
+    logits, on ``model``'s weights and kernels; a callable that runs it once and returns its seconds. Every family
+    here has these parts (harness/model: each decoder layer's ``mlp`` and ``post_attention_layernorm``, the model's
+    ``embed_tokens`` and ``logits``); a mixture of experts routes the fixed rows to the same experts every time."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, model.cfg.vocab_size, (rows,), generator=gen).to(model.device)
+
+    def run() -> float:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            h = model.embed_tokens(ids)
+            for layer in model.layers:
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
+            model.logits(h)
+        return time.perf_counter() - start
+
+    return run
+
+
+@dataclass
+class PaceMeter:
+    """The unit's times in this process, in order (``ticks``): ``tick`` times one; ``observe`` is a step observer
+    (the engine's ``observer``) that ticks at most every ``PERIOD_S`` (and ``MAX_SHARE``); ``mark`` and ``since``
+    cut out a span of them."""
+
+    unit: Callable[[], float]
+    # the shortest gap between two steps that is a sleep (harness/serving/after_idle.py MIN_IDLE_S: the serving
+    # room's, passed down to this one)
+    min_idle_s: float
+    ticks: list[float] = field(default_factory=list)
+    # each tick's step: how many steps ``observe`` had seen before the one the unit followed (None: a tick of the
+    # profile's, between its points), so that a run's steps table can tell the unit's time from a sleep
+    after: list[int | None] = field(default_factory=list)
+    steps_seen: int = 0
+    _run_first: int = 0  # the steps seen before the last run's first step
+    _next: float = float("-inf")  # perf_counter before which ``observe`` does not tick
+    _end: float | None = None  # the last observed step's end on its run's clock
+    _place: int = 0  # its place since the engine last slept (0: the first step after a sleep)
+    _ticked: float = 0.0  # the unit timed after it, if any: time between two steps that is no sleep
+
+    @classmethod
+    def of_model(cls, model, min_idle_s: float) -> PaceMeter:
+        meter = cls(model_unit(model), min_idle_s)
+        for _ in range(WARM_UNITS):
+            meter.unit()
+        return meter
+
+    def tick(self, after: int | None = None) -> float:
+        took = self.unit()
+        self.ticks.append(took)
+        self.after.append(after)
+        self._next = time.perf_counter() + max(PERIOD_S, took / MAX_SHARE)
+        return took
+
+    def observe(self, rec=None, *_step) -> None:
+        """After a step (its record; the plan and the finished sequences unused): one unit, if its time has come and
+        the engine has run ``SETTLED`` steps since it last slept. A unit right after a sleep and the step that ends
+        it runs cold, as those steps do (harness/serving/after_idle.py): at 2 req/s, where most steps follow a sleep,
+        units timed so read 1.35-1.47x in three runs of five where the steps ran at 1.08-1.18x their prices."""
+        self.steps_seen += 1
+        start, duration = getattr(rec, "start_s", None), getattr(rec, "duration_s", None)
+        if start is not None and duration is not None:
+            # a new run's clock starts again from 0; a tick's own time between two steps is no sleep
+            if self._end is None or start < self._end:  # a new run (a repeat's, or the next rate's)
+                self._run_first = self.steps_seen - 1
+            slept = self._end is None or start < self._end or start - self._end - self._ticked >= self.min_idle_s
+            self._place = 0 if slept else self._place + 1
+            self._end, self._ticked = start + duration, 0.0
+            if self._place < SETTLED:
+                return
+        if time.perf_counter() >= self._next:
+            self._ticked = self.tick(self.steps_seen - 1)
+
+    def mark(self) -> tuple[int, int]:
+        """Where a span starts: (ticks, steps seen) so far."""
+        return len(self.ticks), self.steps_seen
+
+    def since(self, mark: tuple[int, int]) -> list[float]:
+        """The units timed since ``mark``."""
+        return self.ticks[mark[0]:]
+
+    def after_steps(self, mark: tuple[int, int]) -> dict[int, float]:
+        """The units timed since ``mark`` after the steps of the last run observed, by the step's place in that
+        run (its row in the run's steps table: a scenario=decode row's is its last repeat's)."""
+        first = max(mark[1], self._run_first)
+        return {k - first: t for t, k in zip(self.ticks[mark[0]:], self.after[mark[0]:]) if k is not None and k >= first}
+
+
+def pace(run: list[float], profile: list[float]) -> float | None:
+    """The machine's pace in a run against its profile's: the run's median unit over the profile's (1.2: the run's
+    thread took 1.2x as long for the same work); None without a unit on either side."""
+    if not run or not profile:
+        return None
+    return statistics.median(run) / statistics.median(profile)
