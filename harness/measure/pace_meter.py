@@ -15,11 +15,9 @@ now. A validating job times it after each grid point of its profile (the profile
 pace); a run's pace is its median unit over the profile's
 (harness/scenarios/profile.py prices the run's simulation at it).
 
-Measured on the AMD EPYC 2-core (docs/figures.md "The machine's pace"): over seven runs of the clock validation (the
-meter as it was refined; the last two as committed), the runs' pace and their steps' own wall time over their prices
-correlated at 0.51-0.87 by run; the simulations priced at
-the pace came nearer the wall in five of the seven (median TPOT error below saturation over the seven runs 8%, at the
-profile's own prices 17%; E2EL 9% and 18%), further in two quiet ones (TPOT 4% -> 8%, 8% -> 18%). A fixed loop of
+Measured on the AMD EPYC 2-core over the runs docs/figures.md "The machine's pace" lists: the runs' pace and their
+steps' own wall time over their prices correlated at 0.51-0.89 by run, and the simulations priced at the pace came
+nearer the wall in most runs, by half or more in those a spell caught, further in some quiet ones. A fixed loop of
 small torch ops (harness/measure/steadiness.py's), timed so, swung about twice as far as the model's steps in a
 spell: it can flag one but not price it.
 

@@ -207,3 +207,17 @@ def test_without_a_pace_the_section_reads_as_before():
     assert "at pace" not in text and "| pace |" not in text and "machine's pace" not in text
     paced = summary(service_pairs(_rows()), rate_pairs(_rows()), paced=True)
     assert paced == {}
+
+
+def test_the_medians_at_pace_keep_a_drifted_jobs_pairs_those_at_the_profiles_own_pace_do_not():
+    rows = _paced_job()
+    rows = pd.concat([rows, pd.DataFrame([{**SETUP, "scenario": "profile", "clock_source": "profile-a",
+                                            "profile_drift": 0.4, "run_dir": "p/0"}])], ignore_index=True)
+    pairs, rates = service_pairs(rows), rate_pairs(rows)
+    assert pairs["drifted"].all()
+    assert summary(pairs, rates) == {}  # the machine moved under the profile: no median at its own prices
+    paced = summary(pairs, rates, paced=True)  # the pace measured the machine in each run
+    assert paced["tpot_ms_p50"] == pytest.approx((0.2 / 2.6 + 0.01) / 2)
+    text = "\n".join(clock_section(rows))
+    assert "each simulation priced at the machine's pace in its wall run: median TPOT 4%" in text
+    assert "out of the medians at the profile's own pace; the medians at the machine's pace keep them" in text
