@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvbench.harness.measure.pace_meter import SETTLED
 from kvbench.harness.report.selection import measured_as, ok_rows
 from kvbench.harness.report.tables import md_table, md_text, pick
 
@@ -24,8 +25,9 @@ SATURATED = 0.9  # achieved over offered rate below which a run is saturated
 MAX_DRIFT = 0.15
 PACE_SAID = ("`pace` is the machine's pace in the wall run against its pace while the job measured its profile: "
              "the median time of one fixed unit of the model's own dense work (its layers' MLPs and the logits, "
-             "no cache), timed in the serving thread between the profile's points and every quarter second of the "
-             "wall run (harness/measure/pace_meter.py; 1.20: the same work took 1.2x as long). On the shared 2-core "
+             "no cache), timed in the serving thread between the profile's points and at most every quarter second "
+             f"of the wall run, once the engine has run {SETTLED} steps since it last slept "
+             "(harness/measure/pace_meter.py; 1.20: the same work took 1.2x as long). On the shared 2-core "
              "machines the host slows a thread by up to 1.9x for seconds to tens of seconds, unseen from inside: "
              "`at pace` is the error of the same simulation with every price scaled by the run's pace, the clock's "
              "error with the machine's speed in the run measured rather than assumed.\n")
