@@ -278,7 +278,16 @@ def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_t
                                             * factor("decode", rec.place))
     for rec in prefill.itertuples():
         assert rec.price_s == pytest.approx(clock.prefill_s(int(rec.tokens)) * factor("prefill", rec.place))
-    assert (prefill.place == 0).any() and (decode.place > 0).all()
+    assert (prefill.place == 0).any()
+    # a decode step never follows a sleep (the engine sleeps only with nothing running); one at place 0 follows a
+    # stall of MIN_IDLE_S or more that was no sleep (the OS, on a loaded machine: 1 in 84,365 decode steps of this
+    # session's validation runs), never the gap a pace meter's unit left (``pace_unit_s``, the engine's own time)
+    from kvbench.harness.serving.after_idle import MIN_IDLE_S
+
+    ends = steps.groupby(["request_rate", "chunked_prefill"], group_keys=False).apply(
+        lambda g: g.start_s.shift(1) + g.duration_s.shift(1) + g.pace_unit_s.shift(1).fillna(0.0))
+    cold = decode[decode.place == 0]
+    assert len(cold) <= max(1, len(decode) // 20) and ((cold.start_s - ends[cold.index]) >= MIN_IDLE_S).all()
 
 
 @pytest.fixture(scope="module")
