@@ -51,8 +51,9 @@ SERVICE_COLUMNS = [
         C("profile_drift", "float", "fraction", "scenario=profile with scenario.wall: re-timed points over first "
           "timed ones, less 1, at the job's end"),
         C("machine_pace", "float", "ratio", "scenario=profile with scenario.wall on a CPU: the machine's pace in a wall "
-          "run (or the wall search) against its pace while the profile was measured, the median time of one fixed unit "
-          "of work timed in the serving thread during each (harness/measure/pace_meter.py; 1.2: 1.2x as long); on a "
+          "run (or the wall search) against its pace while the profile was measured: one fixed unit of work timed in "
+          "the serving thread during each, the median over the run's units of each over the profile's after a step of "
+          "the same batch (harness/measure/pace_meter.py; 1.2: 1.2x as long); on a "
           "simulated row, the pace its prices were scaled by (the row of the same rate without it: the profile's own)"),
     ),
     *group(

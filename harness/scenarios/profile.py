@@ -151,7 +151,8 @@ def points_of(rows: list[dict]) -> ProfilePoints:
 
     prefill = [r for r in rows if r["kind"] == "prefill"]
     idle = {r["place"]: r["factor"] for r in rows if r["kind"] == "after_idle"}
-    after = AfterIdle.from_places(idle) if idle else None
+    busy = {r["place"]: r["factor"] for r in rows if r["kind"] == "after_busy"}
+    after = AfterIdle.from_places(idle, busy or None) if idle else None
     return ProfilePoints(tuple((r["batch"], r["context"], r["seconds"]) for r in rows if r["kind"] == "decode"),
                          tuple((r["tokens"], r["seconds"]) for r in prefill),
                          prefill_path_s((r["tokens"], r.get("attention_seconds")) for r in prefill), after)
@@ -298,9 +299,12 @@ def run(job: JobRun, workload: JobWorkload, compute: Compute, budget: JobBudget,
     points = points_of(rows)
     pid = profile_id(points)
     spread = f"; measured in {sc.passes} passes spread over the wall runs" if tasks and sc.passes > 1 else ""
-    idle = (f"; after a sleep: the prefill at {points.after_idle.prefill:.2f}x its price, decode steps "
-            + ", ".join(f"{f:.2f}x" for k, f in points.after_idle.decode if k in DECODE_BINS)
-            if points.after_idle else "; no after-idle factors (the probe left a place without a step, or measured "
+    after = points.after_idle
+    idle = (f"; after a sleep: the prefill at {after.prefill:.2f}x its price, decode steps "
+            + ", ".join(f"{f:.2f}x" for k, f in after.decode if k in DECODE_BINS)
+            + ("" if after.busy is None else f"; a busy prefill at {after.busy.prefill:.2f}x, decode steps after it "
+               + ", ".join(f"{f:.2f}x" for k, f in after.busy.decode if k in DECODE_BINS))
+            if after else "; no after-idle factors (the probe left a place without a step, or measured "
             "a factor outside [0.2, 5]: every step priced as its grid)")
     summary = {"status": "ok", "clock_source": pid, "probes": len(rows), **attention_shares(rows),
                "notes": f"{len(points.decode)} decode and {len(points.prefill)} prefill points{spread}{idle}; "

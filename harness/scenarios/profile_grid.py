@@ -16,6 +16,8 @@ from kvbench.harness.config import ImplConfig
 from kvbench.harness.scenarios import after_idle_probe
 from kvbench.harness.scenarios.after_idle_probe import Sample
 
+from kvbench.harness.measure.pace_meter import Unit
+
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     from kvbench.harness.scenarios.compute import Compute
     from kvbench.harness.scenarios.job_run import JobRun
@@ -164,7 +166,7 @@ class GridSampler:
         self.passes: list[dict[Key, tuple[list[float], list[float]]]] = []
         self.idle: list[list[Sample]] = []  # each pass's after-idle probe (harness/scenarios/after_idle_probe.py)
         # the pace meter's units timed between this profile's points (compute.pace: a validating job's)
-        self.pace_s: list[float] = []
+        self.pace_s: list[Unit] = []
         self._prompt_len = prefill_prompt_len(job, workload)
 
     def warm_up(self, times: int) -> None:
@@ -193,7 +195,8 @@ class GridSampler:
                         seconds.append(s)
                         attention.append(a)
             if compute.pace is not None:  # the machine's pace while the profile is measured, point by point
-                self.pace_s.append(compute.pace.tick())
+                batch = key[1] if key[0] == "decode" else 0  # the unit reads the state the point left
+                self.pace_s.append(Unit(compute.pace.tick(batch=batch), batch))
         self.passes.append(got)
         self.idle.append(after_idle_probe.probe(job, compute, impl, self._prompt_len, salt=n))
 

@@ -28,6 +28,7 @@ from kvbench.harness.config import ImplConfig
 if TYPE_CHECKING:  # reading a config imports this module; running it loads torch
     import pandas as pd
 
+    from kvbench.harness.measure.pace_meter import Unit
     from kvbench.harness.scenarios.compute import Compute
     from kvbench.harness.scenarios.context import JobContext
     from kvbench.harness.scenarios.job_run import JobRun
@@ -59,25 +60,29 @@ def probe_identifiers(probe: JobContext, impl: ImplConfig) -> dict:
 
 def priced(steps: pd.DataFrame, clock) -> pd.DataFrame:
     """The steps table (one wall run's, in order) with ``place``, each step's place since the engine last slept,
-    and ``price_s``: what ``clock`` (the job's profile) prices each decode and prefill step at, its shape's price
-    times its place's after-idle factor (harness/serving/after_idle.py), as the simulation prices it, beside its
-    wall ``duration_s`` (a mixed step's split into decodes and chunk is not recorded: left empty)."""
-    from kvbench.harness.serving.after_idle import places
+    ``after_busy``, its place since the busy prefill it follows (empty where its price counts from the sleep), and
+    ``price_s``: what ``clock`` (the job's profile) prices each decode and prefill step at, its shape's price times
+    its place's after-idle factor (harness/serving/after_idle.py), as the simulation prices it, beside its wall
+    ``duration_s`` (a mixed step's split into decodes and chunk is not recorded: left empty)."""
+    from kvbench.harness.serving.after_idle import AfterIdle, places, step_factors
 
-    after = clock.after_idle
+    after = clock.after_idle or AfterIdle(1.0, ((1, 1.0),))  # no factors: every place at 1
     # a pace meter's unit timed right after a step (``pace_unit_s``) is the engine's time, not a sleep
     busy = steps["duration_s"] + (steps["pace_unit_s"].fillna(0.0) if "pace_unit_s" in steps else 0.0)
-    where = places(steps["start_s"].tolist(), busy.tolist())
+    chunked = steps["chunked_prefill"].astype(bool) if "chunked_prefill" in steps else False
+    # a step of prompt chunks alone is a chunk (no busy prefill), as the simulator prices it (sim_chunked.py)
+    kinds = steps["kind"].where(~((steps["kind"] == "prefill") & chunked), "chunk")
+    where = step_factors(after, kinds.tolist(), steps["start_s"].tolist(), busy.tolist())
 
-    def price(kind: str, batch: int, tokens: int, read, place: int) -> float | None:
-        factor = 1.0 if after is None else after.step_factor(kind, place)
+    def price(kind: str, batch: int, tokens: int, read, factor: float) -> float | None:
         if kind == "decode":
             return clock.decode_s(int(batch), int(read)) * factor
-        return clock.prefill_s(int(tokens)) * factor if kind == "prefill" else None
+        return clock.prefill_s(int(tokens)) * factor if kind in ("prefill", "chunk") else None
 
-    return steps.assign(place=where, price_s=[
-        price(k, b, t, r, w) for k, b, t, r, w in
-        zip(steps["kind"], steps["batch"], steps["tokens"], steps["kv_tokens_read"], where)])
+    return steps.assign(place=places(steps["start_s"].tolist(), busy.tolist()),
+                        after_busy=[float(k) if b else None for k, b, _ in where], price_s=[
+        price(k, b, t, r, f) for k, b, t, r, (_, _, f) in
+        zip(kinds, steps["batch"], steps["tokens"], steps["kv_tokens_read"], where)])
 
 
 def wall_row(job: JobRun, compute: Compute, out: Outputs, impl: ImplConfig, rate: float,
@@ -155,8 +160,8 @@ class WallRuns:
     served: dict[float, dict] = field(default_factory=dict)  # whole-prompt rows, whose verdicts the search reuses
     # the pace meter's units timed during each run (by index in ``runs``) and during the search
     # (harness/measure/pace_meter.py; empty without one: compute.pace)
-    paced: dict[int, list[float]] = field(default_factory=dict)
-    search_paced: list[float] = field(default_factory=list)
+    paced: dict[int, list[Unit]] = field(default_factory=dict)
+    search_paced: list[Unit] = field(default_factory=list)
     _served_run: dict[float, int] = field(default_factory=dict)  # rate -> the index in ``runs`` of its ``served`` row
 
     def tasks(self) -> list[Callable[[], None]]:

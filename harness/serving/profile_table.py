@@ -1,6 +1,6 @@
 """A step profile as a tidy table (``profile.csv`` / ``profile.parquet`` in its run folder), and back.
 
-One row per profiled point of one impl: ``kind`` (decode | prefill | after_idle), ``batch`` and ``context``
+One row per profiled point of one impl: ``kind`` (decode | prefill | after_idle | after_busy), ``batch`` and ``context``
 (decode: sequences, and the mean KV tokens each step's attention read per sequence), ``tokens``
 (prefill: prompt tokens the forward computed), ``seconds`` (the median step), ``seconds_p10``,
 ``seconds_p90`` and ``samples``; ``attention_seconds`` (the median step's time in the cache's
@@ -10,7 +10,8 @@ columns say how much of a step is the cache's, and may be absent in a table made
 ``after_idle`` rows (absent in a table made before them) hold what the steps after the engine slept cost
 against the points' prices: ``place`` (the step's place since the sleep: 0 the prefill, then the first decode
 place of each bin) and ``factor`` (the median of its steps' time over their price), with the bin's median step
-in ``seconds`` (harness/serving/after_idle.py).
+in ``seconds`` (harness/serving/after_idle.py); ``after_busy`` rows the same after a busy prefill (one run between
+decode steps, with no sleep before it: place 0 that prefill), absent in a table made before them.
 Each row also records what measured it (``PROVENANCE``: model, dtype, KV store, kernel, device and
 kvbench's commit), absent in a table made before that record; harness/serving/clocks.py compares it
 with the run a profile prices. ``clock_profile=PATH`` (a run folder holding the table, or the
@@ -41,12 +42,13 @@ from kvbench.harness.serving.profiled_clock import ProfiledClock, ProfilePoints,
 PROFILE = "profile"  # the table's name in a run folder
 PROFILE_COLUMNS = ["impl", "kind", "batch", "context", "tokens", "seconds", "seconds_p10", "seconds_p90", "samples",
                    "attention_seconds", "attention_share", "place", "factor"]
-KINDS = ("decode", "prefill", "after_idle")
+KINDS = ("decode", "prefill", "after_idle", "after_busy")
 # The columns each kind of point needs (the others of its row may be empty).
 NEEDED = {"decode": ("batch", "context", "seconds"), "prefill": ("tokens", "seconds"),
-          "after_idle": ("place", "factor")}
+          "after_idle": ("place", "factor"), "after_busy": ("place", "factor")}
 # A point's identity: a table holding one twice would have the last row win silently.
-POINT_KEYS = {"decode": ("batch", "context"), "prefill": ("tokens",), "after_idle": ("place",)}
+POINT_KEYS = {"decode": ("batch", "context"), "prefill": ("tokens",), "after_idle": ("place",),
+              "after_busy": ("place",)}
 
 # One step's plausible time. 100 ns is far below any forward pass (a GPU kernel launch alone takes a few us, the
 # engine's host work per step tens of us), so a time below it is a zero or a unit slip (ns written as s); 1000 s
@@ -288,24 +290,34 @@ def clock_from_table(df: pd.DataFrame, impl: str, source: str) -> ProfiledClock:
                            tuple((int(t), float(s)) for t, s in zip(prefill["tokens"], prefill["seconds"])),
                            prefill_path_s((int(t), None if pd.isna(a) else float(a))
                                           for t, a in zip(prefill["tokens"], attention)),
-                           _after_idle(rows[rows["kind"] == "after_idle"], impl, source))
+                           _after_idle(rows[rows["kind"] == "after_idle"], rows[rows["kind"] == "after_busy"], impl,
+                                       source))
     if not points.decode or not points.prefill:
         raise ConfigError(f"clock_profile={source}: impl {shown(impl)} needs decode and prefill points "
                           f"(it has {len(points.decode)} and {len(points.prefill)})")
     return ProfiledClock(points)
 
 
-def _after_idle(rows: pd.DataFrame, impl: str, source: str) -> AfterIdle | None:
-    """An impl's after-idle rows as factors (harness/serving/after_idle.py); None where it has none. Place 0 is the
-    prefill's; the decode places, ascending from 1, each hold up to the next."""
+def _after_idle(rows: pd.DataFrame, busy: pd.DataFrame, impl: str, source: str) -> AfterIdle | None:
+    """An impl's after-idle rows (and after-busy ones) as factors (harness/serving/after_idle.py); None where it has
+    none. Place 0 is the prefill's; the decode places, ascending from 1, each hold up to the next."""
     if rows.empty:
+        if not busy.empty:
+            raise ConfigError(f"clock_profile={source}: impl {shown(impl)} has after_busy rows but no after_idle "
+                              "ones: the busy curve is the after-idle one's second half")
         return None
-    by_place = {int(p): float(f) for p, f in zip(rows["place"], rows["factor"])}
-    if 0 not in by_place or 1 not in by_place:
-        raise ConfigError(f"clock_profile={source}: impl {shown(impl)}'s after_idle rows need place 0 (the prefill "
-                          f"after a sleep) and place 1 (the first decode step); it has places "
-                          f"{', '.join(str(p) for p in sorted(by_place))}")
-    return AfterIdle.from_places(by_place)
+    curves = []
+    for kind, part, what in (("after_idle", rows, "after a sleep"), ("after_busy", busy, "run between decodes")):
+        by_place = {int(p): float(f) for p, f in zip(part["place"], part["factor"])}
+        if part is busy and part.empty:
+            curves.append(None)
+            continue
+        if 0 not in by_place or 1 not in by_place:
+            raise ConfigError(f"clock_profile={source}: impl {shown(impl)}'s {kind} rows need place 0 (the prefill "
+                              f"{what}) and place 1 (the first decode step); it has places "
+                              f"{', '.join(str(p) for p in sorted(by_place))}")
+        curves.append(by_place)
+    return AfterIdle.from_places(curves[0], curves[1])
 
 
 def load_profile(path: str, impl: str) -> tuple[ProfiledClock, Provenance | None, str]:

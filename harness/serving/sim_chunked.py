@@ -61,8 +61,9 @@ class ChunkedSteps:
         start = duration = None
         if clock is not None:
             spans = tuple((c.start, c.end) for c in plan.chunks)
-            # a step of prompt chunks alone is a prefill by its place after a sleep; one with decodes, a decode
-            factor = self._step_factor("decode" if batch else "prefill") if batch or chunk_tokens else 1.0
+            # a step of prompt chunks alone is a chunk by its place after a sleep (no busy prefill: after_idle.py);
+            # one with decodes, a decode
+            factor = self._step_factor("decode" if batch else "chunk") if batch or chunk_tokens else 1.0
             duration = host_s + (clock.mixed_s(chunk_tokens, batch, kv_read, spans) * factor
                                  if batch or chunk_tokens else 0.0)
             start, self.now = self.now, self.now + duration

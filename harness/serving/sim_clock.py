@@ -40,19 +40,25 @@ class ClockedSteps:
     """The clock's side of a run: host-copy time, step prices by their place after a sleep, inter-token gaps, a
     jump's end before an arrival."""
 
-    since: int  # the next step's place since the engine last slept (STEADY before any sleep)
+    since: int  # the next step's place since the engine last slept (STEADY before any sleep), or since ``busy``
+    busy: bool  # whether ``since`` counts from a busy prefill (after_idle.py), not from a sleep
     after_idle: AfterIdle | None  # the clock's factors (None: every place priced alike)
 
     def idled(self, seconds: float) -> None:
         """The engine waited ``seconds`` for an arrival with nothing to run: a sleep, if long enough."""
         if seconds >= MIN_IDLE_S:
-            self.since = 0
+            self.since, self.busy = 0, False
 
     def _step_factor(self, kind: str) -> float:
-        """The next step's factor (and it takes its place: the one after it is one later)."""
+        """The next step's factor (``kind``: prefill, chunk, decode or mixed), and it takes its place: the one
+        after it is one later, or the first after a busy prefill."""
         after, k = self.after_idle, self.since
-        self.since += 1
-        return 1.0 if after is None else after.step_factor(kind, k)
+        if after is None:
+            self.since += 1
+            return 1.0
+        factor = after.step_factor(kind, k, self.busy)
+        self.since, self.busy = after.next_place(kind, k, self.busy)
+        return factor
 
     def _decode_price(self, batch: int, kv_first: int, steps: int, counted: bool) -> float:
         """``steps`` decode steps from place ``since`` on: the clock's price of each run of places sharing a
@@ -62,17 +68,18 @@ class ClockedSteps:
         if after is None:
             return price(batch, kv_first, steps)
         total, done = 0.0, 0
-        for n, factor in after.segments(self.since, steps):
+        for n, factor in after.segments(self.since, steps, self.busy):
             total += factor * price(batch, kv_first + done * batch, n)
             done += n
         return total
 
-    def _step_prices(self, batch: int, kv_first: int, steps: int, first_place: int) -> list[float]:
-        """Each of a record's decode steps' own price (uncounted), from place ``first_place`` on."""
+    def _step_prices(self, batch: int, kv_first: int, steps: int, first_place: int, busy: bool = False) -> list[float]:
+        """Each of a record's decode steps' own price (uncounted), from place ``first_place`` on (``busy``: counted
+        from a busy prefill)."""
         durations = self.clock.decode_steps_s(batch, kv_first, steps)
         after = self.after_idle
         if after is not None:
-            durations = [d * after.decode_factor(first_place + j) for j, d in enumerate(durations)]
+            durations = [d * after.decode_factor(first_place + j, busy) for j, d in enumerate(durations)]
         return durations
 
     def _host_s(self, plan: StepPlan) -> float:
@@ -83,15 +90,15 @@ class ClockedSteps:
         return self.clock.host_copy_s(len(copies.stores), len(copies.loads), self.alloc.block_size)
 
     def _gaps(self, batch: int, kv_first: int, steps: int, host_s: float = 0.0,
-              durations: Optional[list[float]] = None, first_place: int = STEADY) -> None:
+              durations: Optional[list[float]] = None, first_place: int = STEADY, busy: bool = False) -> None:
         """The inter-token gaps of a decode record: its first step's token follows each sequence's
         previous one across the prefills since the last decode record (a sequence those prefills
         started waited only for the later ones); every later step's gap is that step's duration,
         for all ``batch`` sequences. A preempted sequence's stall shows in its E2EL, not here.
-        ``first_place``: the record's first step's place since the engine slept."""
+        ``first_place``: the record's first step's place since the engine slept (``busy``: since a busy prefill)."""
         gaps, counts = self.itl_gaps, self.itl_counts
         if durations is None:  # priced, not counted again: the record's decode_s counted these steps
-            durations = self._step_prices(batch, kv_first, steps, first_place)
+            durations = self._step_prices(batch, kv_first, steps, first_place, busy)
             durations[0] += host_s
         started = min(batch, sum(n for _, n in self._stalls))
         stall = sum(d for d, _ in self._stalls)

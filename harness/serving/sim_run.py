@@ -58,6 +58,7 @@ class Run(ChunkedSteps, ClockedSteps):
         self.prefill_steps = 0
         self.idle_s = 0.0
         self.since = STEADY  # the next step's place since the engine last slept (sim_clock.py ClockedSteps)
+        self.busy = False  # ``since`` counts from a busy prefill (harness/serving/after_idle.py)
         self.after_idle = getattr(clock, "after_idle", None)  # a profile's factors by place (the roofline has none)
         # With a clock: inter-token gaps as (seconds, count). The prefills since the last decode
         # record stall every running sequence: (duration, sequences that prefill started).
@@ -234,7 +235,7 @@ class Run(ChunkedSteps, ClockedSteps):
         if next_arrival is not None:
             steps = self._until(next_arrival, batch, kv_first, steps, host_s)
         last = self.done + steps
-        first_place = self.since
+        first_place, busy = self.since, self.busy
         finished = self.finishing.at(last)
         finished.sort(key=self.rank.__getitem__)  # released in running order, as a real step does (LRU order)
         for s in finished:
@@ -243,7 +244,7 @@ class Run(ChunkedSteps, ClockedSteps):
         rec = self._record("decode", steps, batch, batch * steps, kv_first, self._owed(last), len(plan.preempted),
                            host_s)
         if self.clock is not None:
-            self._gaps(batch, kv_first, steps, host_s, first_place=first_place)
+            self._gaps(batch, kv_first, steps, host_s, first_place=first_place, busy=busy)
             for s in finished:
                 s.finish_s = self.now + self.frontend_s
         if self.observer is not None:

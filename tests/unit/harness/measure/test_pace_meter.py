@@ -8,7 +8,7 @@ import random
 import pytest
 
 from kvbench.harness.measure import pace_meter
-from kvbench.harness.measure.pace_meter import MAX_SHARE, PERIOD_S, PaceMeter, model_unit, pace
+from kvbench.harness.measure.pace_meter import MAX_SHARE, PERIOD_S, PaceMeter, Unit, model_unit, pace, reference
 
 
 TINY = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-gemma3", "tiny-gpt-oss"]
@@ -48,7 +48,7 @@ def test_observe_ticks_at_most_every_period_and_within_its_share(monkeypatch):
     meter = PaceMeter(unit, 0.002)
     for _ in range(5):  # many steps within one period: one tick
         meter.observe(None, None, [])
-    assert meter.ticks == [0.001]
+    assert meter.ticks == [Unit(0.001, 0)]  # after no step's record: no batch known
     now[0] += PERIOD_S - 1e-6
     meter.observe()
     assert len(meter.ticks) == 1
@@ -68,12 +68,36 @@ def test_observe_ticks_at_most_every_period_and_within_its_share(monkeypatch):
     assert len(meter.ticks) == 4
     start = meter.mark()
     meter.tick()
-    assert meter.since(start) == [0.05] and meter.since((0, 0)) == meter.ticks
+    assert meter.since(start) == [Unit(0.05, 0)] and meter.since((0, 0)) == meter.ticks
 
 
-def test_pace_is_the_runs_median_unit_over_the_profiles():
-    assert pace([2.0, 2.4, 9.0], [1.0, 2.0, 2.0, 3.0]) == pytest.approx(1.2)
-    assert pace([], [1.0]) is None and pace([1.0], []) is None
+def test_pace_is_the_runs_median_unit_over_the_profiles_after_the_same_batch():
+    """A unit reads the state the step before it left (a large batch's: slower); each is set beside the profile's
+    after the same batch, linear between its batches, the nearest beyond them, its prefill points' after a prefill."""
+    u = [Unit(s) for s in (1.0, 2.0, 2.0, 3.0)]
+    assert pace([Unit(2.0), Unit(2.4), Unit(9.0)], u) == pytest.approx(1.2)  # one state: a ratio of medians
+    assert pace([], u) is None and pace([Unit(1.0)], []) is None
+    profile = [Unit(1.0, 1), Unit(1.2, 1), Unit(1.1, 1), Unit(2.0, 16), Unit(2.2, 16), Unit(0.5, 0)]
+    ref = reference(profile)
+    assert [ref(b) for b in (1, 16, 32, 0)] == pytest.approx([1.1, 2.1, 2.1, 0.5])
+    assert ref(6) == pytest.approx(1.1 + (2.1 - 1.1) / 3)  # a third of the way from batch 1 to 16
+    # a run of large batches as fast as the profile: pace 1, where the medians of all units would say 1.9
+    run = [Unit(2.1, 16)] * 5 + [Unit(1.1, 1)]
+    assert pace(run, profile) == pytest.approx(1.0)
+    assert pace([Unit(1.65, 1), Unit(3.15, 16), Unit(3.3, 20)], profile) == pytest.approx(1.5)
+    assert reference([Unit(1.0, 4), Unit(3.0, 4)])(0) == 2.0  # no prefill point: all its units'
+
+
+def test_a_wall_unit_records_the_batch_of_the_decode_step_it_followed(monkeypatch):
+    from types import SimpleNamespace
+
+    now = [0.0]
+    monkeypatch.setattr(pace_meter.time, "perf_counter", lambda: now[0])
+    meter = PaceMeter(lambda: 0.001, 0.002)
+    for i, (kind, batch) in enumerate([("prefill", 3)] + [("decode", 7)] * 9 + [("mixed", 5), ("prefill", 2)]):
+        now[0] += PERIOD_S * 2
+        meter.observe(SimpleNamespace(kind=kind, batch=batch, start_s=0.003 * i, duration_s=0.003), None, [])
+    assert [u.batch for u in meter.ticks] == [7, 7, 5, 0]  # from the 8th step since the sleep on
 
 
 def test_points_at_a_pace_price_every_step_that_many_times_over():

@@ -41,7 +41,7 @@ def profiled(tmp_path_factory):
 def test_the_profile_table_holds_each_grid_point_measured(profiled):
     out, rows = profiled
     table = pd.read_parquet(out / "profile.parquet")
-    table = table[table.kind != "after_idle"]  # the after-idle probe's rows: the test below
+    table = table[~table.kind.isin(["after_idle", "after_busy"])]  # the after-idle probe's rows: the test below
     decode, prefill = table[table.kind == "decode"], table[table.kind == "prefill"]
     assert sorted(zip(decode.batch, decode.context)) == [(1, 10.0), (1, 42.0), (3, 10.0), (3, 42.0)]  # c + 1 + 1
     assert sorted(prefill.tokens) == [16, 100]
@@ -50,7 +50,8 @@ def test_the_profile_table_holds_each_grid_point_measured(profiled):
     assert (table.seconds <= table.seconds_p90).all() and (table.samples == 9).all()
     summary = rows[0]
     assert summary["scenario"] == "profile" and summary["clock_source"].startswith("profile-")
-    assert summary["probes"] == 6 + 5 and "cpu_util" in summary  # the CPU it got while it measured
+    # the grid's 6 points, the after-idle curve's 5 places and the busy one's 5
+    assert summary["probes"] == 6 + 5 + 5 and "cpu_util" in summary  # the CPU it got while it measured
     # attention (the cache's writes and kernel) is timed apart from the dense work, inside each step
     assert (table.attention_seconds > 0).all() and (table.attention_seconds < table.seconds_p90).all()
     assert ((table.attention_share > 0) & (table.attention_share < 1)).all()
@@ -62,7 +63,8 @@ def test_the_profile_table_holds_each_grid_point_measured(profiled):
 def test_the_probe_prices_the_steps_after_a_sleep_and_the_simulated_clock_reads_its_factors(profiled):
     """Each pass ends with the after-idle probe (harness/scenarios/after_idle_probe.py): three sleeps, each then a
     12-token prompt for 32 decode steps (max_seq_len 64 leaves them), so every bin has samples: the prefill's 9,
-    one place each of the early bins, the reference the other 29 places."""
+    one place each of the early bins, the reference the other 29 places; then a second prompt's busy prefill and 8
+    steps of both: the busy curve's prefill, bins and a reference of 5 places."""
     from kvbench.harness.serving.after_idle import DECODE_BINS, MAX_FACTOR, MIN_FACTOR, REFERENCE_FROM
     from kvbench.harness.serving.profile_table import load_profile
 
@@ -76,6 +78,13 @@ def test_the_probe_prices_the_steps_after_a_sleep_and_the_simulated_clock_reads_
     clock, _, _ = load_profile(str(out), "paged_torch")
     assert clock.after_idle.prefill == idle.factor.iloc[0]
     assert [f for _, f in clock.after_idle.decode] == list(idle.factor.iloc[1:])
+    busy = table[table.kind == "after_busy"].sort_values("place")
+    assert list(busy.place) == [0, *DECODE_BINS, REFERENCE_FROM]
+    assert list(busy.samples) == [9, 9, 9, 9, 9 * (8 - REFERENCE_FROM + 1)]
+    assert busy.factor.between(MIN_FACTOR, MAX_FACTOR).all() and busy.factor.iloc[-1] == 1.0
+    assert clock.after_idle.busy.prefill == busy.factor.iloc[0]
+    assert [f for _, f in clock.after_idle.busy.decode] == list(busy.factor.iloc[1:])
+    assert "a busy prefill at" in rows[0]["notes"]
     assert rows[0]["clock_source"] == clock.id  # the factors are part of the profile's identity
     assert "after a sleep: the prefill at" in rows[0]["notes"]
 
@@ -253,7 +262,7 @@ def test_with_wall_the_max_rate_is_searched_on_both_clocks_and_the_drift_is_reco
     drift = rows[0]["profile_drift"]
     assert isinstance(drift, float) and -0.9 < drift < 9  # the last pass's points over the first's, less 1: finite
     table = pd.read_parquet(out / "profile.parquet")
-    assert len(table[table.kind != "after_idle"]) == 6  # one row a point: its passes pooled, not added as points
+    assert len(table[~table.kind.isin(["after_idle", "after_busy"])]) == 6  # one row a point: its passes pooled, not added as points
 
 
 def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_the_whole_profile(validated):
@@ -262,7 +271,7 @@ def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_t
     out, rows = validated
     assert "measured in 3 passes spread over the wall runs" in rows[0]["notes"]
     table = pd.read_parquet(out / "profile.parquet")
-    grid = table[table.kind != "after_idle"]
+    grid = table[~table.kind.isin(["after_idle", "after_busy"])]
     assert (grid.samples == 9).all()  # every pass's samples, the ones after the wall runs began included
     clock = clock_from_table(table, "paged_torch", "profile")
     steps = pd.read_parquet(out / "steps.parquet")
@@ -273,12 +282,19 @@ def test_with_wall_the_passes_span_the_wall_runs_and_their_steps_are_priced_by_t
     factor = clock.after_idle.step_factor
     firsts = steps.groupby(["request_rate", "chunked_prefill"]).head(1)
     assert (firsts.place == 0).all() and (firsts.kind == "prefill").all()
+    def where(rec) -> tuple[int, bool]:  # its place since the sleep, or since the busy prefill it follows
+        return (rec.place, False) if pd.isna(rec.after_busy) else (int(rec.after_busy), True)
+
     for rec in decode.itertuples():
         assert rec.price_s == pytest.approx(clock.decode_s(int(rec.batch), int(rec.kv_tokens_read))
-                                            * factor("decode", rec.place))
+                                            * factor("decode", *where(rec)))
     for rec in prefill.itertuples():
-        assert rec.price_s == pytest.approx(clock.prefill_s(int(rec.tokens)) * factor("prefill", rec.place))
+        kind = "chunk" if rec.chunked_prefill else "prefill"  # a step of prompt chunks alone is no busy prefill
+        assert rec.price_s == pytest.approx(clock.prefill_s(int(rec.tokens)) * factor(kind, *where(rec)))
     assert (prefill.place == 0).any()
+    # a whole prompt's prefill between decode steps starts the busy curve's count: the steps after it count from it
+    busy = prefill[(prefill.place > 0) & ~prefill.chunked_prefill]
+    assert clock.after_idle.busy is not None and len(busy) and (busy.after_busy == 0).all()
     # a decode step never follows a sleep (the engine sleeps only with nothing running); one at place 0 follows a
     # stall of MIN_IDLE_S or more that was no sleep (the OS, on a loaded machine: 1 in 84,365 decode steps of this
     # session's validation runs), never the gap a pace meter's unit left (``pace_unit_s``, the engine's own time)
@@ -303,7 +319,7 @@ def test_one_pass_re_times_part_of_its_grid_for_the_drift_and_a_rate_served_twic
     assert "passes spread" not in summary["notes"]
     assert isinstance(summary["profile_drift"], float) and -0.9 < summary["profile_drift"] < 9
     table = pd.read_parquet(out / "profile.parquet")
-    grid = table[table.kind != "after_idle"]
+    grid = table[~table.kind.isin(["after_idle", "after_busy"])]
     assert len(grid) == 6 and (grid.samples == 3).all()  # one pass: 3 decode steps, 3 prefill forwards
     assert (table[table.kind == "after_idle"].place == 0).sum() == 1  # and one probe: 3 sleeps
     served = [r for r in rows if r.get("clock") == "wall"]

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from kvbench.harness.serving.after_idle import DECODE_BINS, MIN_IDLE_S, REFERENCE_FROM, AfterIdle, fitted, places
+from kvbench.harness.serving.after_idle import (DECODE_BINS, MIN_IDLE_S, REFERENCE_FROM, AfterIdle, fitted, places,
+                                              step_factors)
 
 CURVE = AfterIdle(1.3, ((1, 1.5), (2, 1.2), (4, 1.0), (32, 0.9)))
 
@@ -71,3 +72,44 @@ def test_from_places_reads_a_tables_place_to_factor_map():
         1.3, ((1, 1.5), (2, 1.2), (3, 1.1), (4, 1.0)))
     with pytest.raises(ValueError, match="need place 0"):
         AfterIdle.from_places({1: 1.0})
+
+
+BUSY = AfterIdle(1.3, ((1, 1.5), (2, 1.2), (4, 1.0)), AfterIdle(1.2, ((1, 1.1), (3, 1.0))))
+
+
+def test_a_busy_prefill_takes_its_own_factor_and_the_steps_after_it_count_from_it():
+    """A whole prompt's prefill past place 0 is a busy one (run between decode steps, no sleep before it); a chunk
+    there is priced as measured; without a busy curve the old rule holds (1, and the count goes on)."""
+    assert BUSY.step_factor("prefill", 0) == 1.3 and BUSY.step_factor("prefill", 7) == 1.2
+    assert BUSY.step_factor("prefill", 0, busy=True) == 1.2  # a busy prefill is its own curve's place 0
+    assert BUSY.step_factor("chunk", 0) == 1.3 and BUSY.step_factor("chunk", 7) == 1.0
+    assert [BUSY.decode_factor(k, busy=True) for k in (1, 2, 3, 9)] == [1.1, 1.1, 1.0, 1.0]
+    assert BUSY.next_place("prefill", 7, False) == (1, True) and BUSY.next_place("prefill", 0, False) == (1, False)
+    assert BUSY.next_place("decode", 2, True) == (3, True) and BUSY.next_place("chunk", 5, False) == (6, False)
+    assert CURVE.next_place("prefill", 7, False) == (8, False)  # no busy curve: one place further on
+    assert BUSY.segments(1, 4, busy=True) == [(2, 1.1), (2, 1.0)]
+    with pytest.raises(ValueError, match="no curve of its own"):
+        AfterIdle(1.0, ((1, 1.0),), BUSY)
+
+
+def test_step_factors_follow_a_runs_steps_as_the_simulator_prices_them():
+    # a prefill after a sleep, two decodes, a busy prefill, two decodes, a 10 ms sleep, a prefill, a decode
+    kinds = ["prefill", "decode", "decode", "prefill", "decode", "decode", "prefill", "decode"]
+    starts = [0.0, 0.001, 0.002, 0.003, 0.004, 0.005, 0.016, 0.017]
+    got = step_factors(BUSY, kinds, starts, [0.001] * 8)
+    assert got == [(0, False, 1.3), (1, False, 1.5), (2, False, 1.2), (0, True, 1.2), (1, True, 1.1),
+                   (2, True, 1.1), (0, False, 1.3), (1, False, 1.5)]
+    assert [p for p, _, _ in step_factors(CURVE, kinds, starts, [0.001] * 8)] == [0, 1, 2, 3, 4, 5, 0, 1]
+
+
+def test_the_busy_curve_is_fitted_over_the_same_reference_and_is_left_out_where_a_bin_is_missing():
+    sleep = [("prefill", 0, 1.3, False)] + [("decode", b, 1.0, False) for b in DECODE_BINS]
+    ref = [("decode", k, 0.8, busy) for k in range(REFERENCE_FROM, 12) for busy in (False, True)]
+    busy = [("prefill", 0, 0.96, True)] + [("decode", b, r, True) for b, r in zip(DECODE_BINS, (0.88, 0.84, 0.8))]
+    got = fitted(sleep + ref + busy)
+    assert got.busy.prefill == pytest.approx(1.2)
+    assert [f for _, f in got.busy.decode] == pytest.approx([1.1, 1.05, 1.0, 1.0])
+    assert fitted(sleep + ref + busy[:-1]).busy is None  # the busy curve's last bin never reached: the sleep's alone
+    assert fitted(sleep + ref).busy is None and fitted(sleep + ref).prefill == pytest.approx(1.3 / 0.8)
+    assert AfterIdle.from_places({0: 1.3, 1: 1.5}, {0: 1.2, 1: 1.1, 3: 1.0}) == AfterIdle(
+        1.3, ((1, 1.5),), AfterIdle(1.2, ((1, 1.1), (3, 1.0))))

@@ -154,7 +154,7 @@ def test_a_bool_is_not_a_number(tmp_path):
 
 
 def test_an_unknown_kind_or_an_empty_impl_is_refused(tmp_path):
-    assert "row 2, column kind: 'Decode' is not a kind of point (allowed: decode, prefill, after_idle)" in \
+    assert "row 2, column kind: 'Decode' is not a kind of point (allowed: decode, prefill, after_idle, after_busy)" in \
         _refusal(tmp_path, _with(2, kind="Decode"))
     assert "row 1, column impl is empty" in _refusal(tmp_path, _with(1, impl=None))
 
@@ -198,9 +198,25 @@ def test_a_fifo_in_place_of_the_table_is_refused_not_read(tmp_path):
         read_profile_table(tmp_path)
 
 
-def _after_idle(*places_factors) -> list[dict]:
-    return [{"impl": IMPL, "kind": "after_idle", "place": p, "factor": f, "seconds": 0.002, "samples": 9}
+def _after_idle(*places_factors, kind: str = "after_idle") -> list[dict]:
+    return [{"impl": IMPL, "kind": kind, "place": p, "factor": f, "seconds": 0.002, "samples": 9}
             for p, f in places_factors]
+
+
+def test_after_busy_rows_read_back_as_the_busy_curve_and_alone_are_refused(tmp_path):
+    """The busy prefill's curve (harness/serving/after_idle.py): the after-idle one's second half."""
+    idle = _after_idle((0, 1.3), (1, 1.5), (4, 1.0))
+    busy = _after_idle((0, 1.2), (1, 1.1), (4, 1.0), kind="after_busy")
+    df, source = read_profile_table(_write(tmp_path, _rows() + idle + busy, "parquet"))
+    clock = clock_from_table(df, IMPL, source)
+    assert clock.after_idle.busy.prefill == 1.2 and clock.after_idle.busy.decode == ((1, 1.1), (4, 1.0))
+    without = clock_from_table(read_profile_table(_write(tmp_path, _rows() + idle))[0], IMPL, source)
+    assert without.after_idle.busy is None and without.id != clock.id
+    for rows, said in ((_rows() + busy, "has after_busy rows but no after_idle ones"),
+                       (_rows() + idle + busy[1:], "after_busy rows need place 0 \\(the prefill run between decodes\\)")):
+        path = _write(tmp_path, rows)
+        with pytest.raises(ConfigError, match=said):
+            clock_from_table(read_profile_table(path)[0], IMPL, str(path))
 
 
 def test_after_idle_rows_read_back_as_the_clocks_factors_and_a_table_without_them_has_none(tmp_path):

@@ -46,7 +46,7 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
     order = sorted(range(len(requests)), key=lambda i: times[i])
     now, arrived, steps, peaks = 0.0, 0, [], KVPeaks(BPT)
     after = getattr(clock, "after_idle", None)  # each step priced by its place since the last sleep
-    since = STEADY
+    since, busy = STEADY, False  # (or since the last busy prefill: a whole prompt's, at a place past 0)
     while True:
         while arrived < len(order) and times[order[arrived]] <= now:
             sched.add_request(requests[order[arrived]])
@@ -55,7 +55,7 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
             if arrived == len(order):
                 break
             if times[order[arrived]] - now >= MIN_IDLE_S:
-                since = 0
+                since, busy = 0, False
             now = times[order[arrived]]
             continue
         plan = sched.schedule()
@@ -91,7 +91,7 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
         if clock is not None:
             if kind == "mixed" or (chunked and plan.chunks):
                 duration = clock.mixed_s(chunk_tokens, len(plan.decodes), read, spans)
-                place_kind = "decode" if plan.decodes else "prefill"
+                place_kind = "decode" if plan.decodes else "chunk"
             elif plan.is_prefill:  # a step of swap-ins alone (preemption=swap) computes nothing
                 duration = clock.prefill_s(tokens, spans=spans) if plan.admitted else 0.0
                 place_kind = "prefill" if plan.admitted else None
@@ -99,8 +99,11 @@ def step_by_step(alloc, requests, max_num_seqs, max_tokens, vocab, clock=None, a
                 duration = clock.decode_s(len(plan.decodes), read)
                 place_kind = "decode"
             if after is not None and place_kind is not None:  # a step that computes nothing takes no place
-                duration *= after.step_factor(place_kind, since)
-                since += 1
+                duration *= after.step_factor(place_kind, since, busy)
+                if place_kind == "prefill" and since > 0 and after.busy is not None:
+                    since, busy = 1, True
+                else:
+                    since += 1
             if plan.host_copies:  # the step waits for its host-tier copies
                 duration += clock.host_copy_s(len(plan.host_copies.stores), len(plan.host_copies.loads),
                                               alloc.block_size)
@@ -238,19 +241,46 @@ class SleepyClock(CostModel):
     after_idle = AfterIdle(1.7, ((1, 1.9), (2, 1.3), (3, 1.1), (4, 1.0), (8, 0.95), (16, 0.9), (32, 0.8)))
 
 
+class BusyClock(CostModel):
+    """SleepyClock's factors, and a busy prefill's curve (a prefill between decode steps, after_idle.py)."""
+
+    after_idle = AfterIdle(1.7, SleepyClock.after_idle.decode, AfterIdle(1.4, ((1, 1.6), (2, 1.2), (5, 1.0))))
+
+
 @settings(max_examples=60, deadline=None)
-@given(workloads(), st.integers(0, 2**32), st.booleans())
-def test_each_step_is_priced_by_its_place_after_a_sleep_as_step_by_step(case, seed, chunked):
+@given(workloads(), st.integers(0, 2**32), st.booleans(), st.sampled_from([SleepyClock, BusyClock]))
+def test_each_step_is_priced_by_its_place_after_a_sleep_as_step_by_step(case, seed, chunked, kind):
     """A jump's price is the sum of its steps' own, each times its place's factor: the jumps split where the
-    factor changes, and end before an arrival by those prices."""
+    factor changes, and end before an arrival by those prices; a busy prefill starts its own count."""
     make, requests, max_num_seqs, max_tokens, vocab = case
     rng = random.Random(seed)
     arrivals = [rng.choice([0.0, rng.uniform(0, 0.3)]) for _ in requests]
     if chunked:
         max_tokens = chunk_budget(max_num_seqs, max_tokens)
     plain = tiny_clock(1)
-    clock = SleepyClock(plain.gpu, TINY, engine=EngineSpec("test", step_overhead_us=100))
+    clock = kind(plain.gpu, TINY, engine=EngineSpec("test", step_overhead_us=100))
     assert_same(make, requests, max_num_seqs, max_tokens, vocab, clock, arrivals, chunked)
+
+
+def test_a_prefill_between_decode_steps_costs_the_busy_factor_and_the_steps_after_it_the_busy_places():
+    requests = [Request(0, tuple(range(40)), 50), Request(1, tuple(range(30)), 20)]
+    plain = tiny_clock(1)
+    clock = BusyClock(plain.gpu, TINY, engine=EngineSpec("test", step_overhead_us=100))
+    base = simulate(BlockManager(100, 16), requests, 4, 4096, 32000, BPT, plain, [0.5, 0.5005])
+    # the second arrives while the first decodes, never after a sleep: its prefill is a busy one
+    arrive = next(r for r in base.records if r.kind == "decode").start_s + 0.0001
+    sim = simulate(BlockManager(100, 16), requests, 4, 4096, 32000, BPT, clock, [0.5, arrive])
+    base = simulate(BlockManager(100, 16), requests, 4, 4096, 32000, BPT, plain, [0.5, arrive])
+    pre, plain_pre = ([r for r in run.records if r.kind == "prefill"] for run in (sim, base))
+    assert [r.duration_s for r in pre] == pytest.approx([1.7 * plain_pre[0].duration_s,
+                                                         1.4 * plain_pre[1].duration_s], rel=1e-9)
+    after = [r for r in sim.records if r.kind == "decode" and r.start_s > pre[1].start_s]
+    plain_after = [r for r in base.records if r.kind == "decode" and r.start_s > plain_pre[1].start_s]
+    kv = after[0].kv_tokens_read
+    steps = sum(r.steps for r in after if r.batch == 2)
+    priced = sum(plain.decode_s(2, kv + 2 * j) * clock.after_idle.decode_factor(1 + j, busy=True) for j in range(steps))
+    assert sum(r.duration_s for r in after if r.batch == 2) == pytest.approx(priced, rel=1e-9)
+    assert plain_after[0].batch == 2 and steps == 19  # the second's 19 decode steps, beside the first's
 
 
 def test_the_steps_after_a_sleep_cost_their_factors_and_a_busy_stretch_its_last():
