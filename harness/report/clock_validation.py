@@ -242,8 +242,9 @@ def _step_lines(steps: pd.DataFrame) -> list[str]:
                       sum_ratio=priced["sum_ratio"].map(lambda v: f"{v:.2f}"))
     return ["Each step of those wall runs priced by its job's profile, against its wall time (the clock's own "
             "error, apart from the queue's): price / wall, the median step and the sum of the steps. A step's "
-            "price is its shape's times the factor of its place since the engine last slept, which the profile's "
-            "after-idle probe measured (a profile made before the probe: its shape's alone).\n",
+            "price is its shape's times the factor of its place since the engine last slept, or since the busy "
+            "prefill it follows (a whole prompt's, run between decode steps), which the profile's after-idle probe "
+            "measured (a profile made before the probe: its shape's alone).\n",
             md_table(pick(t, {"run_dir": "run", "impl": "impl", "chunked": "chunked prefill",
                               "rates": "rates", "kind": "step", "steps": "steps",
                               "ratio_p50": "median price / wall", "sum_ratio": "sum price / sum wall"}))]
