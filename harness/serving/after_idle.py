@@ -20,10 +20,11 @@ of its place (harness/serving/sim_clock.py). A profile made before the probe has
 A prefill needs no sleep to disturb the caches. In one validation run on the Intel 2-core (tiny-llama, before this
 curve), a whole-prompt prefill run between decode steps (a *busy* prefill) ran at 1.16-1.26x its price (contiguous,
 paged_cuda; paged_torch 1.15x against its decode steps' level), and the decode steps right after it at 1.07-1.16x,
-1.04-1.09x, 1.01-1.06x the stretch's: the grid times each prefill point right after another prefill, warm for it. ``busy`` holds that curve
-(the same shape: the prefill's factor, then the decode places after it), probed the same way: a second prompt
-arrives while the probe's first sequence decodes. The places after a busy prefill count from it; a chunk of a
-chunked prefill is no busy prefill (its mixed steps are the composition profiled_clock.py ``mixed_s`` prices).
+1.04-1.09x, 1.01-1.06x the stretch's: the grid times each prefill point right after another prefill, warm for it.
+``busy`` holds that curve (the same shape: the prefill's factor, then the decode places after it), probed the same
+way: a second prompt arrives while the probe's first sequence decodes (nine profiles: the busy prefill at
+0.99-1.17x, the first decode step after it at 0.99-1.16x). The places after a busy prefill count from it; a chunk of
+a chunked prefill is no busy prefill (its mixed steps are the composition profiled_clock.py ``mixed_s`` prices).
 """
 
 from __future__ import annotations
