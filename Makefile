@@ -18,10 +18,10 @@ CPU_TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_FROM := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: setup test test-fast sweep report bench clock-check gpu-check wheels clean help
+.PHONY: setup test test-fast sweep report clock-runs bench clock-check gpu-check wheels clean help
 
 help:
-	@echo "make setup | test | sweep | report | bench | clock-check | gpu-check | clean"
+	@echo "make setup | test | sweep | report | clock-runs | bench | clock-check | gpu-check | clean"
 
 setup: $(STAMP)
 
@@ -102,6 +102,20 @@ report: setup  # the published report, results/REPORT.md (python -m harness.repo
 # writes docs/clock_validation.md and docs/validation/clock_errors.csv (a few minutes on 2 cores).
 clock-check: setup
 	$(PY) -m harness.front.clock_check
+
+# The simulated clock's validation on this machine RUNS times over (default 3), one after another, each its clock
+# sweeps (conf/sweep/<device>_clock*.yaml) into runs/clock-runs/<time>/<n>/; then each run's median errors, their
+# median and range, and the most runs in a row within 10% (CLOCK_RUNS.md there). About 4.5 min a run on 2 cores.
+RUNS ?= 3
+CLOCK_SWEEPS := $(sort $(basename $(notdir $(wildcard conf/sweep/$(DEVICE_KIND)_clock*.yaml))))
+clock-runs: setup
+	@set -o pipefail; out=runs/clock-runs/$$(date +%Y%m%d-%H%M%S); failed=; \
+	for n in $$(seq 1 $(RUNS)); do for s in $(CLOCK_SWEEPS); do \
+	  echo "== run $$n of $(RUNS): $$s -> $$out/$$n/$${s#$(DEVICE_KIND)_}"; \
+	  $(PY) -m harness -m +sweep=$$s hydra.sweep.dir=$$out/$$n/$${s#$(DEVICE_KIND)_} hydra/job_logging=disabled \
+	    || failed="$$failed $$n/$$s"; done; done; \
+	$(PY) -m harness.report.clock_runs $$(seq -f "$$out/%g" 1 $(RUNS)) | tee $$out/CLOCK_RUNS.md || exit 1; \
+	if [ -n "$$failed" ]; then echo "kvbench: runs with a failed job:$$failed (their rows say why)"; exit 1; fi
 
 bench: setup
 	$(PY) -m pytest tests/bench --benchmark-enable -q
