@@ -3,9 +3,12 @@
 The roofline assumes its constants; a profile measures them, with the real model code, each
 impl's own cache and kernel, and the decode engine's own host work, the way a wall-clock run
 pays for them. For every ``(batch, context)`` of the grid it serves ``batch`` requests of
-``context``-token prompts for ``decode_steps`` tokens each (one burst, nothing preempted) and
-times each step as the engine's clock sees it: from the end of the step before to the end of
-its own. A decode point is the median of its steps, at the mean context they read; a prefill
+``context``-token prompts (one burst, nothing preempted) for ``settle_steps`` decode steps, then
+``decode_steps`` more, and times each of those as the engine's clock sees it: from the end of the
+step before to the end of its own. A decode point is the median of its timed steps, at the mean
+context they read: the steady state a serving engine's steps run at once it has run a few (the
+first steps of a fresh burst run slower, and what the steps after a sleep or a prompt's prefill
+cost against this steady state is the after-idle probe's to price). A prefill
 point times single forwards of ``tokens`` prompt tokens (the default grid doubles, and adds both
 sides of each row count where the model's GEMMs change kernel), in prompts of the job's workload's mean
 prompt length (a forward's attention grows with each prompt's length, not only with the tokens:
@@ -55,9 +58,16 @@ class ProfileScenario(ScenarioConfig):
     # empty: powers of two up to ``batch``, and ``batch``; the prefill grid doubling from 16; both with the
     # model's GEMM row breaks within range (harness/scenarios/profile_grid.py profile_grid)
     batches: List[int] = field(default_factory=list)
-    contexts: List[int] = field(default_factory=list)  # empty: 16 .. max_seq_len - decode_steps - 1, five points
+    # empty: 16 .. max_seq_len - settle_steps - decode_steps - 1, five points
+    contexts: List[int] = field(default_factory=list)
     prefill_tokens: List[int] = field(default_factory=list)  # empty: 16 .. min(max_num_batched_tokens, 4096), x2
     decode_steps: int = 8  # decode steps timed per (batch, context)
+    # Decode steps each point's burst runs before its timed ones, untimed. The first steps of a fresh burst run
+    # slower than its later ones: on the AMD 2-core (tiny-llama, one thread) its steps 9-16 ran at a median
+    # 0.85-0.94x its steps 1-8 at batches 1-4 (contiguous, paged_cuda; paged_torch 0.95-0.97x), and 17-24 no
+    # faster than 9-16; timed from the first, the grid priced a serving engine's steady steps 5-15% over their wall
+    # time. 0: time from the first step, as profiles made before this key did.
+    settle_steps: int = 8
     # prefill forwards timed per token count (each its own served burst: one prefill forward apiece); the
     # point is their median, as a decode point is its steps'
     prefill_samples: int = 3
@@ -96,10 +106,14 @@ def check(job: JobRun) -> None:
     for b in grid_batches(sc, cfg.batch):
         if not 1 <= b <= cfg.batch:
             raise ConfigError(f"scenario.batches holds {b}: each must be in [1, batch={cfg.batch}]")
+    if sc.settle_steps < 0:
+        raise ConfigError(f"scenario.settle_steps={sc.settle_steps} must be >= 0 (untimed decode steps before a "
+                          "point's timed ones)")
     for c in grid_contexts(sc, cfg.max_seq_len):
-        if not 1 <= c or c + sc.decode_steps + 1 > cfg.max_seq_len:
+        if not 1 <= c or c + sc.settle_steps + sc.decode_steps + 1 > cfg.max_seq_len:
             raise ConfigError(f"scenario.contexts holds {c}: each must be >= 1 and leave room for "
-                              f"scenario.decode_steps={sc.decode_steps} in max_seq_len={cfg.max_seq_len}")
+                              f"scenario.settle_steps={sc.settle_steps} and scenario.decode_steps={sc.decode_steps} "
+                              f"in max_seq_len={cfg.max_seq_len}")
     for t in grid_prefill(sc, cfg.max_num_batched_tokens):
         if not 1 <= t <= cfg.max_num_batched_tokens:
             raise ConfigError(f"scenario.prefill_tokens holds {t}: each must be in "

@@ -34,6 +34,7 @@ class GridKeys(Protocol):
     contexts: Sequence[int]
     prefill_tokens: Sequence[int]
     decode_steps: int
+    settle_steps: int
 
 
 def grid_batches(sc: GridKeys, batch: int) -> list[int]:
@@ -47,10 +48,10 @@ def grid_batches(sc: GridKeys, batch: int) -> list[int]:
 
 
 def grid_contexts(sc: GridKeys, max_seq_len: int) -> list[int]:
-    """Five contexts, geometric from 16 to the longest prompt the decode steps still fit after."""
+    """Five contexts, geometric from 16 to the longest prompt the settling and timed decode steps still fit after."""
     if sc.contexts:
         return sorted(set(sc.contexts))
-    top = max_seq_len - sc.decode_steps - 1
+    top = max_seq_len - sc.settle_steps - sc.decode_steps - 1
     if top <= MIN_CONTEXT:
         return [max(1, top)]
     ratio = (top / MIN_CONTEXT) ** 0.25
@@ -132,7 +133,7 @@ def reach(batches: Sequence[int], contexts: Sequence[int], fits: Fits) -> list[t
     fit, that one included, so that every step the budget holds is interpolated between measured points, never
     extrapolated; a line on which no such step lies is left out. On the CPU clock's 2,048-token budget the
     contiguous cache holds 4 sequences (lines 8 to 32 left out) and a paged one no 17 sequences of 216 tokens
-    ((32, 507) left out): the points that cost a profile pass most (their prompts are prefilled to set them up),
+    ((32, 495) left out): the points that cost a profile pass most (their prompts are prefilled to set them up),
     none of which a run of that budget could reach. A step past them (another budget's run) is counted outside."""
     points: list[tuple[int, int]] = []
     for i, b in enumerate(batches):
@@ -185,9 +186,10 @@ class GridSampler:
             if key[0] == "decode":
                 for rep in range(repeats):
                     steps = _serve(job, compute, impl, _prompts(job, key[1], key[2], n * repeats + rep),
-                                   sc.decode_steps + 1, key[1])
-                    seconds += [s for kind, _, s, _ in steps if kind == "decode"]
-                    attention += [a for kind, _, _, a in steps if kind == "decode"]
+                                   sc.settle_steps + sc.decode_steps + 1, key[1])
+                    timed = [(s, a) for kind, _, s, a in steps if kind == "decode"][sc.settle_steps:]  # settled
+                    seconds += [s for s, _ in timed]
+                    attention += [a for _, a in timed]
             else:
                 for rep in range(repeats * sc.prefill_samples):
                     salt = 1000 * (n * repeats * sc.prefill_samples + rep)
@@ -204,7 +206,7 @@ class GridSampler:
         """The profile table's rows from the samples of ``passes`` (all of them by default)."""
         from kvbench.harness.serving.profile_table import point
 
-        decode_steps = self.job.cfg.scenario.decode_steps
+        sc = self.job.cfg.scenario
         rows = []
         for key in self.keys:
             seconds = [s for got in self.passes[passes] for s in got[key][0]]
@@ -212,8 +214,9 @@ class GridSampler:
             if key[0] == "decode":
                 _, batch, context = key
                 # the prefill left each sequence context + 1 tokens, and decode step j reads context + 1 + j of
-                # them per sequence, as the simulator counts a step's KV tokens read
-                mean_context = context + 1 + (decode_steps - 1) / 2
+                # them per sequence, as the simulator counts a step's KV tokens read; the timed steps are those
+                # from j = settle_steps on
+                mean_context = context + 1 + sc.settle_steps + (sc.decode_steps - 1) / 2
                 rows.append(point(self.impl.name, "decode", seconds, batch=batch, context=mean_context,
                                   attention=attention))
             elif seconds:

@@ -12,6 +12,7 @@ SMALL = ["model=tiny-llama", "device=cpu", "max_seq_len=64", "batch=4", "cpu_thr
          "workload=uniform", "workload.num_requests=8", "workload.prompt_len=12", "workload.output_len=6",
          "device.kv_cache_gb=0.001"]
 PROFILE = ["scenario=profile", "scenario.batches=[1,3]", "scenario.contexts=[8,40]", "scenario.decode_steps=3",
+           "scenario.settle_steps=2",
            "scenario.prefill_tokens=[16,100]", "arrival=poisson", "arrival.rate=40", "scenario.rates=[20,40]",
            "scenario.chunked_rates=[20]", "scenario.chunked_budget=8"]
 
@@ -43,7 +44,9 @@ def test_the_profile_table_holds_each_grid_point_measured(profiled):
     table = pd.read_parquet(out / "profile.parquet")
     table = table[~table.kind.isin(["after_idle", "after_busy"])]  # the after-idle probe's rows: the test below
     decode, prefill = table[table.kind == "decode"], table[table.kind == "prefill"]
-    assert sorted(zip(decode.batch, decode.context)) == [(1, 10.0), (1, 42.0), (3, 10.0), (3, 42.0)]  # c + 1 + 1
+    # the mean context the timed steps read: c + 1 (the prefill's token) + 2 (the settling steps) + 1 (the timed
+    # steps' middle)
+    assert sorted(zip(decode.batch, decode.context)) == [(1, 12.0), (1, 44.0), (3, 12.0), (3, 44.0)]
     assert sorted(prefill.tokens) == [16, 100]
     assert (table.seconds > 0).all() and (table.seconds_p10 <= table.seconds).all()
     # each point pools its samples from the 3 passes over the grid: 3 decode steps, 3 prefill forwards a pass
@@ -164,6 +167,25 @@ def test_a_profile_without_the_impl_gives_one_line_naming_what_it_has(profiled, 
                                     "arrival.rate=20", f"clock_profile={out}", "clock_profile_impl=paged_torch"]),
                            tmp_path / "other")
     assert code == 0 and row["clock_source"].startswith("profile-")
+
+
+def test_settling_steps_are_whole_and_leave_room_in_the_context(compose):
+    from types import SimpleNamespace
+
+    from kvbench.harness.front.resolve import resolve
+    from kvbench.harness.scenarios.profile import check
+
+    def checked(settle: int) -> None:
+        cfg = resolve(compose(["+impl=paged_torch", *SMALL, *PROFILE, f"scenario.settle_steps={settle}"]))
+        check(SimpleNamespace(cfg=cfg))
+
+    with pytest.raises(ConfigError, match=r"scenario.settle_steps=-1 must be >= 0"):
+        checked(-1)
+    # max_seq_len 64: the 40-token context leaves room for 20 steps (40 + 20 + 3 + 1 = 64), not 21
+    checked(20)
+    with pytest.raises(ConfigError, match=r"scenario.contexts holds 40: .*scenario.settle_steps=21 and "
+                                          r"scenario.decode_steps=3 in max_seq_len=64"):
+        checked(21)
 
 
 @pytest.mark.parametrize("bad, message", [
