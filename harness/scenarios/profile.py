@@ -6,9 +6,9 @@ pays for them. For every ``(batch, context)`` of the grid it serves ``batch`` re
 ``context``-token prompts (one burst, nothing preempted) for ``settle_steps`` decode steps, then
 ``decode_steps`` more, and times each of those as the engine's clock sees it: from the end of the
 step before to the end of its own. A decode point is the median of its timed steps, at the mean
-context they read: the steady state a serving engine's steps run at once it has run a few (the
-first steps of a fresh burst run slower, and what the steps after a sleep or a prompt's prefill
-cost against this steady state is the after-idle probe's to price). A prefill
+context they read: the burst's steady state (its first steps run slower), the state the after-idle
+probe's factors (the steps after a sleep or a prompt's prefill) and the pace meter's units (the
+machine's speed in a wall run) are measured against. A prefill
 point times single forwards of ``tokens`` prompt tokens (the default grid doubles, and adds both
 sides of each row count where the model's GEMMs change kernel), in prompts of the job's workload's mean
 prompt length (a forward's attention grows with each prompt's length, not only with the tokens:
@@ -65,8 +65,10 @@ class ProfileScenario(ScenarioConfig):
     # Decode steps each point's burst runs before its timed ones, untimed. The first steps of a fresh burst run
     # slower than its later ones: on the AMD 2-core (tiny-llama, one thread) its steps 9-16 ran at a median
     # 0.85-0.94x its steps 1-8 at batches 1-4 (contiguous, paged_cuda; paged_torch 0.95-0.97x), and 17-24 no
-    # faster than 9-16; timed from the first, the grid priced a serving engine's steady steps 5-15% over their wall
-    # time. 0: time from the first step, as profiles made before this key did.
+    # faster than 9-16. Timed from the first, a point mixed that warm-up into the steady state the pace meter's
+    # units run in: the meter missed a wall run's own pace by a median 11.7% over four validation runs, 4.5% over
+    # seven with the points settled (docs/figures.md "the grid, settled"). 0: time from the first step, as
+    # profiles made before this key did.
     settle_steps: int = 8
     # prefill forwards timed per token count (each its own served burst: one prefill forward apiece); the
     # point is their median, as a decode point is its steps'
