@@ -19,14 +19,13 @@ from kvbench.harness.untrusted import UntrustedError
 from kvbench.harness.report import DEFAULT_FOLDER, NoRows, build_report, regenerate_command
 from kvbench.harness.report.external import ExternalDefaults
 from kvbench.harness.report.own_runs import no_runs_line, published_line
-from kvbench.harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread
+from kvbench.harness.report.variance import DEFAULT_MAX_SPREAD, check_max_spread, parse_fraction
 
 
 def _spread(text: str) -> float:
     """``0.05`` or ``5%``."""
     try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-        return check_max_spread(value)
+        return check_max_spread(parse_fraction(text))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--max-spread must be a fraction >= 0 or a percentage (0.05 or 5%), got {text!r}") from None

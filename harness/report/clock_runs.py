@@ -26,6 +26,7 @@ from kvbench.harness.console import OneLineParser, quiet_when_closed
 from kvbench.harness.report.clock_validation import rate_pairs, service_pairs, summary
 from kvbench.harness.report.collect import collect
 from kvbench.harness.report.tables import md_table, md_text
+from kvbench.harness.report.variance import parse_fraction
 
 FIGURES = {"tpot_ms_p50": "TPOT", "e2el_ms_p50": "E2EL", "ttft_ms_p50": "TTFT", "max_rate_rps": "max rate"}
 GOALS = ("tpot_ms_p50", "e2el_ms_p50")  # the figures a run must hold within the bound (issue 46)
@@ -115,7 +116,7 @@ def report(runs: list[RunMedians], bound: float) -> str:
 
 def _within(text: str) -> float:
     try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        value = parse_fraction(text)
     except ValueError:
         value = -1.0
     if not 0 < value <= 1:

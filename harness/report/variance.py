@@ -15,6 +15,11 @@ MARK = "†"
 COVERS = {"tokens_per_s_spread": ("tokens_per_s", "output_tokens_per_s", "requests_per_s", "wall_s")}
 
 
+def parse_fraction(text: str) -> float:
+    """A command line's fraction, written as one (``0.05``) or as a percentage (``5%``); ValueError otherwise."""
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+
+
 def check_max_spread(value: float) -> float:
     """The bound as a fraction (0.05 = 5%); it must be a finite number at least 0."""
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
