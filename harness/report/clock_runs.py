@@ -25,12 +25,14 @@ import pandas as pd
 from kvbench.harness.console import OneLineParser, quiet_when_closed
 from kvbench.harness.report.clock_validation import rate_pairs, service_pairs, summary
 from kvbench.harness.report.collect import collect
+from kvbench.harness.report.steps_pace import with_steps_pace
 from kvbench.harness.report.tables import md_table, md_text
 from kvbench.harness.report.variance import parse_fraction
 
 FIGURES = {"tpot_ms_p50": "TPOT", "e2el_ms_p50": "E2EL", "ttft_ms_p50": "TTFT", "max_rate_rps": "max rate"}
 GOALS = ("tpot_ms_p50", "e2el_ms_p50")  # the figures a run must hold within the bound (issue 46)
 DEFAULT_WITHIN = 0.10
+MISS, WORST = "meter miss", "worst miss"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class RunMedians:
     device: str
     paced: dict[str, float]  # each simulation at the machine's pace in its wall run; empty where none was measured
     own: dict[str, float]  # at the profile's own prices, drifted jobs out
+    # the median over the run's paced wall runs of |the meter's pace over their own steps' - 1|
+    # (harness/report/steps_pace.py); None where the run's steps tables hold no prices
+    meter_miss: float | None = None
+    meter_worst: float | None = None  # the largest of them
 
     @property
     def headline(self) -> dict[str, float]:
@@ -51,11 +57,15 @@ class RunMedians:
         return all(g in self.headline and self.headline[g] <= bound for g in GOALS)
 
 
-def run_medians(run: str, rows: pd.DataFrame) -> list[RunMedians]:
-    """``rows`` (one run's) as one RunMedians per machine that has a validated pair, without chunked prefill."""
+def run_medians(run: str, rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list[RunMedians]:
+    """``rows`` (one run's) as one RunMedians per machine that has a validated pair, without chunked prefill; with
+    the run's ``steps`` tables, how far its meter missed its wall runs' own steps (every paced run, chunked too: the
+    meter's reading does not depend on the scheduling)."""
     pairs, rates = service_pairs(rows), rate_pairs(rows)
     if pairs.empty:
         return []
+    pairs = with_steps_pace(pairs, steps)
+    misses = {d: g["meter_miss"].dropna().abs() for d, g in pairs.groupby("device_slug")} if "device_slug" in pairs else {}
     if "chunked_prefill" in pairs:
         pairs = pairs[~pairs["chunked_prefill"].fillna(False).astype(bool)]
     out = []
@@ -63,8 +73,10 @@ def run_medians(run: str, rows: pd.DataFrame) -> list[RunMedians]:
         mine = pairs[pairs["device_slug"] == device]
         its = rates[rates["device_slug"] == device] if not rates.empty and "device_slug" in rates else rates
         own, paced = summary(mine, its), summary(mine, its, paced=True)
+        miss = misses.get(device, pd.Series(dtype=float))
         if own or paced:
-            out.append(RunMedians(run, str(device), paced, own))
+            out.append(RunMedians(run, str(device), paced, own, *((float(miss.median()), float(miss.max()))
+                                                                   if len(miss) else (None, None))))
     return out
 
 
@@ -97,11 +109,15 @@ def report(runs: list[RunMedians], bound: float) -> str:
         mine = [r for r in runs if r.device == device]
         paced = any(r.paced for r in mine)
         columns = _columns(paced)
+        checked = any(r.meter_miss is not None for r in mine)
         rows = [{"run": r.run, **{col: _pct(getattr(r, attr).get(f)) for col, f, attr in columns},
+                 **({MISS: _pct(r.meter_miss), WORST: _pct(r.meter_worst)} if checked else {}),
                  verdict: "yes" if r.within(bound) else "no"} for r in mine]  # md_table escapes each text cell
         spread = {"run": f"median of {len(mine)} (range)"}
-        for col, f, attr in columns:
-            values = [getattr(r, attr)[f] for r in mine if f in getattr(r, attr)]
+        for col, values in [*((col, [getattr(r, attr)[f] for r in mine if f in getattr(r, attr)])
+                              for col, f, attr in columns),
+                            *([(MISS, [r.meter_miss for r in mine if r.meter_miss is not None]),
+                               (WORST, [r.meter_worst for r in mine if r.meter_worst is not None])] if checked else [])]:
             spread[col] = f"{_pct(statistics.median(values))} ({_pct(min(values))}-{_pct(max(values))})" if values else "–"
         spread[verdict] = f"{sum(r.within(bound) for r in mine)} of {len(mine)}"
         goals = " and ".join(FIGURES[g] for g in GOALS) + (" at pace" if paced else "")
@@ -110,7 +126,13 @@ def report(runs: list[RunMedians], bound: float) -> str:
                   + (" (`at pace`: each simulation priced at the machine's pace in its wall run; `own`: at the "
                      "profile's own prices, drifted jobs out)" if paced else "")
                   + f". A run is {verdict} when its {goals} both are. Most runs in a row {verdict}: "
-                  f"**{in_a_row(mine, bound)}**.\n", md_table(pd.DataFrame(rows + [spread]))]
+                  f"**{in_a_row(mine, bound)}**."
+                  + (f" `{MISS}`: the median over the run's wall runs of how far the pace meter read their pace "
+                     "from the pace their own decode steps ran at (harness/report/steps_pace.py), and "
+                     f"`{WORST}` the largest: a simulation priced at a pace its steps did not run at misses by that "
+                     "much before the clock's prices count, and more near saturation, where the queue amplifies it."
+                     if checked else "")
+                  + "\n", md_table(pd.DataFrame(rows + [spread]))]
     return "\n".join(parts)
 
 
@@ -140,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         collection = collect([folder])
         for line in collection.warnings():
             print(f"kvbench clock-runs: warning: {line}", file=sys.stderr)
-        got += run_medians(folder.name, collection.rows)
+        got += run_medians(folder.name, collection.rows, collection.steps)
     if not got:
         print("kvbench clock-runs: no folder held a validated pair (a scenario=profile job's simulated rows beside "
               "wall rows of the same requests: make clock-runs makes them)", file=sys.stderr)

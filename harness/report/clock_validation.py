@@ -15,6 +15,7 @@ import pandas as pd
 
 from kvbench.harness.measure.pace_meter import SETTLED
 from kvbench.harness.report.selection import measured_as, ok_rows
+from kvbench.harness.report.steps_pace import miss_said, with_steps_pace
 from kvbench.harness.report.tables import md_table, md_text, pick
 
 CLOCK_TITLE = "The simulated clock against the wall clock"
@@ -31,6 +32,11 @@ PACE_SAID = ("`pace` is the machine's pace in the wall run against its pace whil
              "machines the host slows a thread by up to 1.9x for seconds to tens of seconds, unseen from inside: "
              "`at pace` is the error of the same simulation with every price scaled by the run's pace, the clock's "
              "error with the machine's speed in the run measured rather than assumed.\n")
+STEPS_PACE_SAID = ("`steps' pace` is the pace the wall run's own decode steps ran at: their summed time over their "
+                   "summed price on the job's profile, known only once the run is over "
+                   "(harness/report/steps_pace.py). The meter read the pace of its runs {miss}: where it missed, "
+                   "the simulation at pace was priced at a pace the steps did not run at, and the queue near "
+                   "saturation amplifies that miss in E2EL and TTFT.\n")
 FIGURES = [f"{m}_ms_{p}" for m in ("ttft", "tpot", "e2el") for p in ("p50", "p99")]
 # What makes two rows the same requests on the same setup (the digest covers prompts and arrival times).
 PAIR = ["device_slug", "model", "dtype", "impl", "batch", "chunked_prefill", "max_num_batched_tokens", "max_seq_len",
@@ -295,12 +301,14 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
             parts.append(f"With chunked prefill{on} (mixed steps priced as the decode step plus what the chunk adds "
                          f"along the prefill line and the prefill attention path){both}\n")
     if not pairs.empty:
-        pairs = pairs.assign(chunked=chunked.map({True: "yes", False: "no"}))
+        pairs = with_steps_pace(pairs.assign(chunked=chunked.map({True: "yes", False: "no"})), steps)
         paced = bool(pairs["machine_pace"].notna().any())
+        checked = paced and bool(pairs["steps_pace"].notna().any())
         t = pairs.assign(**{f"{f} err": pairs[f"{f}_err"].map(_pct) for f in
                             ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50", "ttft_ms_p99", "tpot_ms_p99", "e2el_ms_p99")},
                          **{f"{f} paced": pairs[f"{f}_paced_err"].map(_pct) for f in ("ttft_ms_p50", "tpot_ms_p50", "e2el_ms_p50")},
                          pace=pairs["machine_pace"].map(lambda v: "–" if pd.isna(v) else f"{v:.2f}"),
+                         steps_pace=pairs["steps_pace"].map(lambda v: "–" if pd.isna(v) else f"{v:.2f}"),
                          saturated=pairs["saturated"].map({True: "yes", False: "no"}),
                          one_process=pairs["same_process"].map({True: "yes", False: "no"}),
                          drift_said=_drift_said(pairs))
@@ -312,13 +320,15 @@ def clock_section(rows: pd.DataFrame, steps: pd.DataFrame | None = None) -> list
                          "reproducibility, which bounds how near any simulated figure can come.\n")
         if paced:
             parts.append(PACE_SAID)
+        if checked:
+            parts.append(STEPS_PACE_SAID.format(miss=miss_said(pairs)))
         parts.append(md_table(pick(t, {
             "device_slug": "device", "model": "model", "impl": "impl", "chunked": "chunked prefill",
             "request_rate": "offered req/s",
             "achieved_rps": "achieved req/s", "saturated": "saturated", "one_process": "one process",
             "drift_said": "drift",
             **({"wall_runs": "wall runs", "wall_spread": "wall spread"} if repeated else {}),
-            **({"pace": "pace"} if paced else {}),
+            **({"pace": "pace"} if paced else {}), **({"steps_pace": "steps' pace"} if checked else {}),
             "tpot_ms_p50_wall": "TPOT p50 ms wall", "tpot_ms_p50_sim": "simulated", "tpot_ms_p50 err": "error",
             **({"tpot_ms_p50 paced": "at pace"} if paced else {}),
             "e2el_ms_p50_wall": "E2EL p50 ms wall", "e2el_ms_p50_sim": "simulated", "e2el_ms_p50 err": "error ",

@@ -221,3 +221,17 @@ def test_the_medians_at_pace_keep_a_drifted_jobs_pairs_those_at_the_profiles_own
     text = "\n".join(clock_section(rows))
     assert "each simulation priced at the machine's pace in its wall run: median TPOT 4%" in text
     assert "out of the medians at the profile's own pace; the medians at the machine's pace keep them" in text
+
+
+def test_with_the_jobs_steps_each_paced_pair_shows_the_pace_its_own_steps_ran_at():
+    rows = _paced_job()
+    wall_dir = service_pairs(rows)["run_dir_wall"].iloc[0]
+    steps = pd.DataFrame([{"run_dir": wall_dir, "impl": "paged_cuda", "request_rate": 10.0, "chunked_prefill": False,
+                           "kind": "decode", "start_s": start, "duration_s": 0.003, "price_s": 0.002}
+                          for start in (0.0, 0.5)])
+    text = "\n".join(clock_section(rows, steps))
+    header = next(line for line in text.splitlines() if "offered req/s" in line)
+    assert "| pace | steps' pace |" in header and "| 1.20 | 1.50 |" in text
+    assert "The meter read the pace of its runs a median 20% off (from -20% to -20%, 1 wall run)" in text
+    assert "steps' pace" not in "\n".join(clock_section(rows))  # no steps tables: no column
+
