@@ -105,7 +105,7 @@ clock-check: setup
 
 # The simulated clock's validation on this machine RUNS times over (default 3), one after another, each its clock
 # sweeps (conf/sweep/<device>_clock*.yaml) into runs/clock-runs/<time>/<n>/; then each run's median errors, their
-# median and range, and the most runs in a row within 10% (CLOCK_RUNS.md there). About 4.5 min a run on 2 cores.
+# median and range, and the most runs in a row within 10% (CLOCK_RUNS.md there). 4.5-6.5 min a run on 2 cores.
 RUNS ?= 3
 CLOCK_SWEEPS := $(sort $(basename $(notdir $(wildcard conf/sweep/$(DEVICE_KIND)_clock*.yaml))))
 clock-runs: setup

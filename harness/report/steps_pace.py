@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvbench.harness.report.tables import md_text
 from kvbench.harness.serving.after_idle import MIN_IDLE_S
 
 KEYS = ["run_dir", "impl", "request_rate", "chunked_prefill"]
@@ -70,10 +71,18 @@ def with_steps_pace(pairs: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataF
 
 
 def miss_said(pairs: pd.DataFrame) -> str | None:
-    """The meter's misses over ``pairs``, as a sentence's end: their median absolute value and range; None where no
-    pair has both paces."""
-    miss = pairs["meter_miss"].dropna() if "meter_miss" in pairs else pd.Series(dtype=float)
-    if miss.empty:
+    """The meter's misses over ``pairs``, as a sentence's end: their median absolute value and range, machine by
+    machine where the pairs are of several; None where no pair has both paces."""
+    if "meter_miss" not in pairs or pairs["meter_miss"].dropna().empty:
         return None
+    devices = pairs["device_slug"].dropna().unique() if "device_slug" in pairs else []
+    if len(devices) < 2:
+        return _said(pairs["meter_miss"].dropna())
+    said = [f"{_said(g)} on {md_text(d)}" for d in sorted(devices)
+            if not (g := pairs.loc[pairs["device_slug"] == d, "meter_miss"].dropna()).empty]
+    return ", ".join(said)
+
+
+def _said(miss: pd.Series) -> str:
     return (f"a median {100 * miss.abs().median():.0f}% off (from {100 * miss.min():+.0f}% to {100 * miss.max():+.0f}%, "
             f"{len(miss)} wall run{'s' if len(miss) > 1 else ''})")

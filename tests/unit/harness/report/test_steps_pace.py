@@ -54,3 +54,11 @@ def test_each_pair_gets_its_wall_runs_steps_pace_and_the_meters_miss():
     assert got["steps_pace"].isna().iloc[1] and got["meter_miss"].isna().iloc[1]  # no steps of 20 req/s
     assert miss_said(got) == "a median 20% off (from +20% to +20%, 1 wall run)"
     assert with_steps_pace(pairs, None)["meter_miss"].isna().all() and miss_said(with_steps_pace(pairs, None)) is None
+
+
+def test_the_misses_are_said_machine_by_machine():
+    pairs = pd.DataFrame({"device_slug": ["cpu-<i>-2core", "cpu-a-2core", "cpu-a-2core"],
+                          "meter_miss": [0.1, -0.05, 0.15]})
+    assert miss_said(pairs) == ("a median 10% off (from +10% to +10%, 1 wall run) on cpu-&lt;i>-2core, "
+                                "a median 10% off (from -5% to +15%, 2 wall runs) on cpu-a-2core")  # names escaped
+
