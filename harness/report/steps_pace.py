@@ -12,8 +12,8 @@ Measured on the AMD EPYC 2-core (two validation runs, of 64 and of 192 requests 
 its runs' paces from 15% under to 20% over their steps', by a median 3.5% and 6% in absolute value; splitting each
 run's units in two halves put the meter's own sampling noise at about 3% of a run's pace (11-45 units a run in the
 first, at most one every quarter second). Where a pair's wall run sat near its knee (paged_cuda at 20 req/s, in two of
-the eight validation runs of that day: docs/figures.md "The meter against its runs' own steps"), a miss of 9% and of
-15% moved its simulated E2EL by +87% and +110%.
+the eight validation runs of that day: docs/figures.md "The meter against its runs' own steps"), the meter reading 9% and
+19% slow moved its simulated E2EL by +87% and +110%.
 
 A step's time here is what the profile times for its points: from its start to the next step's start (the engine's
 pause between steps included), less a meter unit timed between them; a pause of ``MIN_IDLE_S`` or more is a sleep,
