@@ -16,8 +16,9 @@ the eight validation runs of that day: docs/figures.md "The meter against its ru
 19% slow moved its simulated E2EL by +87% and +110%.
 
 A step's time here is what the profile times for its points: from its start to the next step's start (the engine's
-pause between steps included), less a meter unit timed between them; a pause of ``MIN_IDLE_S`` or more is a sleep,
-not the step's. A rate a job served twice is summed over both runs.
+pause between steps included), less a meter unit timed between them; where the next step is the first after a sleep
+(its ``place`` 0, as the job judged it when it priced the steps: harness/scenarios/wall_check.py ``priced``), the
+pause is the sleep, not the step's. A rate a job served twice is summed over both runs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import pandas as pd
 
 from kvbench.harness.report.tables import md_text
-from kvbench.harness.serving.after_idle import MIN_IDLE_S
 
 KEYS = ["run_dir", "impl", "request_rate", "chunked_prefill"]
 
@@ -35,13 +35,14 @@ def _periods(run: pd.DataFrame) -> pd.Series:
     duration alone where the engine slept before the next (or none followed)."""
     unit = run["pace_unit_s"].fillna(0.0) if "pace_unit_s" in run else 0.0
     pause = run["start_s"].shift(-1) - (run["start_s"] + run["duration_s"] + unit)
-    return run["duration_s"] + pause.where((pause >= 0) & (pause < MIN_IDLE_S), 0.0)
+    slept = run["place"].shift(-1) == 0
+    return run["duration_s"] + pause.where((pause >= 0) & ~slept, 0.0).fillna(0.0)
 
 
 def steps_pace(steps: pd.DataFrame) -> pd.DataFrame:
     """Per job, impl, rate and scheduling: ``steps_pace``, the wall run's decode steps' summed time over their summed
     price on the job's profile, and ``priced_steps``, how many it sums; empty where the table has no prices."""
-    need = {*KEYS, "kind", "start_s", "duration_s", "price_s"}
+    need = {*KEYS, "kind", "start_s", "duration_s", "price_s", "place"}
     if steps is None or steps.empty or not need <= set(steps):
         return pd.DataFrame(columns=[*KEYS, "steps_pace", "priced_steps"])
     mine = steps[steps["request_rate"].notna()].assign(

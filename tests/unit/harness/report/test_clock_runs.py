@@ -90,7 +90,7 @@ def test_the_command_reads_each_run_folder_and_says_one_line_without_pairs(tmp_p
 def test_with_its_steps_a_run_says_how_far_its_meter_missed_its_wall_runs_own_steps():
     rows = pd.DataFrame(_job(0.2, 0.05))
     steps = pd.DataFrame([{"run_dir": "p/0", "impl": "paged_cuda", "request_rate": 10.0, "chunked_prefill": chunked,
-                           "kind": "decode", "start_s": start, "duration_s": 0.002, "price_s": 0.002 / pace}
+                           "kind": "decode", "place": 0, "start_s": start, "duration_s": 0.002, "price_s": 0.002 / pace}
                           for chunked, pace in ((False, 1.0), (True, 1.25)) for start in (0.0, 0.5)])
     (got,) = run_medians("r1", rows, steps)
     # the meter read 1.1 where the whole prompts' steps ran at 1.0 (+10%), and 1.0 for the chunked ones' 1.25 (-20%)

@@ -227,7 +227,7 @@ def test_with_the_jobs_steps_each_paced_pair_shows_the_pace_its_own_steps_ran_at
     rows = _paced_job()
     wall_dir = service_pairs(rows)["run_dir_wall"].iloc[0]
     steps = pd.DataFrame([{"run_dir": wall_dir, "impl": "paged_cuda", "request_rate": 10.0, "chunked_prefill": False,
-                           "kind": "decode", "start_s": start, "duration_s": 0.003, "price_s": 0.002}
+                           "kind": "decode", "place": 0, "start_s": start, "duration_s": 0.003, "price_s": 0.002}
                           for start in (0.0, 0.5)])
     text = "\n".join(clock_section(rows, steps))
     header = next(line for line in text.splitlines() if "offered req/s" in line)
