@@ -114,10 +114,11 @@ def report(runs: list[RunMedians], bound: float) -> str:
                  **({MISS: _pct(r.meter_miss), WORST: _pct(r.meter_worst)} if checked else {}),
                  verdict: "yes" if r.within(bound) else "no"} for r in mine]  # md_table escapes each text cell
         spread = {"run": f"median of {len(mine)} (range)"}
-        for col, values in [*((col, [getattr(r, attr)[f] for r in mine if f in getattr(r, attr)])
-                              for col, f, attr in columns),
-                            *([(MISS, [r.meter_miss for r in mine if r.meter_miss is not None]),
-                               (WORST, [r.meter_worst for r in mine if r.meter_worst is not None])] if checked else [])]:
+        listed = [(col, [getattr(r, attr)[f] for r in mine if f in getattr(r, attr)]) for col, f, attr in columns]
+        if checked:
+            listed += [(MISS, [r.meter_miss for r in mine if r.meter_miss is not None]),
+                       (WORST, [r.meter_worst for r in mine if r.meter_worst is not None])]
+        for col, values in listed:
             spread[col] = f"{_pct(statistics.median(values))} ({_pct(min(values))}-{_pct(max(values))})" if values else "–"
         spread[verdict] = f"{sum(r.within(bound) for r in mine)} of {len(mine)}"
         goals = " and ".join(FIGURES[g] for g in GOALS) + (" at pace" if paced else "")

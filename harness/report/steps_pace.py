@@ -39,7 +39,7 @@ def _periods(run: pd.DataFrame) -> pd.Series:
     return run["duration_s"] + pause.where((pause >= 0) & ~slept, 0.0).fillna(0.0)
 
 
-def steps_pace(steps: pd.DataFrame) -> pd.DataFrame:
+def steps_pace(steps: pd.DataFrame | None) -> pd.DataFrame:
     """Per job, impl, rate and scheduling: ``steps_pace``, the wall run's decode steps' summed time over their summed
     price on the job's profile, and ``priced_steps``, how many it sums; empty where the table has no prices."""
     need = {*KEYS, "kind", "start_s", "duration_s", "price_s", "place"}
@@ -62,7 +62,7 @@ def steps_pace(steps: pd.DataFrame) -> pd.DataFrame:
 def with_steps_pace(pairs: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
     """``pairs`` (harness/report/clock_validation.py ``service_pairs``) with each one's wall run's ``steps_pace`` and
     ``meter_miss``: the meter's pace over it, less 1 (NaN where either is missing)."""
-    paced = steps_pace(steps) if steps is not None else pd.DataFrame()
+    paced = steps_pace(steps)
     if pairs.empty or paced.empty or "run_dir_wall" not in pairs:
         return pairs.assign(steps_pace=float("nan"), meter_miss=float("nan"))
     chunked = pairs["chunked_prefill"].fillna(False).astype(bool) if "chunked_prefill" in pairs else False
